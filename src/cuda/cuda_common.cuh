@@ -1,0 +1,39 @@
+/* cuda_common.cuh -- error mapping and launch helpers shared by every CUDA file. */
+#ifndef AK_CUDA_COMMON_CUH
+#define AK_CUDA_COMMON_CUH
+
+#include <cuda_runtime.h>
+
+#include "common/internal.h"
+
+struct ak_cuda_state {
+    cudaDeviceProp prop;
+};
+
+/* Maps a CUDA error to AK_ERR_CUDA with the call, the error name and its text in the detail. */
+#define AK_CUDA_TRY(call)                                                                        \
+    do {                                                                                         \
+        cudaError_t ak_cu_e_ = (call);                                                           \
+        if (ak_cu_e_ != cudaSuccess)                                                             \
+            return ak_fail(AK_ERR_CUDA, "%s:%d: %s: %s (%s)", __FILE__, __LINE__, #call,          \
+                           cudaGetErrorName(ak_cu_e_), cudaGetErrorString(ak_cu_e_));             \
+    } while (0)
+
+/* Checks the launch just made (configuration errors are reported at once; faults in the kernel
+   surface at the next synchronising call). */
+#define AK_CUDA_CHECK_LAUNCH(what)                                                               \
+    do {                                                                                         \
+        cudaError_t ak_cu_e_ = cudaGetLastError();                                               \
+        if (ak_cu_e_ != cudaSuccess)                                                             \
+            return ak_fail(AK_ERR_CUDA, "launch of %s failed: %s (%s)", what,                    \
+                           cudaGetErrorName(ak_cu_e_), cudaGetErrorString(ak_cu_e_));             \
+    } while (0)
+
+static inline cudaStream_t ak_stream(const ak_context *ctx) { return (cudaStream_t)ctx->stream; }
+
+/* Every entry point selects the context's device first (multi-GPU safety). */
+#define AK_CUDA_ENTER(ctx) AK_CUDA_TRY(cudaSetDevice((ctx)->device_id))
+
+static inline int ak_ceil_div_i64(int64_t a, int64_t b) { return (int)((a + b - 1) / b); }
+
+#endif /* AK_CUDA_COMMON_CUH */
