@@ -1,0 +1,54 @@
+/*
+ * bench.h -- the benchmark framework behind `attnkit bench` (tools/cmd_bench.c). Each op family
+ * contributes a case builder in its own tools/bench_<family>.c; the framework times the cases on
+ * the chosen backend and reports time, TFLOPS, GB/s and ratios to ceilings measured in the same
+ * run (copy bandwidth and bf16 GEMM rate).
+ *
+ * Timing (targets.md 6): CPU: wall clock per call, median of >= 30 after warm-up. CUDA: events
+ * around one call (median); cases marked `graph` (decode-path ops) are captured 20 calls to a
+ * CUDA graph and timed by replay (median of 50 replays / 20). Inputs larger than L2, random data.
+ */
+#ifndef AK_TOOLS_BENCH_H
+#define AK_TOOLS_BENCH_H
+
+#include <stdint.h>
+
+#include "attnkit.h"
+#include "models.h"
+
+typedef struct ak_bench_opts {
+    ak_backend backend;
+    int32_t threads;        /* CPU threads (0 = all) */
+    const ak_model *model;  /* --model, NULL = the family's default shapes */
+    int32_t quick;          /* --quick: smaller shapes, fewer iterations (CI smoke) */
+    uint64_t seed;
+} ak_bench_opts;
+
+typedef struct ak_bench_case {
+    char op[40];          /* name used by --op, e.g. "convert", "mla_decode_sparse" */
+    char shape[200];      /* human-readable shape */
+    double flops;         /* targets.md 3.1 (real heads, valid keys); 0 for data movement */
+    double bytes_kv;      /* anchor convention (KV bytes only); 0 if not meaningful */
+    double bytes_total;   /* total convention: bytes read + written */
+    int32_t graph;        /* 1: decode-path op, timed by CUDA-graph replay on CUDA */
+    void *state;          /* owned by the case */
+    ak_status (*run)(ak_context *ctx, void *state); /* one call; no allocation, no host sync */
+    void (*destroy)(ak_context *ctx, void *state);
+} ak_bench_case;
+
+typedef struct ak_bench_list ak_bench_list;
+/* Copies *c into the list (the list takes ownership of c->state). */
+ak_status ak_bench_add(ak_bench_list *l, const ak_bench_case *c);
+
+/* A family's case builder: appends the cases of ops it owns that match `op` (NULL = all). */
+typedef ak_status (*ak_bench_builder)(ak_context *ctx, const ak_bench_opts *o, const char *op,
+                                      ak_bench_list *out);
+
+/* Random fill helpers for builders (host memory; upload with devmem.h). */
+void ak_bench_fill_normal_bf16(uint16_t *dst, int64_t n, double sigma, double clamp, uint64_t seed);
+void ak_bench_fill_normal_f32(float *dst, int64_t n, double sigma, double clamp, uint64_t seed);
+
+/* Builders of the op families (each in tools/bench_<family>.c). */
+ak_status ak_bench_codec(ak_context *ctx, const ak_bench_opts *o, const char *op, ak_bench_list *out);
+
+#endif
