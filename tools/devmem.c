@@ -8,7 +8,9 @@
 #include <cuda_runtime.h>
 #endif
 
+#ifdef AK_HAVE_CUDA
 static int on_cuda(ak_context *ctx) { return ak_context_backend(ctx) == AK_BACKEND_CUDA; }
+#endif
 
 void *ak_dev_alloc(ak_context *ctx, size_t bytes) {
     if (bytes == 0) bytes = 64;
