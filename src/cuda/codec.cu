@@ -1,0 +1,950 @@
+/*
+ * codec.cu -- CUDA codecs: write (quantize and store), gather (dequantize by slot) and convert
+ * (layout to layout) for every cache layout. Bytes equal the CPU backend's: the conversions are the
+ * bit-exact ones of numeric.h (e4m3 through PTX cvt.rn.satfinite, identical for every non-NaN fp32),
+ * divisions are IEEE round-to-nearest (__fdiv_rn), scales follow layouts.md section 3.
+ *
+ * Thread mapping. MLA layouts: one warp per token, lane l owns dims [16 l, 16 l + 16) of the NoPE
+ * part (a 128-dim 656 tile is 8 lanes, a 64-dim V4 tile 4 lanes, reduced with shuffles); the 64 RoPE
+ * dims are 4 more 16-dim chunks (lanes 28..31 for V4, a second round of lanes 0..3 otherwise).
+ * Indexer layouts: 8 lanes per token. MHA: one thread per 8 elements of one (token, head) row.
+ * Invalid slots (rule I1) are skipped by writers and give zero rows in gathers. No allocation and no
+ * host synchronisation: every function is capturable in a CUDA graph.
+ */
+#include "cuda/cuda_backend.h"
+#include "cuda/cuda_common.cuh"
+
+#include "common/kv_access.h"
+#include "common/kv_records.h"
+#include "common/numeric.h"
+
+#include <stdint.h>
+
+/* ---- small device helpers -------------------------------------------------------------------- */
+
+/* Two fp32 to two e4m3 bytes (RNE, saturating): PTX agrees with ak_f32_to_e4m3 for every non-NaN
+   input (both round to nearest-even on the same grid and clamp to +-448); NaN keeps the integer
+   path so the sign of the NaN byte matches too. */
+__device__ __forceinline__ uint8_t ak_dev_e4m3(float x) {
+    if (ak_isnan_f32(x)) return ak_f32_to_e4m3(x);
+    uint16_t r;
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(0.0f), "f"(x));
+    return (uint8_t)(r & 0xffu);
+}
+
+/* 16-byte aligned vector load/store with a scalar fallback for unaligned views. */
+__device__ __forceinline__ void ak_ld16(uint8_t dst[16], const uint8_t *p, bool vec) {
+    if (vec) {
+        uint4 v = *(const uint4 *)p;
+        memcpy(dst, &v, 16);
+    } else {
+        for (int i = 0; i < 16; i++) dst[i] = p[i];
+    }
+}
+__device__ __forceinline__ void ak_st16(uint8_t *p, const uint8_t src[16], bool vec) {
+    if (vec) {
+        uint4 v;
+        memcpy(&v, src, 16);
+        *(uint4 *)p = v;
+    } else {
+        for (int i = 0; i < 16; i++) p[i] = src[i];
+    }
+}
+
+/* Loads n (8 or 16) consecutive elements of dtype dt as fp32; vec: the address is 16-byte aligned. */
+__device__ __forceinline__ void ak_load_vals(float *v, int n, const void *base, int64_t off,
+                                             int dt, bool vec) {
+    if (dt == AK_DTYPE_F32) {
+        const float *p = (const float *)base + off;
+        if (vec) {
+            for (int i = 0; i < n; i += 4) {
+                float4 q = *(const float4 *)(p + i);
+                v[i] = q.x; v[i + 1] = q.y; v[i + 2] = q.z; v[i + 3] = q.w;
+            }
+        } else {
+            for (int i = 0; i < n; i++) v[i] = p[i];
+        }
+    } else {
+        const uint16_t *p = (const uint16_t *)base + off;
+        uint16_t h[16];
+        if (vec) {
+            for (int i = 0; i < n; i += 8) {
+                uint4 q = *(const uint4 *)(p + i);
+                memcpy(h + i, &q, 16);
+            }
+        } else {
+            for (int i = 0; i < n; i++) h[i] = p[i];
+        }
+        if (dt == AK_DTYPE_BF16)
+            for (int i = 0; i < n; i++) v[i] = ak_bf16_to_f32(h[i]);
+        else
+            for (int i = 0; i < n; i++) v[i] = ak_f16_to_f32(h[i]);
+    }
+}
+
+/* Stores n (8 or 16) fp32 values as dtype dt (f32, bf16 or f16). */
+__device__ __forceinline__ void ak_store_vals(void *base, int64_t off, const float *v, int n,
+                                              int dt, bool vec) {
+    if (dt == AK_DTYPE_F32) {
+        float *p = (float *)base + off;
+        if (vec) {
+            for (int i = 0; i < n; i += 4) *(float4 *)(p + i) = make_float4(v[i], v[i + 1], v[i + 2], v[i + 3]);
+        } else {
+            for (int i = 0; i < n; i++) p[i] = v[i];
+        }
+    } else {
+        uint16_t h[16];
+        for (int i = 0; i < n; i++)
+            h[i] = dt == AK_DTYPE_BF16 ? ak_f32_to_bf16(v[i]) : ak_f32_to_f16(v[i]);
+        uint16_t *p = (uint16_t *)base + off;
+        if (vec) {
+            for (int i = 0; i < n; i += 8) {
+                uint4 q;
+                memcpy(&q, h + i, 16);
+                *(uint4 *)(p + i) = q;
+            }
+        } else {
+            for (int i = 0; i < n; i++) p[i] = h[i];
+        }
+    }
+}
+
+/* A 2-D row view: element (r, c) at data[r * rs + c]. */
+struct ak_rows {
+    const void *data;
+    int64_t rs;
+    int32_t dtype;
+    bool vec; /* data and row stride 16-byte aligned */
+};
+struct ak_rows_out {
+    void *data;
+    int64_t rs;
+    int32_t dtype;
+    bool vec;
+};
+
+static bool ak_vec_ok(const void *p, int64_t row_stride_bytes) {
+    return ((uintptr_t)p % 16 == 0) && (row_stride_bytes % 16 == 0);
+}
+static ak_rows ak_rows_of(const ak_tensor *t) {
+    ak_rows r;
+    r.data = t->data;
+    r.rs = t->ndim >= 2 ? t->strides[0] : 0;
+    r.dtype = t->dtype;
+    r.vec = ak_vec_ok(t->data, r.rs * ak_dtype_size(t->dtype));
+    return r;
+}
+static ak_rows_out ak_rows_out_of(ak_tensor *t) {
+    ak_rows_out r;
+    r.data = t->data;
+    r.rs = t->ndim >= 2 ? t->strides[0] : 0;
+    r.dtype = t->dtype;
+    r.vec = ak_vec_ok(t->data, r.rs * ak_dtype_size(t->dtype));
+    return r;
+}
+
+/* Scale exponent k (scale 2^k) of a 656 / 584 tile under a rule. */
+__device__ __forceinline__ int32_t ak_dev_pow2_exp(float amax, int rule) {
+    return rule == AK_QUANT_POW2_AMAX_FLOOR ? ak_scale_pow2_amax_floor_exp(amax)
+                                            : ak_scale_pow2_exp(amax);
+}
+
+__device__ __forceinline__ float ak_group_max(float v, int width) {
+    for (int o = 1; o < width; o <<= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+static int ak_grid_for(const ak_context *ctx, int64_t items, int per_block) {
+    int64_t blocks = (items + per_block - 1) / per_block;
+    int64_t cap = (int64_t)(ctx->info.sm_count > 0 ? ctx->info.sm_count : 132) * 32;
+    if (blocks > cap) blocks = cap;
+    return blocks < 1 ? 1 : (int)blocks;
+}
+
+/* ---- MLA records: where each 16-dim chunk lives ---------------------------------------------- */
+
+struct ak_mla_geo {
+    ak_cache c;      /* descriptor by value (scale pointer is a device pointer) */
+    int64_t stride;  /* page stride, bytes */
+    uint32_t cap;    /* capacity in tokens */
+    int32_t nope_chunks; /* 32 (512 dims) or 28 (V4, 448 dims) */
+    bool vec;        /* pool base and page stride 16-byte aligned */
+};
+
+static ak_mla_geo ak_mla_geo_of(const ak_cache *c) {
+    ak_mla_geo g;
+    g.c = *c;
+    g.stride = ak_cache_stride(c);
+    g.cap = (uint32_t)ak_cache_capacity(c);
+    g.nope_chunks = c->layout == AK_LAYOUT_DSV4_FP8_UE8M0 ? 28 : 32;
+    g.vec = ak_vec_ok(c->data, g.stride);
+    return g;
+}
+
+/* Byte address of token `slot`'s record (AoS) or data row (V4) and its in-page offset. */
+__device__ __forceinline__ uint8_t *ak_mla_rec(const ak_mla_geo &g, uint32_t slot, int32_t *t) {
+    uint32_t page = slot / (uint32_t)g.c.page_size;
+    *t = (int32_t)(slot - page * (uint32_t)g.c.page_size);
+    uint8_t *base = (uint8_t *)g.c.data + (int64_t)page * g.stride;
+    int32_t bpt = g.c.layout == AK_LAYOUT_MLA_BF16 ? 1152
+                  : g.c.layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE ? 656 : 576;
+    return base + (int64_t)(*t) * bpt;
+}
+
+/* Decodes chunk ch (dims [16 ch, 16 ch + 16) of the d_qk vector) of a token into v. */
+__device__ __forceinline__ void ak_mla_decode_chunk(const ak_mla_geo &g, const uint8_t *rec,
+                                                    int32_t t, int ch, float v[16]) {
+    const bool rope = ch >= g.nope_chunks;
+    const int rc = ch - g.nope_chunks;
+    uint8_t b[16];
+    switch (g.c.layout) {
+    case AK_LAYOUT_MLA_BF16: {
+        const uint8_t *p = rope ? rec + 1024 + rc * 32 : rec + ch * 32;
+        ak_load_vals(v, 16, p, 0, AK_DTYPE_BF16, g.vec);
+        break;
+    }
+    case AK_LAYOUT_MLA_FP8_PERTENSOR: {
+        float s = ak_kv_k_scale(&g.c);
+        ak_ld16(b, rope ? rec + 512 + rc * 16 : rec + ch * 16, g.vec);
+        for (int i = 0; i < 16; i++) v[i] = ak_e4m3_to_f32(b[i]) * s;
+        break;
+    }
+    case AK_LAYOUT_DSA_FP8_BLOCKSCALE: {
+        if (rope) {
+            ak_load_vals(v, 16, rec + 528 + rc * 32, 0, AK_DTYPE_BF16, g.vec);
+        } else {
+            float s = ((const float *)(rec + 512))[ch >> 3];
+            ak_ld16(b, rec + ch * 16, g.vec);
+            for (int i = 0; i < 16; i++) v[i] = ak_bf16_to_f32(ak_f32_to_bf16(ak_e4m3_to_f32(b[i]) * s));
+        }
+        break;
+    }
+    default: { /* DSV4_FP8_UE8M0 */
+        if (rope) {
+            ak_load_vals(v, 16, rec + 448 + rc * 32, 0, AK_DTYPE_BF16, g.vec);
+        } else {
+            const uint8_t *page = rec - (int64_t)t * AK_DSV4_DATA_BYTES;
+            uint8_t e = page[(int64_t)g.c.page_size * AK_DSV4_DATA_BYTES + (int64_t)t * 8 + (ch >> 2)];
+            float s = ak_ue8m0_to_f32(e);
+            ak_ld16(b, rec + ch * 16, g.vec);
+            for (int i = 0; i < 16; i++) v[i] = ak_e4m3_to_f32(b[i]) * s;
+        }
+        break;
+    }
+    }
+}
+
+/* Where the 16 dims of a chunk come from: input rows (write) or another cache (convert). */
+struct ak_mla_src {
+    ak_rows nope, rope;  /* write */
+    ak_mla_geo cache;    /* convert */
+    bool from_cache;
+    const int32_t *slots; /* write: [n] int32; convert: NULL */
+    int64_t slot_stride;
+    const int32_t *pages; /* convert: source pages [n] (NULL = whole pool) */
+    int64_t page_stride_el;
+    int64_t n;           /* tokens (write) or source slots to visit (convert) */
+};
+
+/* Same-layout convert of one token: the record bytes (and the V4 scale row) copied unchanged. */
+__device__ void ak_mla_copy_token(const ak_mla_geo &dst, const ak_mla_geo &src,
+                                  const uint8_t *src_rec, int32_t src_t, uint32_t slot, int lane) {
+    int32_t t;
+    uint8_t *rec = ak_mla_rec(dst, slot, &t);
+    const int layout = dst.c.layout;
+    const int bytes = layout == AK_LAYOUT_MLA_BF16 ? 1152
+                      : layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE ? 656 : 576;
+    const bool vec = dst.vec && src.vec;
+    for (int pc = lane; pc < bytes / 16; pc += 32) {
+        uint8_t b[16];
+        ak_ld16(b, src_rec + pc * 16, vec);
+        ak_st16(rec + pc * 16, b, vec);
+    }
+    if (layout == AK_LAYOUT_DSV4_FP8_UE8M0 && lane < 8) {
+        const uint8_t *sp = src_rec - (int64_t)src_t * AK_DSV4_DATA_BYTES +
+                            (int64_t)src.c.page_size * AK_DSV4_DATA_BYTES + (int64_t)src_t * 8;
+        uint8_t *dp = rec - (int64_t)t * AK_DSV4_DATA_BYTES +
+                      (int64_t)dst.c.page_size * AK_DSV4_DATA_BYTES + (int64_t)t * 8;
+        dp[lane] = sp[lane];
+    }
+}
+
+/* Quantizes and stores one token. All 32 lanes of the warp call it together (shuffles). */
+__device__ void ak_mla_encode_token(const ak_mla_geo &dst, const ak_mla_src &src, int64_t row,
+                                    const uint8_t *src_rec, int32_t src_t, uint32_t slot, int rule,
+                                    int lane) {
+    int32_t t;
+    uint8_t *rec = ak_mla_rec(dst, slot, &t);
+    const int layout = dst.c.layout;
+    /* 576 per-tensor -> 656 keeps the NoPE e4m3 bytes and writes k_scale as every tile scale */
+    const bool pt_to_656 = src.from_cache && src.cache.c.layout == AK_LAYOUT_MLA_FP8_PERTENSOR &&
+                           layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE;
+    const int nchunks = dst.nope_chunks + 4;
+    for (int round = 0; round < 2; round++) {
+        if (round == 1 && dst.nope_chunks == 28) break; /* V4: 32 chunks, one round */
+        const int ch = lane + 32 * round;
+        const bool live = ch < nchunks;
+        const bool rope = ch >= dst.nope_chunks;
+        float v[16];
+        uint8_t q[16];
+        if (!live) {
+            for (int i = 0; i < 16; i++) v[i] = 0.0f;
+        } else if (pt_to_656 && !rope) {
+            ak_ld16(q, src_rec + ch * 16, src.cache.vec);
+            for (int i = 0; i < 16; i++) v[i] = 0.0f;
+        } else if (src.from_cache) {
+            ak_mla_decode_chunk(src.cache, src_rec, src_t, ch, v);
+        } else if (rope) {
+            ak_load_vals(v, 16, src.rope.data, row * src.rope.rs + (ch - dst.nope_chunks) * 16,
+                         src.rope.dtype, src.rope.vec);
+        } else {
+            ak_load_vals(v, 16, src.nope.data, row * src.nope.rs + ch * 16, src.nope.dtype,
+                         src.nope.vec);
+        }
+        /* tile amax: 656 tiles are 8 lanes, V4 tiles 4 lanes (lanes 28..31 hold RoPE, their own
+           group of 4, whose result is never used as a scale) */
+        float amax = 0.0f;
+        for (int i = 0; i < 16; i++) amax = fmaxf(amax, fabsf(v[i]));
+        if (layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE) amax = ak_group_max(amax, 8);
+        else if (layout == AK_LAYOUT_DSV4_FP8_UE8M0) amax = ak_group_max(amax, 4);
+        if (!live) continue;
+        switch (layout) {
+        case AK_LAYOUT_MLA_BF16: {
+            int off = rope ? 1024 + (ch - 32) * 32 : ch * 32;
+            uint16_t h[16];
+            for (int i = 0; i < 16; i++) h[i] = ak_f32_to_bf16(v[i]);
+            ak_st16(rec + off, (const uint8_t *)h, dst.vec);
+            ak_st16(rec + off + 16, (const uint8_t *)(h + 8), dst.vec);
+            break;
+        }
+        case AK_LAYOUT_MLA_FP8_PERTENSOR: {
+            float s = ak_kv_k_scale(&dst.c);
+            for (int i = 0; i < 16; i++) q[i] = ak_dev_e4m3(__fdiv_rn(v[i], s));
+            ak_st16(rec + (rope ? 512 + (ch - 32) * 16 : ch * 16), q, dst.vec);
+            break;
+        }
+        case AK_LAYOUT_DSA_FP8_BLOCKSCALE: {
+            if (rope) {
+                uint16_t h[16];
+                for (int i = 0; i < 16; i++) h[i] = ak_f32_to_bf16(v[i]);
+                ak_st16(rec + 528 + (ch - 32) * 32, (const uint8_t *)h, dst.vec);
+                ak_st16(rec + 528 + (ch - 32) * 32 + 16, (const uint8_t *)(h + 8), dst.vec);
+                break;
+            }
+            float s;
+            if (pt_to_656) {
+                s = ak_kv_k_scale(&src.cache.c);
+            } else {
+                if (rule == AK_QUANT_FP32) {
+                    s = __fdiv_rn(amax, 448.0f);
+                    if (!(s >= 1e-4f)) s = 1e-4f;
+                } else {
+                    s = ak_pow2_f32(ak_dev_pow2_exp(amax, rule));
+                }
+                for (int i = 0; i < 16; i++) q[i] = ak_dev_e4m3(__fdiv_rn(v[i], s));
+            }
+            ak_st16(rec + ch * 16, q, dst.vec);
+            if ((ch & 7) == 0) ((float *)(rec + 512))[ch >> 3] = s;
+            break;
+        }
+        default: { /* DSV4_FP8_UE8M0 */
+            if (rope) {
+                uint16_t h[16];
+                for (int i = 0; i < 16; i++) h[i] = ak_f32_to_bf16(v[i]);
+                ak_st16(rec + 448 + (ch - 28) * 32, (const uint8_t *)h, dst.vec);
+                ak_st16(rec + 448 + (ch - 28) * 32 + 16, (const uint8_t *)(h + 8), dst.vec);
+                break;
+            }
+            int32_t e = 127 + ak_dev_pow2_exp(amax, rule);
+            e = e < 1 ? 1 : e > 254 ? 254 : e;
+            float s = ak_ue8m0_to_f32((uint8_t)e);
+            for (int i = 0; i < 16; i++) q[i] = ak_dev_e4m3(__fdiv_rn(v[i], s));
+            ak_st16(rec + ch * 16, q, dst.vec);
+            uint8_t *srow = rec - (int64_t)t * AK_DSV4_DATA_BYTES +
+                            (int64_t)dst.c.page_size * AK_DSV4_DATA_BYTES + (int64_t)t * 8;
+            if ((ch & 3) == 0) srow[ch >> 2] = (uint8_t)e;
+            if (ch == 0) srow[7] = 0;
+            break;
+        }
+        }
+    }
+}
+
+/* Source slot of visit index i for convert: the whole pool, or the listed pages (rule I1 on the
+   page id). Returns false when the page is invalid. */
+__device__ __forceinline__ bool ak_convert_slot(const int32_t *pages, int64_t pstride,
+                                                int32_t src_ps, uint32_t src_pages, int64_t i,
+                                                uint32_t *slot) {
+    if (pages == NULL) {
+        *slot = (uint32_t)i;
+        return true;
+    }
+    int64_t k = i / src_ps;
+    int32_t p = pages[k * pstride];
+    if ((uint32_t)p >= src_pages) return false;
+    *slot = (uint32_t)p * (uint32_t)src_ps + (uint32_t)(i - k * src_ps);
+    return true;
+}
+
+__global__ void ak_mla_write_kernel(ak_mla_geo dst, ak_mla_src src, int rule) {
+    const int lane = threadIdx.x & 31;
+    const int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int64_t nwarps = ((int64_t)gridDim.x * blockDim.x) >> 5;
+    for (int64_t i = warp; i < src.n; i += nwarps) { /* warp-uniform: one token per warp */
+        uint32_t slot;
+        const uint8_t *src_rec = NULL;
+        int32_t src_t = 0;
+        if (src.from_cache) {
+            if (!ak_convert_slot(src.pages, src.page_stride_el, src.cache.c.page_size,
+                                 (uint32_t)src.cache.c.num_pages, i, &slot))
+                continue;
+            src_rec = ak_mla_rec(src.cache, slot, &src_t);
+        } else {
+            slot = (uint32_t)src.slots[i * src.slot_stride];
+        }
+        if (slot >= dst.cap) continue; /* rule I1: -1 and out-of-range slots are skipped */
+        if (src.from_cache && src.cache.c.layout == dst.c.layout)
+            ak_mla_copy_token(dst, src.cache, src_rec, src_t, slot, lane);
+        else
+            ak_mla_encode_token(dst, src, i, src_rec, src_t, slot, rule, lane);
+    }
+}
+
+__global__ void ak_mla_gather_kernel(ak_mla_geo g, const int32_t *slots, int64_t slot_stride,
+                                     int64_t n, ak_rows_out out) {
+    const int lane = threadIdx.x & 31;
+    const int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int64_t nwarps = ((int64_t)gridDim.x * blockDim.x) >> 5;
+    const int nchunks = g.nope_chunks + 4;
+    for (int64_t i = warp; i < n; i += nwarps) {
+        uint32_t slot = (uint32_t)slots[i * slot_stride];
+        const bool ok = slot < g.cap;
+        int32_t t = 0;
+        const uint8_t *rec = ok ? ak_mla_rec(g, slot, &t) : NULL;
+        for (int ch = lane; ch < nchunks; ch += 32) {
+            float v[16];
+            if (ok) ak_mla_decode_chunk(g, rec, t, ch, v);
+            else for (int k = 0; k < 16; k++) v[k] = 0.0f;
+            ak_store_vals(out.data, i * out.rs + ch * 16, v, 16, out.dtype, out.vec);
+        }
+    }
+}
+
+/* ---- indexer layouts: 8 lanes per token, 16 dims per lane ------------------------------------- */
+
+struct ak_idx_geo {
+    uint8_t *data;
+    int64_t stride;
+    uint32_t cap;
+    int32_t fp4;
+    bool vec;
+};
+
+static ak_idx_geo ak_idx_geo_of(const ak_cache *c) {
+    ak_idx_geo g;
+    g.data = (uint8_t *)c->data;
+    g.stride = ak_cache_stride(c);
+    g.cap = (uint32_t)ak_cache_capacity(c);
+    g.fp4 = c->layout == AK_LAYOUT_INDEXER_FP4;
+    g.vec = ak_vec_ok(c->data, g.stride);
+    return g;
+}
+
+__global__ void ak_idx_write_kernel(ak_idx_geo g, ak_rows in, const int32_t *slots,
+                                    int64_t slot_stride, int64_t n, int rule) {
+    const int sub = threadIdx.x & 7; /* chunk of 16 dims */
+    const int64_t grp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 3;
+    const int64_t ngrp = ((int64_t)gridDim.x * blockDim.x) >> 3;
+    /* whole warps iterate together (shuffles): loop bound rounded to the warp's 4 groups */
+    const int64_t base0 = grp & ~(int64_t)3;
+    for (int64_t b = base0; b < n; b += ngrp) {
+        const int64_t i = b + (grp & 3);
+        uint32_t slot = i < n ? (uint32_t)slots[i * slot_stride] : 0xffffffffu;
+        const bool ok = slot < g.cap;
+        float v[16];
+        if (ok) ak_load_vals(v, 16, in.data, i * in.rs + sub * 16, in.dtype, in.vec);
+        else for (int k = 0; k < 16; k++) v[k] = 0.0f;
+        float amax = 0.0f;
+        for (int k = 0; k < 16; k++) amax = fmaxf(amax, fabsf(v[k]));
+        uint32_t page = ok ? slot / 64u : 0, t = ok ? slot % 64u : 0;
+        uint8_t *pg = g.data + (int64_t)page * g.stride;
+        if (!g.fp4) {
+            amax = ak_group_max(amax, 8);
+            if (!ok) continue;
+            float a = amax >= 1e-4f ? amax : 1e-4f;
+            float s = rule == AK_QUANT_POW2 || rule == AK_QUANT_POW2_AMAX_FLOOR
+                          ? ak_pow2_f32(ak_scale_pow2_amax_floor_exp(amax))
+                          : __fdiv_rn(a, 448.0f);
+            uint8_t q[16];
+            for (int k = 0; k < 16; k++) q[k] = ak_dev_e4m3(__fdiv_rn(v[k], s));
+            ak_st16(pg + t * 128 + sub * 16, q, g.vec);
+            if (sub == 0) ((float *)(pg + 8192))[t] = s;
+        } else {
+            amax = ak_group_max(amax, 2); /* 32-value scale group = 2 lanes */
+            if (!ok) continue;
+            float r = __fdiv_rn(amax, 6.0f);
+            if (!(r >= 1e-4f)) r = 1e-4f;
+            int32_t e = 127 + ak_ceil_log2_f32(r);
+            e = e < 1 ? 1 : e > 254 ? 254 : e;
+            float s = ak_ue8m0_to_f32((uint8_t)e);
+            uint8_t q[8];
+            for (int k = 0; k < 8; k++)
+                q[k] = (uint8_t)(ak_f32_to_e2m1(__fdiv_rn(v[2 * k], s)) |
+                                 (ak_f32_to_e2m1(__fdiv_rn(v[2 * k + 1], s)) << 4));
+            uint8_t *kp = pg + t * 64 + sub * 8;
+            for (int k = 0; k < 8; k++) kp[k] = q[k];
+            if ((sub & 1) == 0) pg[4096 + t * 4 + (sub >> 1)] = (uint8_t)e;
+        }
+    }
+}
+
+__global__ void ak_idx_gather_kernel(ak_idx_geo g, const int32_t *slots, int64_t slot_stride,
+                                     int64_t n, ak_rows_out out, float *out_scale,
+                                     int64_t scale_stride) {
+    const int sub = threadIdx.x & 7;
+    const int64_t grp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 3;
+    const int64_t ngrp = ((int64_t)gridDim.x * blockDim.x) >> 3;
+    for (int64_t i = grp; i < n; i += ngrp) {
+        uint32_t slot = (uint32_t)slots[i * slot_stride];
+        const bool ok = slot < g.cap;
+        const uint8_t *pg = g.data + (int64_t)(ok ? slot / 64u : 0) * g.stride;
+        const uint32_t t = ok ? slot % 64u : 0;
+        float s = 0.0f;
+        float v[16];
+        if (!g.fp4) {
+            uint8_t b[16];
+            if (ok) {
+                ak_ld16(b, pg + t * 128 + sub * 16, g.vec);
+                s = ((const float *)(pg + 8192))[t];
+            } else {
+                for (int k = 0; k < 16; k++) b[k] = 0;
+            }
+            if (out.dtype == AK_DTYPE_E4M3) {
+                ak_st16((uint8_t *)out.data + i * out.rs + sub * 16, b, out.vec);
+                if (out_scale != NULL && sub == 0) out_scale[i * scale_stride] = s;
+                continue;
+            }
+            for (int k = 0; k < 16; k++) v[k] = ok ? ak_e4m3_to_f32(b[k]) * s : 0.0f;
+        } else {
+            for (int k = 0; k < 8; k++) {
+                if (ok) {
+                    uint8_t byte = pg[t * 64 + sub * 8 + k];
+                    float gs = ak_ue8m0_to_f32(pg[4096 + t * 4 + (sub >> 1)]);
+                    v[2 * k] = ak_e2m1_to_f32(byte & 0xfu) * gs;
+                    v[2 * k + 1] = ak_e2m1_to_f32(byte >> 4) * gs;
+                } else {
+                    v[2 * k] = v[2 * k + 1] = 0.0f;
+                }
+            }
+        }
+        ak_store_vals(out.data, i * out.rs + sub * 16, v, 16, out.dtype, out.vec);
+        if (out_scale != NULL && sub == 0) out_scale[i * scale_stride] = s;
+    }
+}
+
+/* ---- MHA: one thread per 8 elements of a (token, head) row ------------------------------------ */
+
+struct ak_mha_pool {
+    ak_cache c;
+    uint8_t *data;
+    int64_t stride; /* page stride, bytes */
+    int32_t dim;
+    int32_t is_v;
+    uint32_t cap;
+    bool vec;
+};
+
+static ak_mha_pool ak_mha_pool_of(const ak_cache *c, int is_v) {
+    ak_mha_pool p;
+    p.c = *c;
+    p.is_v = is_v;
+    p.data = (uint8_t *)(is_v ? c->v_data : c->data);
+    p.stride = is_v ? ak_cache_v_stride(c) : ak_cache_stride(c);
+    p.dim = is_v ? c->head_dim_v : c->head_dim;
+    p.cap = (uint32_t)ak_cache_capacity(c);
+    p.vec = ak_vec_ok(p.data, p.stride) && p.dim % 16 == 0;
+    return p;
+}
+
+__device__ __forceinline__ float ak_mha_scale(const ak_mha_pool &p) {
+    return p.is_v ? ak_kv_v_scale(&p.c) : ak_kv_k_scale(&p.c);
+}
+
+/* Loads w (8, or 1 for odd dims) elements at element offset off of a pool. */
+__device__ __forceinline__ void ak_mha_load(const ak_mha_pool &p, int64_t off, int w, float *v,
+                                            uint8_t *raw, float scale) {
+    const int dt = p.c.elem_dtype;
+    if (dt == AK_DTYPE_E4M3) {
+        const uint8_t *q = p.data + off;
+        if (w == 8 && p.vec) {
+            uint2 u = *(const uint2 *)q;
+            memcpy(raw, &u, 8);
+        } else {
+            for (int k = 0; k < w; k++) raw[k] = q[k];
+        }
+        for (int k = 0; k < w; k++) v[k] = ak_e4m3_to_f32(raw[k]) * scale;
+    } else {
+        const uint16_t *h = (const uint16_t *)p.data + off;
+        uint16_t x[8];
+        if (w == 8 && p.vec) {
+            uint4 u = *(const uint4 *)h;
+            memcpy(x, &u, 16);
+        } else {
+            for (int k = 0; k < w; k++) x[k] = h[k];
+        }
+        for (int k = 0; k < w; k++) {
+            raw[2 * k] = (uint8_t)(x[k] & 0xffu);
+            raw[2 * k + 1] = (uint8_t)(x[k] >> 8);
+        }
+        for (int k = 0; k < w; k++) v[k] = dt == AK_DTYPE_BF16 ? ak_bf16_to_f32(x[k]) : ak_f16_to_f32(x[k]);
+    }
+}
+
+/* Stores w elements; use_raw: raw holds bytes of the same dtype, copied unchanged. */
+__device__ __forceinline__ void ak_mha_store(const ak_mha_pool &p, int64_t off, int w,
+                                             const float *v, const uint8_t *raw, bool use_raw,
+                                             float scale) {
+    const int dt = p.c.elem_dtype;
+    if (dt == AK_DTYPE_E4M3) {
+        uint8_t q[8];
+        for (int k = 0; k < w; k++) q[k] = use_raw ? raw[k] : ak_dev_e4m3(__fdiv_rn(v[k], scale));
+        uint8_t *d = p.data + off;
+        if (w == 8 && p.vec) {
+            uint2 u;
+            memcpy(&u, q, 8);
+            *(uint2 *)d = u;
+        } else {
+            for (int k = 0; k < w; k++) d[k] = q[k];
+        }
+    } else {
+        uint16_t x[8];
+        for (int k = 0; k < w; k++)
+            x[k] = use_raw ? (uint16_t)(raw[2 * k] | (raw[2 * k + 1] << 8))
+                   : dt == AK_DTYPE_BF16 ? ak_f32_to_bf16(v[k]) : ak_f32_to_f16(v[k]);
+        uint16_t *d = (uint16_t *)p.data + off;
+        if (w == 8 && p.vec) {
+            uint4 u;
+            memcpy(&u, x, 16);
+            *(uint4 *)d = u;
+        } else {
+            for (int k = 0; k < w; k++) d[k] = x[k];
+        }
+    }
+}
+
+/* A [n, h, d] tensor view. */
+struct ak_nhd {
+    void *data;
+    int64_t s0, s1;
+    int32_t dtype;
+    bool vec;
+};
+
+static ak_nhd ak_nhd_of(const ak_tensor *t) {
+    ak_nhd v;
+    v.data = t->data;
+    v.s0 = t->strides[0];
+    v.s1 = t->strides[1];
+    v.dtype = t->dtype;
+    int64_t es = ak_dtype_size(t->dtype);
+    v.vec = ((uintptr_t)t->data % 16 == 0) && (v.s0 * es) % 16 == 0 && (v.s1 * es) % 16 == 0;
+    return v;
+}
+
+template <int w>
+__global__ void ak_mha_write_kernel(ak_mha_pool p, ak_nhd in, const int32_t *slots,
+                                    int64_t slot_stride, int64_t n) {
+    const int32_t h = p.c.h_kv, cpr = (p.dim + w - 1) / w; /* chunks per row */
+    const int64_t total = n * h * cpr;
+    const float scale = p.c.elem_dtype == AK_DTYPE_E4M3 ? ak_mha_scale(p) : 1.0f;
+    for (int64_t it = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; it < total;
+         it += (int64_t)gridDim.x * blockDim.x) {
+        int64_t i = it / ((int64_t)h * cpr);
+        int32_t r = (int32_t)(it - i * h * cpr), head = r / cpr, d0 = (r - head * cpr) * w;
+        uint32_t slot = (uint32_t)slots[i * slot_stride];
+        if (slot >= p.cap) continue;
+        float v[8];
+        const int64_t ioff = i * in.s0 + head * in.s1 + d0;
+        if (w == 8) ak_load_vals(v, 8, in.data, ioff, in.dtype, in.vec);
+        else ak_load_vals(v, 1, in.data, ioff, in.dtype, false);
+        int64_t off = ak_kv_mha_offset(&p.c, p.stride, p.dim, (int32_t)slot, head) + d0;
+        ak_mha_store(p, off, w, v, NULL, false, scale);
+    }
+}
+
+template <int w>
+__global__ void ak_mha_gather_kernel(ak_mha_pool p, const int32_t *slots, int64_t slot_stride,
+                                     int64_t n, ak_nhd out) {
+    const int32_t h = p.c.h_kv, cpr = (p.dim + w - 1) / w;
+    const int64_t total = n * h * cpr;
+    const float scale = p.c.elem_dtype == AK_DTYPE_E4M3 ? ak_mha_scale(p) : 1.0f;
+    for (int64_t it = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; it < total;
+         it += (int64_t)gridDim.x * blockDim.x) {
+        int64_t i = it / ((int64_t)h * cpr);
+        int32_t r = (int32_t)(it - i * h * cpr), head = r / cpr, d0 = (r - head * cpr) * w;
+        uint32_t slot = (uint32_t)slots[i * slot_stride];
+        float v[8];
+        uint8_t raw[16];
+        if (slot < p.cap) {
+            int64_t off = ak_kv_mha_offset(&p.c, p.stride, p.dim, (int32_t)slot, head) + d0;
+            ak_mha_load(p, off, w, v, raw, scale);
+        } else {
+            for (int k = 0; k < 8; k++) v[k] = 0.0f;
+        }
+        const int64_t ooff = i * out.s0 + head * out.s1 + d0;
+        if (w == 8) ak_store_vals(out.data, ooff, v, 8, out.dtype, out.vec);
+        else ak_store_vals(out.data, ooff, v, 1, out.dtype, false);
+    }
+}
+
+/* MHA convert: every (source slot, head, chunk); same element type copies the bytes. */
+template <int w>
+__global__ void ak_mha_convert_kernel(ak_mha_pool s, ak_mha_pool d, const int32_t *pages,
+                                      int64_t pstride, int64_t nslots) {
+    const int32_t h = s.c.h_kv, cpr = (s.dim + w - 1) / w;
+    const int64_t total = nslots * h * cpr;
+    const float ss = s.c.elem_dtype == AK_DTYPE_E4M3 ? ak_mha_scale(s) : 1.0f;
+    const float ds = d.c.elem_dtype == AK_DTYPE_E4M3 ? ak_mha_scale(d) : 1.0f;
+    const bool same = s.c.elem_dtype == d.c.elem_dtype;
+    for (int64_t it = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; it < total;
+         it += (int64_t)gridDim.x * blockDim.x) {
+        int64_t i = it / ((int64_t)h * cpr);
+        int32_t r = (int32_t)(it - i * h * cpr), head = r / cpr, d0 = (r - head * cpr) * w;
+        uint32_t slot;
+        if (!ak_convert_slot(pages, pstride, s.c.page_size, (uint32_t)s.c.num_pages, i, &slot)) continue;
+        if (slot >= d.cap) continue;
+        float v[8];
+        uint8_t raw[16];
+        ak_mha_load(s, ak_kv_mha_offset(&s.c, s.stride, s.dim, (int32_t)slot, head) + d0, w, v, raw, ss);
+        ak_mha_store(d, ak_kv_mha_offset(&d.c, d.stride, d.dim, (int32_t)slot, head) + d0, w, v,
+                     raw, same, ds);
+    }
+}
+
+/* ---- same-layout byte copies for the indexer layouts ----------------------------------------- */
+
+/* Per token: key bytes (kb) at page + t * kb, scale bytes (sb) at page + 64 * kb + t * sb. */
+__global__ void ak_idx_copy_kernel(ak_idx_geo s, ak_idx_geo d, const int32_t *pages,
+                                   int64_t pstride, int64_t nslots, uint32_t src_pages) {
+    const int kb = s.fp4 ? 64 : 128, sb = 4;
+    const int pieces = kb / 16 + 1;
+    const int64_t total = nslots * pieces;
+    for (int64_t it = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; it < total;
+         it += (int64_t)gridDim.x * blockDim.x) {
+        int64_t i = it / pieces;
+        int pc = (int)(it - i * pieces);
+        uint32_t slot;
+        if (!ak_convert_slot(pages, pstride, 64, src_pages, i, &slot)) continue;
+        if (slot >= d.cap) continue;
+        const uint8_t *sp = s.data + (int64_t)(slot / 64u) * s.stride;
+        uint8_t *dp = d.data + (int64_t)(slot / 64u) * d.stride;
+        const uint32_t t = slot % 64u;
+        if (pc < kb / 16) {
+            uint8_t b[16];
+            ak_ld16(b, sp + t * kb + pc * 16, s.vec);
+            ak_st16(dp + t * kb + pc * 16, b, d.vec);
+        } else {
+            for (int k = 0; k < sb; k++) dp[64 * kb + t * sb + k] = sp[64 * kb + t * sb + k];
+        }
+    }
+}
+
+/* V4 destination page padding [P' * 584, stride') is zero for every destination page that
+   receives converted tokens. */
+__global__ void ak_v4_pad_kernel(uint8_t *dst, int64_t dstride, int32_t dps, int32_t dpages,
+                                 const int32_t *pages, int64_t pstride, int64_t nsrc, int32_t sps,
+                                 int32_t src_pages, int64_t src_cap) {
+    const int64_t pad0 = (int64_t)dps * 584, padn = (dstride - pad0) / 8;
+    if (padn <= 0) return;
+    const int64_t span = pages == NULL ? (src_cap + dps - 1) / dps : (sps + dps - 1) / dps + 1;
+    const int64_t nsets = pages == NULL ? 1 : nsrc;
+    const int64_t total = nsets * span * padn;
+    for (int64_t it = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; it < total;
+         it += (int64_t)gridDim.x * blockDim.x) {
+        int64_t set = it / (span * padn);
+        int64_t r = it - set * span * padn;
+        int64_t j = r / padn, pc = r - j * padn;
+        int64_t dp;
+        if (pages == NULL) {
+            dp = j;
+        } else {
+            int32_t p = pages[set * pstride];
+            if ((uint32_t)p >= (uint32_t)src_pages) continue;
+            int64_t first = (int64_t)p * sps / dps, last = ((int64_t)p * sps + sps - 1) / dps;
+            dp = first + j;
+            if (dp > last) continue;
+        }
+        if (dp >= dpages) continue;
+        /* pad0 and the stride are multiples of 8: 8-byte stores are aligned within the page */
+        *(uint64_t *)(dst + dp * dstride + pad0 + pc * 8) = 0;
+    }
+}
+
+/* ---- entry points ------------------------------------------------------------------------------ */
+
+static bool ak_is_indexer(ak_layout l) {
+    return l == AK_LAYOUT_INDEXER_FP8 || l == AK_LAYOUT_INDEXER_FP4;
+}
+static bool ak_is_mha(ak_layout l) { return l == AK_LAYOUT_MHA_NHD || l == AK_LAYOUT_MHA_HND; }
+
+extern "C" ak_status ak_cuda_cache_write(ak_context *ctx, const ak_cache *cache,
+                                         const ak_tensor *nope, const ak_tensor *rope,
+                                         const ak_tensor *slots, ak_quant_rule rule) {
+    AK_CUDA_ENTER(ctx);
+    const int64_t n = slots->shape[0];
+    if (n == 0 || cache->num_pages == 0) return AK_OK;
+    cudaStream_t st = ak_stream(ctx);
+    if (ak_is_indexer(cache->layout)) {
+        ak_idx_geo g = ak_idx_geo_of(cache);
+        int grid = ak_grid_for(ctx, (n + 3) / 4 * 32, 256);
+        ak_idx_write_kernel<<<grid, 256, 0, st>>>(g, ak_rows_of(nope), (const int32_t *)slots->data,
+                                                  slots->strides[0], n, (int)rule);
+        AK_CUDA_CHECK_LAUNCH("ak_idx_write_kernel");
+        return AK_OK;
+    }
+    ak_mla_src src = {};
+    src.nope = ak_rows_of(nope);
+    src.rope = ak_rows_of(rope);
+    src.from_cache = false;
+    src.slots = (const int32_t *)slots->data;
+    src.slot_stride = slots->strides[0];
+    src.n = n;
+    int grid = ak_grid_for(ctx, n * 32, 256);
+    ak_mla_write_kernel<<<grid, 256, 0, st>>>(ak_mla_geo_of(cache), src, (int)rule);
+    AK_CUDA_CHECK_LAUNCH("ak_mla_write_kernel");
+    return AK_OK;
+}
+
+static int ak_mha_width(const ak_cache *c, int is_v) {
+    int32_t d = is_v ? c->head_dim_v : c->head_dim;
+    return d % 8 == 0 ? 8 : 1;
+}
+
+extern "C" ak_status ak_cuda_mha_cache_write(ak_context *ctx, const ak_cache *cache,
+                                             const ak_tensor *k, const ak_tensor *v,
+                                             const ak_tensor *slots) {
+    AK_CUDA_ENTER(ctx);
+    const int64_t n = slots->shape[0];
+    if (n == 0 || cache->num_pages == 0) return AK_OK;
+    cudaStream_t st = ak_stream(ctx);
+    for (int is_v = 0; is_v < 2; is_v++) {
+        const ak_tensor *t = is_v ? v : k;
+        if (t == NULL) continue;
+        ak_mha_pool p = ak_mha_pool_of(cache, is_v);
+        int w = ak_mha_width(cache, is_v);
+        int64_t items = n * cache->h_kv * ((p.dim + w - 1) / w);
+        if (w == 8)
+            ak_mha_write_kernel<8><<<ak_grid_for(ctx, items, 256), 256, 0, st>>>(
+                p, ak_nhd_of(t), (const int32_t *)slots->data, slots->strides[0], n);
+        else
+            ak_mha_write_kernel<1><<<ak_grid_for(ctx, items, 256), 256, 0, st>>>(
+                p, ak_nhd_of(t), (const int32_t *)slots->data, slots->strides[0], n);
+        AK_CUDA_CHECK_LAUNCH("ak_mha_write_kernel");
+    }
+    return AK_OK;
+}
+
+static ak_status ak_mha_gather_pool(ak_context *ctx, const ak_cache *cache, int is_v,
+                                    const ak_tensor *slots, ak_tensor *out) {
+    const int64_t n = slots->shape[0];
+    ak_mha_pool p = ak_mha_pool_of(cache, is_v);
+    int w = ak_mha_width(cache, is_v);
+    int64_t items = n * cache->h_kv * ((p.dim + w - 1) / w);
+    if (w == 8)
+        ak_mha_gather_kernel<8><<<ak_grid_for(ctx, items, 256), 256, 0, ak_stream(ctx)>>>(
+            p, (const int32_t *)slots->data, slots->strides[0], n, ak_nhd_of(out));
+    else
+        ak_mha_gather_kernel<1><<<ak_grid_for(ctx, items, 256), 256, 0, ak_stream(ctx)>>>(
+            p, (const int32_t *)slots->data, slots->strides[0], n, ak_nhd_of(out));
+    AK_CUDA_CHECK_LAUNCH("ak_mha_gather_kernel");
+    return AK_OK;
+}
+
+extern "C" ak_status ak_cuda_cache_gather(ak_context *ctx, const ak_cache *cache,
+                                          const ak_tensor *slots, ak_tensor *out,
+                                          ak_tensor *out_scale) {
+    AK_CUDA_ENTER(ctx);
+    const int64_t n = slots->shape[0];
+    if (n == 0) return AK_OK;
+    cudaStream_t st = ak_stream(ctx);
+    if (ak_is_mha(cache->layout)) return ak_mha_gather_pool(ctx, cache, 0, slots, out);
+    if (ak_is_indexer(cache->layout)) {
+        ak_idx_geo g = ak_idx_geo_of(cache);
+        ak_idx_gather_kernel<<<ak_grid_for(ctx, n * 8, 256), 256, 0, st>>>(
+            g, (const int32_t *)slots->data, slots->strides[0], n, ak_rows_out_of(out),
+            out_scale ? (float *)out_scale->data : NULL, out_scale ? out_scale->strides[0] : 0);
+        AK_CUDA_CHECK_LAUNCH("ak_idx_gather_kernel");
+        return AK_OK;
+    }
+    ak_mla_gather_kernel<<<ak_grid_for(ctx, n * 32, 256), 256, 0, st>>>(
+        ak_mla_geo_of(cache), (const int32_t *)slots->data, slots->strides[0], n,
+        ak_rows_out_of(out));
+    AK_CUDA_CHECK_LAUNCH("ak_mla_gather_kernel");
+    return AK_OK;
+}
+
+extern "C" ak_status ak_cuda_mha_cache_gather(ak_context *ctx, const ak_cache *cache,
+                                              const ak_tensor *slots, ak_tensor *k_out,
+                                              ak_tensor *v_out) {
+    AK_CUDA_ENTER(ctx);
+    if (slots->shape[0] == 0) return AK_OK;
+    if (k_out != NULL) AK_TRY(ak_mha_gather_pool(ctx, cache, 0, slots, k_out));
+    if (v_out != NULL) AK_TRY(ak_mha_gather_pool(ctx, cache, 1, slots, v_out));
+    return AK_OK;
+}
+
+extern "C" ak_status ak_cuda_cache_convert(ak_context *ctx, const ak_cache *src,
+                                           const ak_cache *dst, const ak_tensor *pages,
+                                           ak_quant_rule rule) {
+    AK_CUDA_ENTER(ctx);
+    cudaStream_t st = ak_stream(ctx);
+    const int32_t *pg = pages ? (const int32_t *)pages->data : NULL;
+    const int64_t pstride = pages ? pages->strides[0] : 0;
+    const int64_t npages = pages ? pages->shape[0] : src->num_pages;
+    const int64_t nslots = npages * src->page_size;
+    if (nslots == 0 || dst->num_pages == 0) return AK_OK;
+    if (ak_is_mha(src->layout)) {
+        for (int is_v = 0; is_v < 2; is_v++) {
+            ak_mha_pool s = ak_mha_pool_of(src, is_v), d = ak_mha_pool_of(dst, is_v);
+            int w = ak_mha_width(src, is_v);
+            int64_t items = nslots * src->h_kv * ((s.dim + w - 1) / w);
+            if (w == 8)
+                ak_mha_convert_kernel<8><<<ak_grid_for(ctx, items, 256), 256, 0, st>>>(s, d, pg, pstride, nslots);
+            else
+                ak_mha_convert_kernel<1><<<ak_grid_for(ctx, items, 256), 256, 0, st>>>(s, d, pg, pstride, nslots);
+            AK_CUDA_CHECK_LAUNCH("ak_mha_convert_kernel");
+        }
+        return AK_OK;
+    }
+    if (ak_is_indexer(src->layout)) {
+        ak_idx_geo s = ak_idx_geo_of(src), d = ak_idx_geo_of(dst);
+        int pieces = (s.fp4 ? 64 : 128) / 16 + 1;
+        ak_idx_copy_kernel<<<ak_grid_for(ctx, nslots * pieces, 256), 256, 0, st>>>(
+            s, d, pg, pstride, nslots, (uint32_t)src->num_pages);
+        AK_CUDA_CHECK_LAUNCH("ak_idx_copy_kernel");
+        return AK_OK;
+    }
+    ak_mla_src ms = {};
+    ms.cache = ak_mla_geo_of(src);
+    ms.from_cache = true;
+    ms.pages = pg;
+    ms.page_stride_el = pstride;
+    ms.n = nslots;
+    ak_mla_write_kernel<<<ak_grid_for(ctx, nslots * 32, 256), 256, 0, st>>>(ak_mla_geo_of(dst), ms,
+                                                                            (int)rule);
+    AK_CUDA_CHECK_LAUNCH("ak_mla_write_kernel (convert)");
+    if (dst->layout == AK_LAYOUT_DSV4_FP8_UE8M0) {
+        int64_t dstride = ak_cache_stride(dst);
+        int64_t padn = (dstride - (int64_t)dst->page_size * 584) / 8;
+        if (padn > 0) {
+            int64_t span = pg == NULL ? (ak_cache_capacity(src) + dst->page_size - 1) / dst->page_size
+                                      : (src->page_size + dst->page_size - 1) / dst->page_size + 1;
+            int64_t items = (pg == NULL ? 1 : npages) * span * padn;
+            ak_v4_pad_kernel<<<ak_grid_for(ctx, items, 256), 256, 0, st>>>(
+                (uint8_t *)dst->data, dstride, dst->page_size, dst->num_pages, pg, pstride, npages,
+                src->page_size, src->num_pages, ak_cache_capacity(src));
+            AK_CUDA_CHECK_LAUNCH("ak_v4_pad_kernel");
+        }
+    }
+    return AK_OK;
+}

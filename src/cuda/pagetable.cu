@@ -1,0 +1,362 @@
+/*
+ * pagetable.cu -- CUDA page-table builders and index transforms (semantics.md 9.2-9.3, 10.2,
+ * 10.5, 11). One launch each, sequence lengths read on the device only (no host synchronisation),
+ * fixed-width outputs padded with -1, so every function is capturable in a CUDA graph. Values the
+ * CPU backend rejects (out-of-range request ids, positions, pages) give -1 entries here (rule I1).
+ * Prefix sums over the requests are recomputed by each block that needs one: B is at most a few
+ * thousand, so a block-wide reduction is cheaper than a second launch and needs no scratch memory.
+ */
+#include "cuda/cuda_backend.h"
+#include "cuda/cuda_common.cuh"
+
+#include <stdint.h>
+
+#define AK_PT_THREADS 256
+
+/* A 1-D int32 view with a stride (NULL data = absent). */
+struct ak_i32v {
+    const int32_t *p;
+    int64_t s;
+};
+static ak_i32v ak_i32v_of(const ak_tensor *t) {
+    ak_i32v v;
+    v.p = t ? (const int32_t *)t->data : NULL;
+    v.s = t ? t->strides[0] : 0;
+    return v;
+}
+__device__ __forceinline__ int32_t ak_at(ak_i32v v, int64_t i) { return v.p[i * v.s]; }
+
+/* A 2-D int32 view. */
+struct ak_i32m {
+    const int32_t *p;
+    int64_t rs;
+    int32_t rows, cols;
+};
+static ak_i32m ak_i32m_of(const ak_tensor *t) {
+    ak_i32m m;
+    m.p = t ? (const int32_t *)t->data : NULL;
+    m.rs = t ? t->strides[0] : 0;
+    m.rows = t ? (int32_t)t->shape[0] : 0;
+    m.cols = t ? (int32_t)t->shape[1] : 0;
+    return m;
+}
+
+/* Sum over the block of one int64 per thread; every thread gets the result. */
+__device__ int64_t ak_block_sum(int64_t v) {
+    __shared__ int64_t part[AK_PT_THREADS / 32];
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    const int w = threadIdx.x >> 5;
+    __syncthreads(); /* part[] may still be read by a previous call */
+    if ((threadIdx.x & 31) == 0) part[w] = v;
+    __syncthreads();
+    int64_t s = 0;
+    for (int i = 0; i < (int)(blockDim.x >> 5); i++) s += part[i];
+    return s;
+}
+
+/* Token-table entry (request row `req`, position pos), -1 when either is out of range. */
+__device__ __forceinline__ int32_t ak_r2t(ak_i32m r2t, int64_t req, int64_t pos) {
+    if ((uint64_t)req >= (uint64_t)r2t.rows || (uint64_t)pos >= (uint64_t)r2t.cols) return -1;
+    return r2t.p[req * r2t.rs + pos];
+}
+
+/* Entry count of a request: tokens (P = 1) or pages. */
+__device__ __forceinline__ int64_t ak_entry_count(int32_t len, int32_t P) {
+    return len <= 0 ? 0 : ((int64_t)len + P - 1) / P;
+}
+
+/* ---- block table --------------------------------------------------------------------------- */
+
+__global__ void ak_block_table_kernel(ak_i32m r2t, ak_i32v req_ids, ak_i32v kv_start,
+                                      ak_i32v seq_lens, int32_t P, int32_t B, int32_t W,
+                                      int32_t *bt, int64_t bt_rs) {
+    const int64_t total = (int64_t)B * W;
+    for (int64_t it = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; it < total;
+         it += (int64_t)gridDim.x * blockDim.x) {
+        const int32_t b = (int32_t)(it / W), p = (int32_t)(it - (int64_t)b * W);
+        int32_t v = -1;
+        if (p < ak_entry_count(ak_at(seq_lens, b), P)) {
+            int64_t req = req_ids.p ? ak_at(req_ids, b) : b;
+            int64_t pos = (kv_start.p ? ak_at(kv_start, b) : 0) + (int64_t)p * P;
+            int32_t slot = ak_r2t(r2t, req, pos);
+            v = slot >= 0 ? slot / P : -1;
+        }
+        bt[(int64_t)b * bt_rs + p] = v;
+    }
+}
+
+extern "C" ak_status ak_cuda_block_table_build(ak_context *ctx, const ak_tensor *req_to_token,
+                                               const ak_tensor *req_ids, const ak_tensor *kv_start,
+                                               const ak_tensor *seq_lens, int32_t page_size,
+                                               ak_tensor *block_table) {
+    AK_CUDA_ENTER(ctx);
+    const int32_t B = (int32_t)block_table->shape[0], W = (int32_t)block_table->shape[1];
+    const int64_t total = (int64_t)B * W;
+    if (total == 0) return AK_OK;
+    int64_t blocks = (total + AK_PT_THREADS - 1) / AK_PT_THREADS;
+    if (blocks > 65535) blocks = 65535;
+    ak_block_table_kernel<<<(int)blocks, AK_PT_THREADS, 0, ak_stream(ctx)>>>(
+        ak_i32m_of(req_to_token), ak_i32v_of(req_ids), ak_i32v_of(kv_start), ak_i32v_of(seq_lens),
+        page_size, B, W, (int32_t *)block_table->data, block_table->strides[0]);
+    AK_CUDA_CHECK_LAUNCH("ak_block_table_kernel");
+    return AK_OK;
+}
+
+/* ---- CSR ------------------------------------------------------------------------------------- */
+
+/* Block x handles requests x, x + gridDim.x, ...: its start is a block-wide sum over the earlier
+   requests. Entries past the capacity are dropped (truncation); [total, capacity) gets -1. */
+__global__ void ak_csr_kernel(ak_i32m r2t, ak_i32v req_ids, ak_i32v kv_start, ak_i32v seq_lens,
+                              int32_t P, int32_t B, int32_t *indptr, int64_t indptr_s,
+                              int32_t *indices, int64_t indices_s, int64_t cap, int32_t *last,
+                              int64_t last_s) {
+    int64_t tot = 0;
+    for (int32_t j = threadIdx.x; j < B; j += blockDim.x) tot += ak_entry_count(ak_at(seq_lens, j), P);
+    const int64_t total = ak_block_sum(tot);
+    for (int32_t b = blockIdx.x; b < B; b += gridDim.x) {
+        int64_t part = 0;
+        for (int32_t j = threadIdx.x; j < b; j += blockDim.x) part += ak_entry_count(ak_at(seq_lens, j), P);
+        const int64_t start = ak_block_sum(part);
+        const int32_t len = ak_at(seq_lens, b);
+        const int64_t cnt = ak_entry_count(len, P);
+        if (threadIdx.x == 0) {
+            indptr[(int64_t)b * indptr_s] = (int32_t)(start < cap ? start : cap);
+            if (last) last[(int64_t)b * last_s] = cnt > 0 ? (int32_t)(len - (int64_t)P * (cnt - 1)) : 0;
+            if (b == B - 1) indptr[(int64_t)B * indptr_s] = (int32_t)(total < cap ? total : cap);
+        }
+        const int64_t req = req_ids.p ? ak_at(req_ids, b) : b;
+        const int64_t s0 = kv_start.p ? ak_at(kv_start, b) : 0;
+        for (int64_t e = threadIdx.x; e < cnt && start + e < cap; e += blockDim.x) {
+            int32_t slot = ak_r2t(r2t, req, s0 + e * P);
+            indices[(start + e) * indices_s] = slot >= 0 ? slot / P : -1;
+        }
+    }
+    const int64_t first = total < cap ? total : cap;
+    for (int64_t e = first + (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < cap;
+         e += (int64_t)gridDim.x * blockDim.x)
+        indices[e * indices_s] = -1;
+}
+
+extern "C" ak_status ak_cuda_csr_build(ak_context *ctx, const ak_tensor *req_to_token,
+                                       const ak_tensor *req_ids, const ak_tensor *kv_start,
+                                       const ak_tensor *seq_lens, int32_t page_size,
+                                       ak_tensor *kv_indptr, ak_tensor *kv_indices,
+                                       ak_tensor *kv_last_page_len) {
+    AK_CUDA_ENTER(ctx);
+    const int32_t B = (int32_t)seq_lens->shape[0];
+    const int64_t cap = kv_indices->shape[0];
+    int blocks = B < 1 ? 1 : B;
+    if (blocks > 4096) blocks = 4096;
+    ak_csr_kernel<<<blocks, AK_PT_THREADS, 0, ak_stream(ctx)>>>(
+        ak_i32m_of(req_to_token), ak_i32v_of(req_ids), ak_i32v_of(kv_start), ak_i32v_of(seq_lens),
+        page_size, B, (int32_t *)kv_indptr->data, kv_indptr->strides[0],
+        (int32_t *)kv_indices->data, cap > 0 ? kv_indices->strides[0] : 0, cap,
+        kv_last_page_len ? (int32_t *)kv_last_page_len->data : NULL,
+        kv_last_page_len ? kv_last_page_len->strides[0] : 0);
+    AK_CUDA_CHECK_LAUNCH("ak_csr_kernel");
+    return AK_OK;
+}
+
+/* ---- row -> request ----------------------------------------------------------------------------- */
+
+/* Request of row t: t itself without cu_seqlens_q (valid below nreq), else the b with
+   cu[b] <= t < cu[b+1]; -1 when none. */
+__device__ __forceinline__ int32_t ak_row_request(ak_i32v cu, int32_t nreq, int64_t t) {
+    if (cu.p == NULL) return t < nreq ? (int32_t)t : -1;
+    if (nreq <= 0 || t < ak_at(cu, 0) || t >= ak_at(cu, nreq)) return -1;
+    int32_t lo = 0, hi = nreq - 1; /* largest b with cu[b] <= t */
+    while (lo < hi) {
+        int32_t mid = (lo + hi + 1) >> 1;
+        if (ak_at(cu, mid) <= t) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+/* Slot of request-local position p through a token table (P = 1) or a block table. */
+__device__ __forceinline__ int32_t ak_paged_slot(ak_i32m table, int32_t P, int32_t b, int64_t p) {
+    if (p < 0 || b < 0 || b >= table.rows) return -1;
+    const int64_t col = p / P;
+    if (col >= table.cols) return -1;
+    const int32_t e = table.p[(int64_t)b * table.rs + col];
+    if (e < 0) return -1;
+    const int64_t s = (int64_t)e * P + (p - col * P);
+    return s <= INT32_MAX ? (int32_t)s : -1;
+}
+
+/* ---- top-k transform ----------------------------------------------------------------------------- */
+
+__global__ void ak_transform_kernel(int32_t kind, ak_i32m table, int32_t P, ak_i32v cu_q,
+                                    int32_t nreq, ak_i32v cu_k, const int32_t *idx, int64_t idx_rs,
+                                    int32_t *out, int64_t out_rs, int32_t rows, int32_t k) {
+    const int64_t total = (int64_t)rows * k;
+    for (int64_t it = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; it < total;
+         it += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t t = it / k, j = it - t * k;
+        const int32_t x = idx[t * idx_rs + j]; /* read before the write: out may alias idx */
+        const int32_t b = ak_row_request(cu_q, nreq, t);
+        int32_t v = -1;
+        if (x >= 0 && b >= 0) {
+            if (kind == AK_TRANSFORM_PAGED) {
+                v = ak_paged_slot(table, P, b, x);
+            } else if (kind == AK_TRANSFORM_RAGGED) {
+                int64_t s = (int64_t)x + ak_at(cu_k, b);
+                v = s >= 0 && s <= INT32_MAX ? (int32_t)s : -1;
+            } else {
+                v = x;
+            }
+        }
+        out[t * out_rs + j] = v;
+    }
+}
+
+extern "C" ak_status ak_cuda_topk_transform(ak_context *ctx, const ak_transform *tf,
+                                            const ak_tensor *idx, ak_tensor *out) {
+    AK_CUDA_ENTER(ctx);
+    const int32_t rows = (int32_t)idx->shape[0], k = (int32_t)idx->shape[1];
+    const int64_t total = (int64_t)rows * k;
+    if (total == 0) return AK_OK;
+    ak_i32m table = ak_i32m_of(tf->kind == AK_TRANSFORM_PAGED ? tf->table : NULL);
+    int32_t nreq;
+    if (tf->cu_seqlens_q != NULL) nreq = (int32_t)tf->cu_seqlens_q->shape[0] - 1;
+    else if (tf->kind == AK_TRANSFORM_PAGED) nreq = table.rows;
+    else if (tf->kind == AK_TRANSFORM_RAGGED) nreq = (int32_t)tf->cu_seqlens_k->shape[0] - 1;
+    else nreq = rows;
+    int64_t blocks = (total + AK_PT_THREADS - 1) / AK_PT_THREADS;
+    if (blocks > 65535) blocks = 65535;
+    ak_transform_kernel<<<(int)blocks, AK_PT_THREADS, 0, ak_stream(ctx)>>>(
+        (int32_t)tf->kind, table, tf->kind == AK_TRANSFORM_PAGED ? tf->page_size : 1,
+        ak_i32v_of(tf->cu_seqlens_q), nreq,
+        ak_i32v_of(tf->kind == AK_TRANSFORM_RAGGED ? tf->cu_seqlens_k : NULL),
+        (const int32_t *)idx->data, idx->strides[0], (int32_t *)out->data, out->strides[0], rows, k);
+    AK_CUDA_CHECK_LAUNCH("ak_transform_kernel");
+    return AK_OK;
+}
+
+/* ---- DeepSeek V4 sliding-window indices ------------------------------------------------------- */
+
+__global__ void ak_swa_kernel(ak_i32v seq_lens, int32_t B, ak_i32v cu, ak_i32m table, int32_t P,
+                              int32_t window, int32_t *indices, int64_t ind_rs, int32_t *lengths,
+                              int64_t len_s, int32_t rows) {
+    const int64_t total = (int64_t)rows * window;
+    for (int64_t it = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; it < total;
+         it += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t t = it / window, j = it - t * window;
+        const int32_t b = ak_row_request(cu, B, t);
+        int64_t pos = -1;
+        if (b >= 0) {
+            const int64_t sl = ak_at(seq_lens, b);
+            pos = cu.p == NULL ? sl - 1 : sl - (ak_at(cu, b + 1) - ak_at(cu, b)) + (t - ak_at(cu, b));
+        }
+        indices[t * ind_rs + j] = pos - j >= 0 ? ak_paged_slot(table, P, b, pos - j) : -1;
+        if (j == 0) {
+            int64_t l = pos + 1 < window ? pos + 1 : window;
+            lengths[t * len_s] = (int32_t)(l > 0 ? l : 0);
+        }
+    }
+}
+
+extern "C" ak_status ak_cuda_dsv4_swa_indices(ak_context *ctx, const ak_tensor *seq_lens,
+                                              const ak_tensor *cu_seqlens_q,
+                                              const ak_tensor *table, int32_t page_size,
+                                              int32_t window, ak_tensor *indices,
+                                              ak_tensor *lengths) {
+    AK_CUDA_ENTER(ctx);
+    const int32_t rows = (int32_t)indices->shape[0];
+    const int64_t total = (int64_t)rows * window;
+    if (total == 0) return AK_OK;
+    int64_t blocks = (total + AK_PT_THREADS - 1) / AK_PT_THREADS;
+    if (blocks > 65535) blocks = 65535;
+    const int32_t B = cu_seqlens_q ? (int32_t)cu_seqlens_q->shape[0] - 1 : (int32_t)seq_lens->shape[0];
+    ak_swa_kernel<<<(int)blocks, AK_PT_THREADS, 0, ak_stream(ctx)>>>(
+        ak_i32v_of(seq_lens), B, ak_i32v_of(cu_seqlens_q), ak_i32m_of(table), page_size, window,
+        (int32_t *)indices->data, indices->strides[0], (int32_t *)lengths->data,
+        lengths->strides[0], rows);
+    AK_CUDA_CHECK_LAUNCH("ak_swa_kernel");
+    return AK_OK;
+}
+
+/* ---- DeepSeek V4 sparse-prefill index combiner ---------------------------------------------- */
+
+#define AK_COMBINE_X 16 /* blocks per request along the query rows */
+
+__device__ __forceinline__ int64_t ak_gather_len(ak_i32v seq_lens, ak_i32v cu, int32_t r,
+                                                 int32_t window) {
+    const int64_t sl = ak_at(seq_lens, r);
+    const int64_t ql = cu.p ? (int64_t)ak_at(cu, r + 1) - ak_at(cu, r) : 1;
+    int64_t g = sl < ql + window - 1 ? sl : ql + window - 1;
+    return g > 0 ? g : 0;
+}
+
+/* grid (AK_COMBINE_X, B + 1): y = r < B fills request r's rows; y = B fills rows past the last
+   request with -1 and length 0. */
+__global__ void ak_combine_kernel(ak_i32m raw, ak_i32v seq_lens, ak_i32v cu, int32_t B,
+                                  int32_t ratio, int32_t topk, int32_t c_max, int32_t window,
+                                  int32_t *indices, int64_t ind_rs, int32_t W, int32_t *lengths,
+                                  int64_t len_s, int32_t T, int32_t *swa_off, int64_t off_s) {
+    const int32_t r = blockIdx.y;
+    const int64_t cu0 = cu.p ? ak_at(cu, 0) : 0;
+    if (r == B) {
+        const int64_t first = cu.p ? (int64_t)ak_at(cu, B) - cu0 : B;
+        for (int64_t t = (first > 0 ? first : 0) + blockIdx.x; t < T; t += gridDim.x) {
+            for (int32_t j = threadIdx.x; j < W; j += blockDim.x) indices[t * ind_rs + j] = -1;
+            if (threadIdx.x == 0) lengths[t * len_s] = 0;
+        }
+        return;
+    }
+    int64_t part = 0;
+    for (int32_t j = threadIdx.x; j < r; j += blockDim.x) part += ak_gather_len(seq_lens, cu, j, window);
+    const int64_t off = ak_block_sum(part);
+    const int64_t glen = ak_gather_len(seq_lens, cu, r, window);
+    if (swa_off != NULL && blockIdx.x == 0 && threadIdx.x == 0) {
+        swa_off[(int64_t)r * off_s] = (int32_t)off;
+        if (r == B - 1) swa_off[(int64_t)B * off_s] = (int32_t)(off + glen);
+    }
+    const int64_t sl = ak_at(seq_lens, r);
+    const int64_t row0 = cu.p ? (int64_t)ak_at(cu, r) - cu0 : r;
+    const int64_t ql = cu.p ? (int64_t)ak_at(cu, r + 1) - ak_at(cu, r) : 1;
+    const int64_t gstart = sl - glen;
+    const int64_t swa_base = (ratio > 0 ? (int64_t)B * c_max : 0) + off;
+    for (int64_t i = blockIdx.x; i < ql; i += gridDim.x) {
+        const int64_t t = row0 + i;
+        if (t < 0 || t >= T) continue;
+        const int64_t pos = sl - ql + i;
+        int64_t tl = ratio > 0 && pos >= 0 ? (pos + 1) / ratio : 0;
+        if (tl > topk) tl = topk;
+        int64_t wl = pos + 1 < window ? pos + 1 : window;
+        if (wl < 0) wl = 0;
+        for (int32_t j = threadIdx.x; j < W; j += blockDim.x) {
+            int64_t v = -1;
+            if (j < tl) {
+                int64_t c = raw.p ? raw.p[t * raw.rs + j] : j;
+                v = (uint64_t)c < (uint64_t)c_max ? (int64_t)r * c_max + c : -1;
+            } else if (j < tl + wl) {
+                v = swa_base + (pos - wl + 1 - gstart) + (j - tl);
+            }
+            indices[t * ind_rs + j] = (int32_t)v;
+        }
+        if (threadIdx.x == 0) lengths[t * len_s] = (int32_t)(tl + wl);
+    }
+}
+
+extern "C" ak_status ak_cuda_dsv4_combine_indices(ak_context *ctx, const ak_tensor *raw_topk,
+                                                  const ak_tensor *seq_lens,
+                                                  const ak_tensor *cu_seqlens_q, int32_t ratio,
+                                                  int32_t topk, int32_t c_max, int32_t window,
+                                                  ak_tensor *indices, ak_tensor *lengths,
+                                                  ak_tensor *swa_offsets) {
+    AK_CUDA_ENTER(ctx);
+    const int32_t B = (int32_t)seq_lens->shape[0];
+    if (B + 1 > 65535)
+        return ak_fail(AK_ERR_UNSUPPORTED,
+                       "ak_dsv4_combine_indices: seq_lens: %d requests, the CUDA kernel takes at "
+                       "most 65534", (int)B);
+    dim3 grid(AK_COMBINE_X, (unsigned)(B + 1));
+    ak_combine_kernel<<<grid, AK_PT_THREADS, 0, ak_stream(ctx)>>>(
+        ak_i32m_of(raw_topk), ak_i32v_of(seq_lens), ak_i32v_of(cu_seqlens_q), B, ratio, topk,
+        c_max, window, (int32_t *)indices->data, indices->strides[0], (int32_t)indices->shape[1],
+        (int32_t *)lengths->data, lengths->strides[0], (int32_t)indices->shape[0],
+        swa_offsets ? (int32_t *)swa_offsets->data : NULL, swa_offsets ? swa_offsets->strides[0] : 0);
+    AK_CUDA_CHECK_LAUNCH("ak_combine_kernel");
+    return AK_OK;
+}
