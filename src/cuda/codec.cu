@@ -339,7 +339,7 @@ __device__ void ak_mla_encode_token(const ak_mla_geo &dst, const ak_mla_src &src
                     s = __fdiv_rn(amax, 448.0f);
                     if (!(s >= 1e-4f)) s = 1e-4f;
                 } else {
-                    s = ak_pow2_f32(ak_dev_pow2_exp(amax, rule));
+                    s = ak_pow2_f32(ak_scale_pow2_exp(amax)); /* AMAX_FLOOR is a 584-only rule */
                 }
                 for (int i = 0; i < 16; i++) q[i] = ak_dev_e4m3(__fdiv_rn(v[i], s));
             }
@@ -472,9 +472,8 @@ __global__ void ak_idx_write_kernel(ak_idx_geo g, ak_rows in, const int32_t *slo
             amax = ak_group_max(amax, 8);
             if (!ok) continue;
             float a = amax >= 1e-4f ? amax : 1e-4f;
-            float s = rule == AK_QUANT_POW2 || rule == AK_QUANT_POW2_AMAX_FLOOR
-                          ? ak_pow2_f32(ak_scale_pow2_amax_floor_exp(amax))
-                          : __fdiv_rn(a, 448.0f);
+            float s = __fdiv_rn(a, 448.0f);
+            if (rule == AK_QUANT_POW2) s = ak_pow2_f32(ak_ceil_log2_f32(s));
             uint8_t q[16];
             for (int k = 0; k < 16; k++) q[k] = ak_dev_e4m3(__fdiv_rn(v[k], s));
             ak_st16(pg + t * 128 + sub * 16, q, g.vec);
@@ -538,7 +537,6 @@ __global__ void ak_idx_gather_kernel(ak_idx_geo g, const int32_t *slots, int64_t
             }
         }
         ak_store_vals(out.data, i * out.rs + sub * 16, v, 16, out.dtype, out.vec);
-        if (out_scale != NULL && sub == 0) out_scale[i * scale_stride] = s;
     }
 }
 
@@ -749,35 +747,68 @@ __global__ void ak_idx_copy_kernel(ak_idx_geo s, ak_idx_geo d, const int32_t *pa
     }
 }
 
-/* V4 destination page padding [P' * 584, stride') is zero for every destination page that
-   receives converted tokens. */
-__global__ void ak_v4_pad_kernel(uint8_t *dst, int64_t dstride, int32_t dps, int32_t dpages,
-                                 const int32_t *pages, int64_t pstride, int64_t nsrc, int32_t sps,
-                                 int32_t src_pages, int64_t src_cap) {
-    const int64_t pad0 = (int64_t)dps * 584, padn = (dstride - pad0) / 8;
-    if (padn <= 0) return;
-    const int64_t span = pages == NULL ? (src_cap + dps - 1) / dps : (sps + dps - 1) / dps + 1;
-    const int64_t nsets = pages == NULL ? 1 : nsrc;
-    const int64_t total = nsets * span * padn;
+/* Destination page padding (bytes past the token payload up to the page stride, K and V pools)
+   is zeroed for every destination page whose first slot lies in a converted source page: one
+   owner per destination page, as in the CPU backend. */
+struct ak_pad_geo {
+    uint8_t *k, *v;       /* pools (v NULL unless MHA) */
+    int64_t kstride, vstride;
+    int64_t kpay, vpay;   /* payload bytes per page */
+    int32_t dps, dpages;  /* destination page size and count */
+};
+
+__global__ void ak_pad_kernel(ak_pad_geo g, const int32_t *pages, int64_t pstride, int64_t items,
+                              int32_t sps, uint32_t src_pages, int64_t span, int64_t maxpad) {
+    const int64_t per = span * maxpad;
+    const int64_t total = items * per;
     for (int64_t it = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; it < total;
          it += (int64_t)gridDim.x * blockDim.x) {
-        int64_t set = it / (span * padn);
-        int64_t r = it - set * span * padn;
-        int64_t j = r / padn, pc = r - j * padn;
-        int64_t dp;
-        if (pages == NULL) {
-            dp = j;
-        } else {
-            int32_t p = pages[set * pstride];
-            if ((uint32_t)p >= (uint32_t)src_pages) continue;
-            int64_t first = (int64_t)p * sps / dps, last = ((int64_t)p * sps + sps - 1) / dps;
-            dp = first + j;
-            if (dp > last) continue;
-        }
-        if (dp >= dpages) continue;
-        /* pad0 and the stride are multiples of 8: 8-byte stores are aligned within the page */
-        *(uint64_t *)(dst + dp * dstride + pad0 + pc * 8) = 0;
+        const int64_t item = it / per, r = it - item * per;
+        const int64_t j = r / maxpad, b = r - j * maxpad;
+        const int32_t p = pages ? pages[item * pstride] : (int32_t)item;
+        if ((uint32_t)p >= src_pages) continue;
+        const int64_t s0 = (int64_t)p * sps, s1 = s0 + sps;
+        const int64_t q = (s0 + g.dps - 1) / g.dps + j;
+        if (q * g.dps >= s1 || q >= g.dpages) continue;
+        if (g.kpay + b < g.kstride) g.k[q * g.kstride + g.kpay + b] = 0;
+        if (g.v != NULL && g.vpay + b < g.vstride) g.v[q * g.vstride + g.vpay + b] = 0;
     }
+}
+
+static int64_t ak_payload_bytes(const ak_cache *c, int is_v) {
+    switch (c->layout) {
+    case AK_LAYOUT_MLA_BF16: return (int64_t)c->page_size * 1152;
+    case AK_LAYOUT_MLA_FP8_PERTENSOR: return (int64_t)c->page_size * 576;
+    case AK_LAYOUT_DSA_FP8_BLOCKSCALE: return (int64_t)c->page_size * 656;
+    case AK_LAYOUT_DSV4_FP8_UE8M0: return (int64_t)c->page_size * 584;
+    case AK_LAYOUT_INDEXER_FP8: return 8448;
+    case AK_LAYOUT_INDEXER_FP4: return 4352;
+    default:
+        return (int64_t)c->page_size * c->h_kv * (is_v ? c->head_dim_v : c->head_dim) *
+               ak_dtype_size(c->elem_dtype);
+    }
+}
+
+static ak_status ak_zero_padding(ak_context *ctx, const ak_cache *src, const ak_cache *dst,
+                                 const int32_t *pg, int64_t pstride, int64_t items) {
+    ak_pad_geo g;
+    const bool mha = dst->layout == AK_LAYOUT_MHA_NHD || dst->layout == AK_LAYOUT_MHA_HND;
+    g.k = (uint8_t *)dst->data;
+    g.v = mha ? (uint8_t *)dst->v_data : NULL;
+    g.kstride = ak_cache_stride(dst);
+    g.vstride = mha ? ak_cache_v_stride(dst) : 0;
+    g.kpay = ak_payload_bytes(dst, 0);
+    g.vpay = mha ? ak_payload_bytes(dst, 1) : 0;
+    g.dps = dst->page_size;
+    g.dpages = dst->num_pages;
+    int64_t maxpad = g.kstride - g.kpay;
+    if (mha && g.vstride - g.vpay > maxpad) maxpad = g.vstride - g.vpay;
+    if (maxpad <= 0 || items == 0) return AK_OK;
+    const int64_t span = src->page_size / dst->page_size + 2;
+    ak_pad_kernel<<<ak_grid_for(ctx, items * span * maxpad, 256), 256, 0, ak_stream(ctx)>>>(
+        g, pg, pstride, items, src->page_size, (uint32_t)src->num_pages, span, maxpad);
+    AK_CUDA_CHECK_LAUNCH("ak_pad_kernel");
+    return AK_OK;
 }
 
 /* ---- entry points ------------------------------------------------------------------------------ */
@@ -914,7 +945,7 @@ extern "C" ak_status ak_cuda_cache_convert(ak_context *ctx, const ak_cache *src,
                 ak_mha_convert_kernel<1><<<ak_grid_for(ctx, items, 256), 256, 0, st>>>(s, d, pg, pstride, nslots);
             AK_CUDA_CHECK_LAUNCH("ak_mha_convert_kernel");
         }
-        return AK_OK;
+        return ak_zero_padding(ctx, src, dst, pg, pstride, npages);
     }
     if (ak_is_indexer(src->layout)) {
         ak_idx_geo s = ak_idx_geo_of(src), d = ak_idx_geo_of(dst);
@@ -922,7 +953,7 @@ extern "C" ak_status ak_cuda_cache_convert(ak_context *ctx, const ak_cache *src,
         ak_idx_copy_kernel<<<ak_grid_for(ctx, nslots * pieces, 256), 256, 0, st>>>(
             s, d, pg, pstride, nslots, (uint32_t)src->num_pages);
         AK_CUDA_CHECK_LAUNCH("ak_idx_copy_kernel");
-        return AK_OK;
+        return ak_zero_padding(ctx, src, dst, pg, pstride, npages);
     }
     ak_mla_src ms = {};
     ms.cache = ak_mla_geo_of(src);
@@ -933,18 +964,5 @@ extern "C" ak_status ak_cuda_cache_convert(ak_context *ctx, const ak_cache *src,
     ak_mla_write_kernel<<<ak_grid_for(ctx, nslots * 32, 256), 256, 0, st>>>(ak_mla_geo_of(dst), ms,
                                                                             (int)rule);
     AK_CUDA_CHECK_LAUNCH("ak_mla_write_kernel (convert)");
-    if (dst->layout == AK_LAYOUT_DSV4_FP8_UE8M0) {
-        int64_t dstride = ak_cache_stride(dst);
-        int64_t padn = (dstride - (int64_t)dst->page_size * 584) / 8;
-        if (padn > 0) {
-            int64_t span = pg == NULL ? (ak_cache_capacity(src) + dst->page_size - 1) / dst->page_size
-                                      : (src->page_size + dst->page_size - 1) / dst->page_size + 1;
-            int64_t items = (pg == NULL ? 1 : npages) * span * padn;
-            ak_v4_pad_kernel<<<ak_grid_for(ctx, items, 256), 256, 0, st>>>(
-                (uint8_t *)dst->data, dstride, dst->page_size, dst->num_pages, pg, pstride, npages,
-                src->page_size, src->num_pages, ak_cache_capacity(src));
-            AK_CUDA_CHECK_LAUNCH("ak_v4_pad_kernel");
-        }
-    }
-    return AK_OK;
+    return ak_zero_padding(ctx, src, dst, pg, pstride, npages);
 }

@@ -1,7 +1,7 @@
 /*
  * merge.cu -- merging attention states over disjoint key sets (semantics.md 7, rules M1 and M2).
- * One warp per (row, head): the lanes first reduce the partials' log-sum-exp (max, then the sum of
- * exp), then walk the head dimension in 128-wide chunks, each lane owning 4 dims, and accumulate
+ * One warp per (row, head): the lanes first reduce the partials' log-sum-exp in double (max, then
+ * the sum of exp), then walk the head dimension in 128-wide chunks, each lane owning 4 dims, and accumulate
  * every partial with its weight exp(lse_i - lse). Non-finite partial lse values have weight 0; an
  * all-empty row gives out 0 and lse +inf. The sink is applied once, after the merge.
  */
@@ -12,9 +12,6 @@
 
 #include <math.h>
 #include <stdint.h>
-
-#define AK_LN2_F 0.69314718055994530942f
-#define AK_LOG2E_F 1.44269504088896340736f
 
 struct ak_merge_args {
     const void *outs;       /* [n, rows, h, d] f32 or bf16 */
@@ -34,10 +31,11 @@ struct ak_merge_args {
     int32_t n, rows, h, d;
 };
 
-__device__ __forceinline__ float ak_merge_lse_in(const ak_merge_args &a, int32_t i, int32_t r,
-                                                 int32_t hh) {
-    float l = a.lses[(int64_t)i * a.ls0 + (int64_t)r * a.ls1 + (int64_t)hh * a.ls2];
-    return a.in_base2 ? l * AK_LN2_F : l;
+/* Partial i's lse as read (any base); the merge works in natural log, in double precision like
+   the CPU backend, so both pick the same weights up to the last fp32 rounding. */
+__device__ __forceinline__ float ak_merge_lse_raw(const ak_merge_args &a, int32_t i, int32_t r,
+                                                  int32_t hh) {
+    return a.lses[(int64_t)i * a.ls0 + (int64_t)r * a.ls1 + (int64_t)hh * a.ls2];
 }
 
 __global__ void ak_merge_kernel(ak_merge_args a) {
@@ -45,42 +43,41 @@ __global__ void ak_merge_kernel(ak_merge_args a) {
     const int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const int64_t nwarps = ((int64_t)gridDim.x * blockDim.x) >> 5;
     const int64_t pairs = (int64_t)a.rows * a.h;
+    const double to_e = a.in_base2 ? 0.69314718055994530942 : 1.0;
     for (int64_t pr = warp; pr < pairs; pr += nwarps) {
         const int32_t r = (int32_t)(pr / a.h), hh = (int32_t)(pr - (int64_t)r * a.h);
-        float m = -INFINITY;
+        double m = -INFINITY;
         for (int32_t i = lane; i < a.n; i += 32) {
-            float l = ak_merge_lse_in(a, i, r, hh);
-            if (ak_isfinite_f32(l)) m = fmaxf(m, l);
+            float l = ak_merge_lse_raw(a, i, r, hh);
+            if (ak_isfinite_f32(l)) m = fmax(m, l * to_e);
         }
-        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-        float sum = 0.0f;
-        if (m != -INFINITY)
+        for (int o = 16; o > 0; o >>= 1) m = fmax(m, __shfl_xor_sync(0xffffffffu, m, o));
+        const bool empty = m == -INFINITY;
+        double sum = 0.0;
+        if (!empty)
             for (int32_t i = lane; i < a.n; i += 32) {
-                float l = ak_merge_lse_in(a, i, r, hh);
-                if (ak_isfinite_f32(l)) sum += expf(l - m);
+                float l = ak_merge_lse_raw(a, i, r, hh);
+                if (ak_isfinite_f32(l)) sum += exp(l * to_e - m);
             }
         for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-        const bool empty = m == -INFINITY;
-        const float L = empty ? INFINITY : m + logf(sum);
-        const float factor = (a.sink != NULL && !empty)
-                                 ? 1.0f / (1.0f + expf(a.sink[(int64_t)hh * a.sink_s] - L))
-                                 : 1.0f;
+        const double L = empty ? (double)INFINITY : m + log(sum);
+        float factor = empty ? 0.0f : 1.0f;
+        if (a.sink != NULL && !empty)
+            factor = (float)(1.0 / (1.0 + exp((double)a.sink[(int64_t)hh * a.sink_s] - L)));
         for (int32_t d0 = 0; d0 < a.d; d0 += 128) {
             float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            if (!empty) {
-                for (int32_t i = 0; i < a.n; i++) {
-                    float l = ak_merge_lse_in(a, i, r, hh);
-                    if (!ak_isfinite_f32(l)) continue;
-                    const float w = expf(l - L);
-                    const int64_t base = (int64_t)i * a.os0 + (int64_t)r * a.os1 + (int64_t)hh * a.os2;
-                    for (int k = 0; k < 4; k++) {
-                        int32_t dd = d0 + k * 32 + lane;
-                        if (dd >= a.d) break;
-                        float x = a.out_dtype_in == AK_DTYPE_F32
-                                      ? ((const float *)a.outs)[base + dd]
-                                      : ak_bf16_to_f32(((const uint16_t *)a.outs)[base + dd]);
-                        acc[k] += w * x;
-                    }
+            for (int32_t i = 0; i < a.n && !empty; i++) {
+                float l = ak_merge_lse_raw(a, i, r, hh);
+                if (!ak_isfinite_f32(l)) continue; /* an empty partial's out is never read */
+                const float w = (float)exp(l * to_e - L);
+                const int64_t base = (int64_t)i * a.os0 + (int64_t)r * a.os1 + (int64_t)hh * a.os2;
+                for (int k = 0; k < 4; k++) {
+                    int32_t dd = d0 + k * 32 + lane;
+                    if (dd >= a.d) break;
+                    float x = a.out_dtype_in == AK_DTYPE_F32
+                                  ? ((const float *)a.outs)[base + dd]
+                                  : ak_bf16_to_f32(((const uint16_t *)a.outs)[base + dd]);
+                    acc[k] += w * x;
                 }
             }
             const int64_t ob = (int64_t)r * a.o0 + (int64_t)hh * a.o1;
@@ -93,7 +90,8 @@ __global__ void ak_merge_kernel(ak_merge_args a) {
             }
         }
         if (a.lse != NULL && lane == 0)
-            a.lse[(int64_t)r * a.l0 + (int64_t)hh * a.l1] = a.out_base2 && !empty ? L * AK_LOG2E_F : L;
+            a.lse[(int64_t)r * a.l0 + (int64_t)hh * a.l1] =
+                (float)(a.out_base2 ? L * 1.44269504088896340736 : L);
     }
 }
 

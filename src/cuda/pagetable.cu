@@ -160,10 +160,12 @@ extern "C" ak_status ak_cuda_csr_build(ak_context *ctx, const ak_tensor *req_to_
 /* ---- row -> request ----------------------------------------------------------------------------- */
 
 /* Request of row t: t itself without cu_seqlens_q (valid below nreq), else the b with
-   cu[b] <= t < cu[b+1]; -1 when none. */
-__device__ __forceinline__ int32_t ak_row_request(ak_i32v cu, int32_t nreq, int64_t t) {
+   cu[b] <= t < cu[b+1]; -1 when none. The V4 lists (below_first = 0) give rows before cu[0] to
+   request 0, as the CPU backend does. */
+__device__ __forceinline__ int32_t ak_row_request(ak_i32v cu, int32_t nreq, int64_t t,
+                                                  bool below_first = true) {
     if (cu.p == NULL) return t < nreq ? (int32_t)t : -1;
-    if (nreq <= 0 || t < ak_at(cu, 0) || t >= ak_at(cu, nreq)) return -1;
+    if (nreq <= 0 || (below_first && t < ak_at(cu, 0)) || t >= ak_at(cu, nreq)) return -1;
     int32_t lo = 0, hi = nreq - 1; /* largest b with cu[b] <= t */
     while (lo < hi) {
         int32_t mid = (lo + hi + 1) >> 1;
@@ -200,8 +202,9 @@ __global__ void ak_transform_kernel(int32_t kind, ak_i32m table, int32_t P, ak_i
             if (kind == AK_TRANSFORM_PAGED) {
                 v = ak_paged_slot(table, P, b, x);
             } else if (kind == AK_TRANSFORM_RAGGED) {
-                int64_t s = (int64_t)x + ak_at(cu_k, b);
-                v = s >= 0 && s <= INT32_MAX ? (int32_t)s : -1;
+                /* a position past the request's keys would address the next request: -1 */
+                const int32_t off = ak_at(cu_k, b), len = ak_at(cu_k, b + 1) - off;
+                v = (uint32_t)x < (uint32_t)len ? x + off : -1;
             } else {
                 v = x;
             }
@@ -242,7 +245,7 @@ __global__ void ak_swa_kernel(ak_i32v seq_lens, int32_t B, ak_i32v cu, ak_i32m t
     for (int64_t it = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; it < total;
          it += (int64_t)gridDim.x * blockDim.x) {
         const int64_t t = it / window, j = it - t * window;
-        const int32_t b = ak_row_request(cu, B, t);
+        const int32_t b = ak_row_request(cu, B, t, false);
         int64_t pos = -1;
         if (b >= 0) {
             const int64_t sl = ak_at(seq_lens, b);
@@ -328,8 +331,9 @@ __global__ void ak_combine_kernel(ak_i32m raw, ak_i32v seq_lens, ak_i32v cu, int
         for (int32_t j = threadIdx.x; j < W; j += blockDim.x) {
             int64_t v = -1;
             if (j < tl) {
-                int64_t c = raw.p ? raw.p[t * raw.rs + j] : j;
-                v = (uint64_t)c < (uint64_t)c_max ? (int64_t)r * c_max + c : -1;
+                /* a raw entry outside the causally visible entries is invalid: -1 */
+                const int64_t c = raw.p ? raw.p[t * raw.rs + j] : j;
+                v = c >= 0 && c < (pos + 1) / ratio ? (int64_t)r * c_max + c : -1;
             } else if (j < tl + wl) {
                 v = swa_base + (pos - wl + 1 - gstart) + (j - tl);
             }
