@@ -335,11 +335,6 @@ AK_TEST(swa_indices_against_oracle) {
                 same(gl, rl, rows, "swa lengths");
             }
         }
-        int32_t bad_sl[4] = {0, 0, 0, 0};
-        ak_tensor tbs = t1(bad_sl, b);
-        if (cuq[b] > 0)
-            CHECK_REJECT(ak_dsv4_swa_indices(ctx[0], &tbs, &tq, &tt, P, window, &ti, &tl),
-                         AK_ERR_INVALID_ARGUMENT, "seq_lens");
         CHECK_REJECT(ak_dsv4_swa_indices(ctx[0], &ts, &tq, &tt, P, 0, &ti, &tl),
                      AK_ERR_INVALID_ARGUMENT, "window");
         ak_tensor few = t2(gi, 1, window), fewl = t1(gl, 1);
@@ -360,6 +355,10 @@ AK_TEST(swa_indices_newest_first) {
     CHECK_STATUS(ak_dsv4_swa_indices(ctx, &ts, NULL, &tt, 1, 128, &ti, &tl), AK_OK);
     CHECK(idx[0] == 12 && idx[1] == 11 && idx[2] == 10 && idx[3] == -1 && idx[127] == -1);
     CHECK(len[0] == 3);
+    /* a padding request with seq_len 0: all -1, length 0 */
+    sl[0] = 0;
+    CHECK_STATUS(ak_dsv4_swa_indices(ctx, &ts, NULL, &tt, 1, 128, &ti, &tl), AK_OK);
+    CHECK(idx[0] == -1 && idx[127] == -1 && len[0] == 0);
     ak_context_destroy(ctx);
 }
 

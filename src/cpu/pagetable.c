@@ -251,7 +251,7 @@ static int64_t row_request(const ak_cpu_tf *p, int64_t t) {
 }
 
 /* Slot of position pos of request b through a PAGED table (-1 when it has none). */
-static inline int32_t paged_slot(const int32_t *row, int64_t width, int32_t P, int32_t pos) {
+static inline int32_t paged_slot(const int32_t *row, int64_t width, int32_t P, int64_t pos) {
     if (pos < 0) return -1;
     if (P == 1) {
         if (pos >= width) return -1;
@@ -327,8 +327,9 @@ static int64_t v4_qlen(const v4_rows *r, int64_t b) {
     return r->cu_q ? (int64_t)ak_i32_at(r->cu_q, b + 1) - ak_i32_at(r->cu_q, b) : 1;
 }
 
-/* cu_seqlens_q non-decreasing, the rows fit in `rows`, and seq_len >= q_len for every request. */
-static ak_status v4_rows_check(const char *fn, const v4_rows *r, int64_t rows) {
+/* cu_seqlens_q non-decreasing, the rows fit in `rows`, and (need_len) seq_len >= q_len for every
+   request. */
+static ak_status v4_rows_check(const char *fn, const v4_rows *r, int64_t rows, int need_len) {
     if (r->cu_q != NULL) {
         int64_t prev = r->base;
         for (int64_t b = 0; b <= r->nreq; b++) {
@@ -345,7 +346,7 @@ static ak_status v4_rows_check(const char *fn, const v4_rows *r, int64_t rows) {
         return ak_fail(AK_ERR_INVALID_ARGUMENT,
                        "%s: the requests have %lld query rows, the output has only %lld", fn,
                        (long long)need, (long long)rows);
-    for (int64_t b = 0; b < r->nreq; b++) {
+    for (int64_t b = 0; b < r->nreq && need_len; b++) {
         int64_t sl = ak_i32_at(r->seq_lens, b), ql = v4_qlen(r, b);
         if (sl < ql)
             return ak_fail(AK_ERR_INVALID_ARGUMENT,
@@ -389,8 +390,8 @@ static void swa_item(void *arg, int64_t t, int32_t thread) {
     int64_t pos = ak_i32_at(j->rows.seq_lens, b) - v4_qlen(&j->rows, b) + (t - v4_row0(&j->rows, b));
     const int32_t *row = (const int32_t *)j->table->data + b * j->table->strides[0];
     for (int32_t k = 0; k < j->window; k++)
-        out[k] = paged_slot(row, j->table->shape[1], j->page_size, (int32_t)(pos - k));
-    *len = (int32_t)(pos + 1 < j->window ? pos + 1 : j->window);
+        out[k] = paged_slot(row, j->table->shape[1], j->page_size, pos - k);
+    *len = (int32_t)(pos < 0 ? 0 : pos + 1 < j->window ? pos + 1 : j->window);
 }
 
 ak_status ak_cpu_dsv4_swa_indices(ak_context *ctx, const ak_tensor *seq_lens,
@@ -399,7 +400,8 @@ ak_status ak_cpu_dsv4_swa_indices(ak_context *ctx, const ak_tensor *seq_lens,
                                   ak_tensor *lengths) {
     swa_job j = {{seq_lens, cu_seqlens_q, 0, seq_lens->shape[0]}, table, page_size, window,
                  indices, lengths};
-    AK_TRY(v4_rows_check("ak_dsv4_swa_indices", &j.rows, indices->shape[0]));
+    /* decode padding rows may have seq_len 0: a query row at pos < 0 sees nothing */
+    AK_TRY(v4_rows_check("ak_dsv4_swa_indices", &j.rows, indices->shape[0], 0));
     ak_parallel_for(ctx, indices->shape[0], swa_item, &j);
     return AK_OK;
 }
@@ -468,7 +470,7 @@ ak_status ak_cpu_dsv4_combine_indices(ak_context *ctx, const ak_tensor *raw_topk
     int64_t nreq = seq_lens->shape[0];
     comb_job j = {{seq_lens, cu_seqlens_q, cu_seqlens_q ? ak_i32_at(cu_seqlens_q, 0) : 0, nreq},
                   raw_topk, ratio, topk, c_max, window, indices, lengths};
-    AK_TRY(v4_rows_check(fn, &j.rows, indices->shape[0]));
+    AK_TRY(v4_rows_check(fn, &j.rows, indices->shape[0], 1));
     int64_t total = nreq * (int64_t)(ratio ? c_max : 0);
     for (int64_t b = 0; b < nreq; b++) {
         int64_t visible = ratio ? ak_i32_at(seq_lens, b) / ratio : 0;

@@ -108,7 +108,7 @@ void orc_swa_indices(const int32_t *seq_lens, const int32_t *cu_q, int64_t b, co
         for (int64_t j = 0; j < window; j++)
             indices[t * window + j] =
                 (r >= 0 && pos - j >= 0) ? orc_paged_slot(table + r * width, width, page_size, pos - j) : -1;
-        lengths[t] = r < 0 ? 0 : (int32_t)(pos + 1 < window ? pos + 1 : window);
+        lengths[t] = (r < 0 || pos < 0) ? 0 : (int32_t)(pos + 1 < window ? pos + 1 : window);
     }
 }
 
