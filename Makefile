@@ -26,6 +26,12 @@ test-sanitize:
 	cmake --build $(BUILD)-asan -j $(JOBS)
 	cd $(BUILD)-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS) -LE gpu
 
+# On a GPU machine: CUDA build in $(BUILD)-gpu, GPU unit tests, `attnkit check --backend cuda`,
+# compute-sanitizer memcheck/racecheck on reduced shapes, a short benchmark; one summary table.
+# Without a GPU every step reports SKIP (exit 0).
+gpu-test:
+	BUILD=$(BUILD)-gpu JOBS=$(JOBS) bash scripts/gpu_test.sh
+
 install: build
 	cmake --install $(BUILD)
 

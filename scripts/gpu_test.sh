@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# gpu_test.sh -- builds attnkit with the CUDA backend and runs every GPU check: the GPU unit tests
+# (ctest -L gpu), `attnkit check --backend cuda` (CUDA against the CPU backend for every op),
+# compute-sanitizer memcheck and racecheck on a reduced shape set, and a short benchmark of the
+# foundation ops. Prints one summary table (step, result, seconds) and exits 1 if any step failed.
+# Without a GPU every GPU step reports SKIP and the script exits 0.
+#
+# Environment: BUILD (default build-gpu), JOBS (default: all cores), STEP_TIMEOUT (seconds per
+# step, default 900), AK_GPU_TEST_BENCH=0 skips the benchmark step, AK_GPU_TEST_SANITIZE=0 skips
+# the sanitizer steps, BENCH_OPS (the --op list of the benchmark step).
+set -u
+cd "$(dirname "$0")/.."
+
+BUILD=${BUILD:-build-gpu}
+JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
+STEP_TIMEOUT=${STEP_TIMEOUT:-900}
+BENCH_OPS=${BENCH_OPS:-write,gather,convert,block_table_build,csr_build,topk_transform,dsv4_swa_indices,dsv4_combine_indices,merge_states}
+
+names=()
+results=()
+secs=()
+failed=0
+
+record() { # name result seconds
+    names+=("$1")
+    results+=("$2")
+    secs+=("$3")
+    if [ "$2" = FAIL ]; then failed=1; fi
+}
+
+# run_step NAME CMD...: PASS on exit 0, SKIP on 77, FAIL otherwise (a timeout is a FAIL).
+run_step() {
+    local name=$1
+    shift
+    echo
+    echo "==== $name: $*"
+    local t0 t1 rc
+    t0=$(date +%s.%N)
+    timeout "$STEP_TIMEOUT" "$@"
+    rc=$?
+    t1=$(date +%s.%N)
+    local dt
+    dt=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
+    if [ $rc -eq 0 ]; then
+        record "$name" PASS "$dt"
+    elif [ $rc -eq 77 ]; then
+        record "$name" SKIP "$dt"
+    else
+        [ $rc -eq 124 ] && echo "==== $name: timed out after ${STEP_TIMEOUT}s"
+        echo "==== $name: exit status $rc"
+        record "$name" FAIL "$dt"
+    fi
+}
+
+summary() {
+    echo
+    echo "==== gpu-test summary ($(date -u +%Y-%m-%dT%H:%M:%SZ), ${GPU_NAME:-no GPU})"
+    printf '%-34s %-6s %9s\n' step result seconds
+    local i
+    for i in "${!names[@]}"; do
+        printf '%-34s %-6s %9s\n' "${names[$i]}" "${results[$i]}" "${secs[$i]}"
+    done
+    if [ $failed -ne 0 ]; then echo "gpu-test: FAILED"; else echo "gpu-test: OK"; fi
+}
+
+GPU_STEPS=(configure build "ctest -L gpu" "attnkit check --backend cuda" "bench (cuda)"
+           "memcheck gpu tests (quick)" "racecheck gpu tests (quick)"
+           "memcheck attnkit check --quick" "racecheck attnkit check --quick")
+
+GPU_NAME=""
+if command -v nvidia-smi >/dev/null 2>&1; then
+    GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
+fi
+HAVE_NVCC=0
+if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then HAVE_NVCC=1; fi
+if [ -z "$GPU_NAME" ] || [ $HAVE_NVCC -eq 0 ]; then
+    echo "gpu-test: no GPU or no CUDA toolkit on this machine; every GPU step is skipped"
+    for s in "${GPU_STEPS[@]}"; do record "$s" SKIP 0.0; done
+    summary
+    exit 0
+fi
+export PATH="$PATH:/usr/local/cuda/bin"
+
+run_step configure cmake -S . -B "$BUILD" -DAK_REQUIRE_CUDA=ON -DCMAKE_BUILD_TYPE=Release
+if [ "${results[0]}" != PASS ]; then
+    for s in "${GPU_STEPS[@]:1}"; do record "$s" SKIP 0.0; done
+    summary
+    exit 1
+fi
+run_step build cmake --build "$BUILD" -j "$JOBS"
+if [ "${results[1]}" != PASS ]; then
+    for s in "${GPU_STEPS[@]:2}"; do record "$s" SKIP 0.0; done
+    summary
+    exit 1
+fi
+
+run_step "ctest -L gpu" ctest --test-dir "$BUILD" -L gpu --output-on-failure
+run_step "attnkit check --backend cuda" "./$BUILD/attnkit" check --backend cuda
+
+if [ "${AK_GPU_TEST_BENCH:-1}" != 0 ]; then
+    run_step "bench (cuda)" "./$BUILD/attnkit" bench --backend cuda --op "$BENCH_OPS"
+else
+    record "bench (cuda)" SKIP 0.0
+fi
+
+SAN=$(command -v compute-sanitizer 2>/dev/null || echo /usr/local/cuda/bin/compute-sanitizer)
+if [ "${AK_GPU_TEST_SANITIZE:-1}" = 0 ] || [ ! -x "$SAN" ]; then
+    for s in "${GPU_STEPS[@]:5}"; do record "$s" SKIP 0.0; done
+else
+    # every GPU test binary on the reduced shape set (AK_TEST_QUICK=1); 77 (skipped) passes
+    export BUILD SAN
+    SAN_TESTS='rc=0
+        for t in "$BUILD"/tests/gpu_test_*; do
+            [ -x "$t" ] || continue
+            echo "-- $0: $t"
+            AK_TEST_QUICK=1 "$SAN" --tool "$0" --error-exitcode 99 "$t"
+            r=$?
+            if [ $r -ne 0 ] && [ $r -ne 77 ]; then rc=1; fi
+        done
+        exit $rc'
+    run_step "memcheck gpu tests (quick)" bash -c "$SAN_TESTS" memcheck
+    run_step "racecheck gpu tests (quick)" bash -c "$SAN_TESTS" racecheck
+    run_step "memcheck attnkit check --quick" "$SAN" --tool memcheck --error-exitcode 99 \
+        "./$BUILD/attnkit" check --backend cuda --quick
+    run_step "racecheck attnkit check --quick" "$SAN" --tool racecheck --error-exitcode 99 \
+        "./$BUILD/attnkit" check --backend cuda --quick
+fi
+
+summary
+exit $failed
