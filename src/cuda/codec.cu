@@ -22,14 +22,66 @@
 
 /* ---- small device helpers -------------------------------------------------------------------- */
 
-/* Two fp32 to two e4m3 bytes (RNE, saturating): PTX agrees with ak_f32_to_e4m3 for every non-NaN
-   input (both round to nearest-even on the same grid and clamp to +-448); NaN keeps the integer
-   path so the sign of the NaN byte matches too. */
+/* PTX conversions, each identical to its numeric.h counterpart for every non-NaN input (same
+   grid, round to nearest even, e4m3 saturating to +-448, bf16 overflowing to inf like IEEE); NaN
+   inputs take the integer path so even NaN bytes match the CPU backend. */
 __device__ __forceinline__ uint8_t ak_dev_e4m3(float x) {
     if (ak_isnan_f32(x)) return ak_f32_to_e4m3(x);
     uint16_t r;
     asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(0.0f), "f"(x));
     return (uint8_t)(r & 0xffu);
+}
+
+/* 16 fp32 -> 16 e4m3 bytes (two per instruction). */
+__device__ __forceinline__ void ak_dev_e4m3x16(const float v[16], uint8_t q[16]) {
+    bool nan = false;
+    for (int i = 0; i < 16; i++) nan |= ak_isnan_f32(v[i]);
+    if (nan) {
+        for (int i = 0; i < 16; i++) q[i] = ak_f32_to_e4m3(v[i]);
+        return;
+    }
+    for (int i = 0; i < 16; i += 2) {
+        uint16_t r;
+        asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(v[i + 1]), "f"(v[i]));
+        q[i] = (uint8_t)(r & 0xffu);
+        q[i + 1] = (uint8_t)(r >> 8);
+    }
+}
+
+/* 16 e4m3 bytes -> 16 fp32 (exact: every e4m3 value is an f16 value). */
+__device__ __forceinline__ void ak_dev_dec_e4m3x16(const uint8_t b[16], float v[16]) {
+    uint32_t w[4];
+    memcpy(w, b, 16);
+    uint32_t nan = 0; /* a byte whose low 7 bits are 0x7f is a NaN */
+    for (int k = 0; k < 4; k++) nan |= ((w[k] & 0x7f7f7f7fu) + 0x01010101u) & 0x80808080u;
+    if (nan) {
+        for (int i = 0; i < 16; i++) v[i] = ak_e4m3_to_f32(b[i]);
+        return;
+    }
+    for (int i = 0; i < 16; i += 2) {
+        uint16_t pair = (uint16_t)(b[i] | (b[i + 1] << 8));
+        uint32_t h2;
+        asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(pair));
+        uint16_t lo = (uint16_t)(h2 & 0xffffu), hi = (uint16_t)(h2 >> 16);
+        asm("cvt.f32.f16 %0, %1;" : "=f"(v[i]) : "h"(lo));
+        asm("cvt.f32.f16 %0, %1;" : "=f"(v[i + 1]) : "h"(hi));
+    }
+}
+
+/* n (even) fp32 -> bf16, two per instruction. */
+__device__ __forceinline__ void ak_dev_bf16xn(const float *v, uint16_t *h, int n) {
+    bool nan = false;
+    for (int i = 0; i < n; i++) nan |= ak_isnan_f32(v[i]);
+    if (nan) {
+        for (int i = 0; i < n; i++) h[i] = ak_f32_to_bf16(v[i]);
+        return;
+    }
+    for (int i = 0; i < n; i += 2) {
+        uint32_t r;
+        asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(v[i + 1]), "f"(v[i]));
+        h[i] = (uint16_t)(r & 0xffffu);
+        h[i + 1] = (uint16_t)(r >> 16);
+    }
 }
 
 /* 16-byte aligned vector load/store with a scalar fallback for unaligned views. */
@@ -49,6 +101,29 @@ __device__ __forceinline__ void ak_st16(uint8_t *p, const uint8_t src[16], bool 
     } else {
         for (int i = 0; i < 16; i++) p[i] = src[i];
     }
+}
+
+/* 16 bf16 values of a cache record (any byte alignment when !vec) as fp32. */
+__device__ __forceinline__ void ak_ld_bf16x16(float v[16], const uint8_t *p, bool vec) {
+    uint8_t b[32];
+    ak_ld16(b, p, vec);
+    ak_ld16(b + 16, p + 16, vec);
+    for (int i = 0; i < 16; i++) v[i] = ak_bf16_to_f32((uint16_t)(b[2 * i] | (b[2 * i + 1] << 8)));
+}
+
+/* fp32 scale in a record: a 656 page stride need not be a multiple of 4. */
+__device__ __forceinline__ float ak_ld_f32(const uint8_t *p, bool vec) {
+    if (vec) return *(const float *)p;
+    uint32_t u = (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+    return ak_f32_from_bits(u);
+}
+__device__ __forceinline__ void ak_st_f32(uint8_t *p, float x, bool vec) {
+    if (vec) {
+        *(float *)p = x;
+        return;
+    }
+    uint32_t u = ak_f32_bits(x);
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(u >> (8 * i));
 }
 
 /* Loads n (8 or 16) consecutive elements of dtype dt as fp32; vec: the address is 16-byte aligned. */
@@ -94,8 +169,10 @@ __device__ __forceinline__ void ak_store_vals(void *base, int64_t off, const flo
         }
     } else {
         uint16_t h[16];
-        for (int i = 0; i < n; i++)
-            h[i] = dt == AK_DTYPE_BF16 ? ak_f32_to_bf16(v[i]) : ak_f32_to_f16(v[i]);
+        if (dt == AK_DTYPE_BF16 && n % 2 == 0) ak_dev_bf16xn(v, h, n);
+        else
+            for (int i = 0; i < n; i++)
+                h[i] = dt == AK_DTYPE_BF16 ? ak_f32_to_bf16(v[i]) : ak_f32_to_f16(v[i]);
         uint16_t *p = (uint16_t *)base + off;
         if (vec) {
             for (int i = 0; i < n; i += 8) {
@@ -199,35 +276,40 @@ __device__ __forceinline__ void ak_mla_decode_chunk(const ak_mla_geo &g, const u
     uint8_t b[16];
     switch (g.c.layout) {
     case AK_LAYOUT_MLA_BF16: {
-        const uint8_t *p = rope ? rec + 1024 + rc * 32 : rec + ch * 32;
-        ak_load_vals(v, 16, p, 0, AK_DTYPE_BF16, g.vec);
+        ak_ld_bf16x16(v, rope ? rec + 1024 + rc * 32 : rec + ch * 32, g.vec);
         break;
     }
     case AK_LAYOUT_MLA_FP8_PERTENSOR: {
         float s = ak_kv_k_scale(&g.c);
         ak_ld16(b, rope ? rec + 512 + rc * 16 : rec + ch * 16, g.vec);
-        for (int i = 0; i < 16; i++) v[i] = ak_e4m3_to_f32(b[i]) * s;
+        ak_dev_dec_e4m3x16(b, v);
+        for (int i = 0; i < 16; i++) v[i] = __fmul_rn(v[i], s);
         break;
     }
     case AK_LAYOUT_DSA_FP8_BLOCKSCALE: {
         if (rope) {
-            ak_load_vals(v, 16, rec + 528 + rc * 32, 0, AK_DTYPE_BF16, g.vec);
+            ak_ld_bf16x16(v, rec + 528 + rc * 32, g.vec);
         } else {
-            float s = ((const float *)(rec + 512))[ch >> 3];
+            float s = ak_ld_f32(rec + 512 + 4 * (ch >> 3), g.vec);
             ak_ld16(b, rec + ch * 16, g.vec);
-            for (int i = 0; i < 16; i++) v[i] = ak_bf16_to_f32(ak_f32_to_bf16(ak_e4m3_to_f32(b[i]) * s));
+            ak_dev_dec_e4m3x16(b, v);
+            for (int i = 0; i < 16; i++) v[i] = __fmul_rn(v[i], s);
+            uint16_t h[16];
+            ak_dev_bf16xn(v, h, 16); /* bf16_rn(q * s), layouts.md 4 */
+            for (int i = 0; i < 16; i++) v[i] = ak_bf16_to_f32(h[i]);
         }
         break;
     }
     default: { /* DSV4_FP8_UE8M0 */
         if (rope) {
-            ak_load_vals(v, 16, rec + 448 + rc * 32, 0, AK_DTYPE_BF16, g.vec);
+            ak_ld_bf16x16(v, rec + 448 + rc * 32, g.vec);
         } else {
             const uint8_t *page = rec - (int64_t)t * AK_DSV4_DATA_BYTES;
             uint8_t e = page[(int64_t)g.c.page_size * AK_DSV4_DATA_BYTES + (int64_t)t * 8 + (ch >> 2)];
             float s = ak_ue8m0_to_f32(e);
             ak_ld16(b, rec + ch * 16, g.vec);
-            for (int i = 0; i < 16; i++) v[i] = ak_e4m3_to_f32(b[i]) * s;
+            ak_dev_dec_e4m3x16(b, v);
+            for (int i = 0; i < 16; i++) v[i] = __fmul_rn(v[i], s);
         }
         break;
     }
@@ -312,21 +394,22 @@ __device__ void ak_mla_encode_token(const ak_mla_geo &dst, const ak_mla_src &src
         case AK_LAYOUT_MLA_BF16: {
             int off = rope ? 1024 + (ch - 32) * 32 : ch * 32;
             uint16_t h[16];
-            for (int i = 0; i < 16; i++) h[i] = ak_f32_to_bf16(v[i]);
+            ak_dev_bf16xn(v, h, 16);
             ak_st16(rec + off, (const uint8_t *)h, dst.vec);
             ak_st16(rec + off + 16, (const uint8_t *)(h + 8), dst.vec);
             break;
         }
         case AK_LAYOUT_MLA_FP8_PERTENSOR: {
             float s = ak_kv_k_scale(&dst.c);
-            for (int i = 0; i < 16; i++) q[i] = ak_dev_e4m3(__fdiv_rn(v[i], s));
+            for (int i = 0; i < 16; i++) v[i] = __fdiv_rn(v[i], s);
+            ak_dev_e4m3x16(v, q);
             ak_st16(rec + (rope ? 512 + (ch - 32) * 16 : ch * 16), q, dst.vec);
             break;
         }
         case AK_LAYOUT_DSA_FP8_BLOCKSCALE: {
             if (rope) {
                 uint16_t h[16];
-                for (int i = 0; i < 16; i++) h[i] = ak_f32_to_bf16(v[i]);
+                ak_dev_bf16xn(v, h, 16);
                 ak_st16(rec + 528 + (ch - 32) * 32, (const uint8_t *)h, dst.vec);
                 ak_st16(rec + 528 + (ch - 32) * 32 + 16, (const uint8_t *)(h + 8), dst.vec);
                 break;
@@ -338,27 +421,35 @@ __device__ void ak_mla_encode_token(const ak_mla_geo &dst, const ak_mla_src &src
                 if (rule == AK_QUANT_FP32) {
                     s = __fdiv_rn(amax, 448.0f);
                     if (!(s >= 1e-4f)) s = 1e-4f;
+                    for (int i = 0; i < 16; i++) v[i] = __fdiv_rn(v[i], s);
                 } else {
-                    s = ak_pow2_f32(ak_scale_pow2_exp(amax)); /* AMAX_FLOOR is a 584-only rule */
+                    /* AMAX_FLOOR is a 584-only rule. x / 2^k == x * 2^-k exactly (one rounding
+                       of the same real number), so the power-of-two path multiplies. */
+                    int32_t k = ak_scale_pow2_exp(amax);
+                    s = ak_pow2_f32(k);
+                    const float rs = ak_pow2_f32(-k);
+                    for (int i = 0; i < 16; i++) v[i] = __fmul_rn(v[i], rs);
                 }
-                for (int i = 0; i < 16; i++) q[i] = ak_dev_e4m3(__fdiv_rn(v[i], s));
+                ak_dev_e4m3x16(v, q);
             }
             ak_st16(rec + ch * 16, q, dst.vec);
-            if ((ch & 7) == 0) ((float *)(rec + 512))[ch >> 3] = s;
+            if ((ch & 7) == 0) ak_st_f32(rec + 512 + 4 * (ch >> 3), s, dst.vec);
             break;
         }
         default: { /* DSV4_FP8_UE8M0 */
             if (rope) {
                 uint16_t h[16];
-                for (int i = 0; i < 16; i++) h[i] = ak_f32_to_bf16(v[i]);
+                ak_dev_bf16xn(v, h, 16);
                 ak_st16(rec + 448 + (ch - 28) * 32, (const uint8_t *)h, dst.vec);
                 ak_st16(rec + 448 + (ch - 28) * 32 + 16, (const uint8_t *)(h + 8), dst.vec);
                 break;
             }
             int32_t e = 127 + ak_dev_pow2_exp(amax, rule);
             e = e < 1 ? 1 : e > 254 ? 254 : e;
-            float s = ak_ue8m0_to_f32((uint8_t)e);
-            for (int i = 0; i < 16; i++) q[i] = ak_dev_e4m3(__fdiv_rn(v[i], s));
+            /* 1 / 2^(e-127) is exact (2^-127 is an fp32 subnormal): multiply, as above */
+            const float rs = __fdiv_rn(1.0f, ak_ue8m0_to_f32((uint8_t)e));
+            for (int i = 0; i < 16; i++) v[i] = __fmul_rn(v[i], rs);
+            ak_dev_e4m3x16(v, q);
             ak_st16(rec + ch * 16, q, dst.vec);
             uint8_t *srow = rec - (int64_t)t * AK_DSV4_DATA_BYTES +
                             (int64_t)dst.c.page_size * AK_DSV4_DATA_BYTES + (int64_t)t * 8;

@@ -131,6 +131,7 @@ __global__ void ak_csr_kernel(ak_i32m r2t, ak_i32v req_ids, ak_i32v kv_start, ak
             indices[(start + e) * indices_s] = slot >= 0 ? slot / P : -1;
         }
     }
+    if (B == 0 && blockIdx.x == 0 && threadIdx.x == 0) indptr[0] = 0;
     const int64_t first = total < cap ? total : cap;
     for (int64_t e = first + (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < cap;
          e += (int64_t)gridDim.x * blockDim.x)
@@ -300,6 +301,7 @@ __global__ void ak_combine_kernel(ak_i32m raw, ak_i32v seq_lens, ak_i32v cu, int
     const int32_t r = blockIdx.y;
     const int64_t cu0 = cu.p ? ak_at(cu, 0) : 0;
     if (r == B) {
+        if (B == 0 && swa_off != NULL && blockIdx.x == 0 && threadIdx.x == 0) swa_off[0] = 0;
         const int64_t first = cu.p ? (int64_t)ak_at(cu, B) - cu0 : B;
         for (int64_t t = (first > 0 ? first : 0) + blockIdx.x; t < T; t += gridDim.x) {
             for (int32_t j = threadIdx.x; j < W; j += blockDim.x) indices[t * ind_rs + j] = -1;
