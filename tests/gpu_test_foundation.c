@@ -241,7 +241,6 @@ static void write_case(ak_rng *r, ak_layout l, int32_t P, int64_t extra_stride, 
                        ak_dtype in_dt, int64_t n) {
     ak_cache c;
     CHECK_STATUS(ak_cache_init(&c, l, (void *)16, 8, P), AK_OK);
-    c.data = NULL;
     c.page_stride = ak_cache_stride_min(&c) + extra_stride;
     if (l == AK_LAYOUT_MLA_FP8_PERTENSOR) c.k_scale = 0.375f;
     pair p;
@@ -337,11 +336,11 @@ static void gather_case(ak_rng *r, ak_layout l, int32_t P, int64_t extra_stride,
     size_t ob = (size_t)(n * os * es);
     uint8_t *oc = (uint8_t *)malloc(ob), *og = (uint8_t *)malloc(ob);
     ak_poison(oc, ob, out_dt);
-    int64_t ss[1] = {n}, osh[2] = {n, w};
+    int64_t ss[1] = {n}, osh[2] = {n, os};
     tpair st, outp;
     tpair_make(&st, s, AK_DTYPE_I32, 1, ss);
-    tpair_make(&outp, oc, out_dt, 2, osh);
-    outp.h.strides[0] = outp.d.strides[0] = os;
+    tpair_make(&outp, oc, out_dt, 2, osh); /* the whole padded buffer, viewed as [n, w] */
+    outp.h.shape[1] = outp.d.shape[1] = w;
     float *scale_c = NULL;
     tpair sp;
     int raw = out_dt == AK_DTYPE_E4M3;
