@@ -740,49 +740,89 @@ static ak_nhd ak_nhd_of(const ak_tensor *t) {
     return v;
 }
 
+/* Work of one token is R = h_kv * chunks items. A block covers T = blockDim / R tokens per step
+   (one token in several rounds when R > blockDim), so the slot, page and in-page offset are
+   computed once per token and only 32-bit divisions remain per item. */
+struct ak_tok_map {
+    int32_t T, off, r0, rstep;
+};
+__device__ __forceinline__ ak_tok_map ak_tok_map_of(int32_t R) {
+    ak_tok_map m;
+    if (R >= (int32_t)blockDim.x) {
+        m.T = 1;
+        m.off = 0;
+        m.r0 = threadIdx.x;
+        m.rstep = blockDim.x;
+    } else {
+        m.T = blockDim.x / R;
+        m.off = threadIdx.x / R;
+        m.r0 = threadIdx.x - m.off * R;
+        m.rstep = R;
+    }
+    return m;
+}
+static int ak_tok_per_block(int32_t R) { return R >= 256 ? 1 : 256 / R; }
+
+/* Element offset of (token at in-page offset t of the page starting at element `base`, head):
+   ak_kv_mha_offset with the page split hoisted out of the per-item loop. */
+__device__ __forceinline__ int64_t ak_mha_base(const ak_mha_pool &p, uint32_t slot, uint32_t *t) {
+    const uint32_t page = slot / (uint32_t)p.c.page_size;
+    *t = slot - page * (uint32_t)p.c.page_size;
+    const int64_t esz = p.c.elem_dtype == AK_DTYPE_E4M3 ? 1 : 2;
+    return (int64_t)page * (p.stride / esz);
+}
+__device__ __forceinline__ int64_t ak_mha_off(const ak_mha_pool &p, int64_t base, uint32_t t,
+                                              int32_t head) {
+    if (p.c.layout == AK_LAYOUT_MHA_NHD) return base + ((int64_t)t * p.c.h_kv + head) * p.dim;
+    return base + ((int64_t)head * p.c.page_size + t) * p.dim;
+}
+
 template <int w>
 __global__ void ak_mha_write_kernel(ak_mha_pool p, ak_nhd in, const int32_t *slots,
                                     int64_t slot_stride, int64_t n) {
-    const int32_t h = p.c.h_kv, cpr = (p.dim + w - 1) / w; /* chunks per row */
-    const int64_t total = n * h * cpr;
+    const int32_t cpr = (p.dim + w - 1) / w; /* chunks per row */
+    const ak_tok_map m = ak_tok_map_of(p.c.h_kv * cpr);
+    if (m.off >= m.T) return;
     const float scale = p.c.elem_dtype == AK_DTYPE_E4M3 ? ak_mha_scale(p) : 1.0f;
-    for (int64_t it = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; it < total;
-         it += (int64_t)gridDim.x * blockDim.x) {
-        int64_t i = it / ((int64_t)h * cpr);
-        int32_t r = (int32_t)(it - i * h * cpr), head = r / cpr, d0 = (r - head * cpr) * w;
-        uint32_t slot = (uint32_t)slots[i * slot_stride];
+    for (int64_t i = (int64_t)blockIdx.x * m.T + m.off; i < n; i += (int64_t)gridDim.x * m.T) {
+        const uint32_t slot = (uint32_t)slots[i * slot_stride];
         if (slot >= p.cap) continue;
-        float v[8];
-        const int64_t ioff = i * in.s0 + head * in.s1 + d0;
-        if (w == 8) ak_load_vals(v, 8, in.data, ioff, in.dtype, in.vec);
-        else ak_load_vals(v, 1, in.data, ioff, in.dtype, false);
-        int64_t off = ak_kv_mha_offset(&p.c, p.stride, p.dim, (int32_t)slot, head) + d0;
-        ak_mha_store(p, off, w, v, NULL, false, scale);
+        uint32_t t;
+        const int64_t base = ak_mha_base(p, slot, &t);
+        for (int32_t r = m.r0; r < p.c.h_kv * cpr; r += m.rstep) {
+            const int32_t head = r / cpr, d0 = (r - head * cpr) * w;
+            float v[8];
+            const int64_t ioff = i * in.s0 + head * in.s1 + d0;
+            if (w == 8) ak_load_vals(v, 8, in.data, ioff, in.dtype, in.vec);
+            else ak_load_vals(v, 1, in.data, ioff, in.dtype, false);
+            ak_mha_store(p, ak_mha_off(p, base, t, head) + d0, w, v, NULL, false, scale);
+        }
     }
 }
 
 template <int w>
 __global__ void ak_mha_gather_kernel(ak_mha_pool p, const int32_t *slots, int64_t slot_stride,
                                      int64_t n, ak_nhd out) {
-    const int32_t h = p.c.h_kv, cpr = (p.dim + w - 1) / w;
-    const int64_t total = n * h * cpr;
+    const int32_t cpr = (p.dim + w - 1) / w;
+    const ak_tok_map m = ak_tok_map_of(p.c.h_kv * cpr);
+    if (m.off >= m.T) return;
     const float scale = p.c.elem_dtype == AK_DTYPE_E4M3 ? ak_mha_scale(p) : 1.0f;
-    for (int64_t it = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; it < total;
-         it += (int64_t)gridDim.x * blockDim.x) {
-        int64_t i = it / ((int64_t)h * cpr);
-        int32_t r = (int32_t)(it - i * h * cpr), head = r / cpr, d0 = (r - head * cpr) * w;
-        uint32_t slot = (uint32_t)slots[i * slot_stride];
-        float v[8];
-        uint8_t raw[16];
-        if (slot < p.cap) {
-            int64_t off = ak_kv_mha_offset(&p.c, p.stride, p.dim, (int32_t)slot, head) + d0;
-            ak_mha_load(p, off, w, v, raw, scale);
-        } else {
-            for (int k = 0; k < 8; k++) v[k] = 0.0f;
+    for (int64_t i = (int64_t)blockIdx.x * m.T + m.off; i < n; i += (int64_t)gridDim.x * m.T) {
+        const uint32_t slot = (uint32_t)slots[i * slot_stride];
+        const bool ok = slot < p.cap;
+        uint32_t t = 0;
+        const int64_t base = ok ? ak_mha_base(p, slot, &t) : 0;
+        for (int32_t r = m.r0; r < p.c.h_kv * cpr; r += m.rstep) {
+            const int32_t head = r / cpr, d0 = (r - head * cpr) * w;
+            float v[8];
+            uint8_t raw[16];
+            if (ok) ak_mha_load(p, ak_mha_off(p, base, t, head) + d0, w, v, raw, scale);
+            else
+                for (int k = 0; k < 8; k++) v[k] = 0.0f;
+            const int64_t ooff = i * out.s0 + head * out.s1 + d0;
+            if (w == 8) ak_store_vals(out.data, ooff, v, 8, out.dtype, out.vec);
+            else ak_store_vals(out.data, ooff, v, 1, out.dtype, false);
         }
-        const int64_t ooff = i * out.s0 + head * out.s1 + d0;
-        if (w == 8) ak_store_vals(out.data, ooff, v, 8, out.dtype, out.vec);
-        else ak_store_vals(out.data, ooff, v, 1, out.dtype, false);
     }
 }
 
@@ -790,23 +830,25 @@ __global__ void ak_mha_gather_kernel(ak_mha_pool p, const int32_t *slots, int64_
 template <int w>
 __global__ void ak_mha_convert_kernel(ak_mha_pool s, ak_mha_pool d, const int32_t *pages,
                                       int64_t pstride, int64_t nslots) {
-    const int32_t h = s.c.h_kv, cpr = (s.dim + w - 1) / w;
-    const int64_t total = nslots * h * cpr;
+    const int32_t cpr = (s.dim + w - 1) / w;
+    const ak_tok_map m = ak_tok_map_of(s.c.h_kv * cpr);
+    if (m.off >= m.T) return;
     const float ss = s.c.elem_dtype == AK_DTYPE_E4M3 ? ak_mha_scale(s) : 1.0f;
     const float ds = d.c.elem_dtype == AK_DTYPE_E4M3 ? ak_mha_scale(d) : 1.0f;
     const bool same = s.c.elem_dtype == d.c.elem_dtype;
-    for (int64_t it = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; it < total;
-         it += (int64_t)gridDim.x * blockDim.x) {
-        int64_t i = it / ((int64_t)h * cpr);
-        int32_t r = (int32_t)(it - i * h * cpr), head = r / cpr, d0 = (r - head * cpr) * w;
+    for (int64_t i = (int64_t)blockIdx.x * m.T + m.off; i < nslots; i += (int64_t)gridDim.x * m.T) {
         uint32_t slot;
         if (!ak_convert_slot(pages, pstride, s.c.page_size, (uint32_t)s.c.num_pages, i, &slot)) continue;
         if (slot >= d.cap) continue;
-        float v[8];
-        uint8_t raw[16];
-        ak_mha_load(s, ak_kv_mha_offset(&s.c, s.stride, s.dim, (int32_t)slot, head) + d0, w, v, raw, ss);
-        ak_mha_store(d, ak_kv_mha_offset(&d.c, d.stride, d.dim, (int32_t)slot, head) + d0, w, v,
-                     raw, same, ds);
+        uint32_t st, dt;
+        const int64_t sb = ak_mha_base(s, slot, &st), db = ak_mha_base(d, slot, &dt);
+        for (int32_t r = m.r0; r < s.c.h_kv * cpr; r += m.rstep) {
+            const int32_t head = r / cpr, d0 = (r - head * cpr) * w;
+            float v[8];
+            uint8_t raw[16];
+            ak_mha_load(s, ak_mha_off(s, sb, st, head) + d0, w, v, raw, ss);
+            ak_mha_store(d, ak_mha_off(d, db, dt, head) + d0, w, v, raw, same, ds);
+        }
     }
 }
 
@@ -954,7 +996,7 @@ extern "C" ak_status ak_cuda_mha_cache_write(ak_context *ctx, const ak_cache *ca
         if (t == NULL) continue;
         ak_mha_pool p = ak_mha_pool_of(cache, is_v);
         int w = ak_mha_width(cache, is_v);
-        int64_t items = n * cache->h_kv * ((p.dim + w - 1) / w);
+        int64_t items = n * 256 / ak_tok_per_block(cache->h_kv * ((p.dim + w - 1) / w));
         if (w == 8)
             ak_mha_write_kernel<8><<<ak_grid_for(ctx, items, 256), 256, 0, st>>>(
                 p, ak_nhd_of(t), (const int32_t *)slots->data, slots->strides[0], n);
@@ -971,7 +1013,7 @@ static ak_status ak_mha_gather_pool(ak_context *ctx, const ak_cache *cache, int 
     const int64_t n = slots->shape[0];
     ak_mha_pool p = ak_mha_pool_of(cache, is_v);
     int w = ak_mha_width(cache, is_v);
-    int64_t items = n * cache->h_kv * ((p.dim + w - 1) / w);
+    int64_t items = n * 256 / ak_tok_per_block(cache->h_kv * ((p.dim + w - 1) / w));
     if (w == 8)
         ak_mha_gather_kernel<8><<<ak_grid_for(ctx, items, 256), 256, 0, ak_stream(ctx)>>>(
             p, (const int32_t *)slots->data, slots->strides[0], n, ak_nhd_of(out));
@@ -1029,7 +1071,7 @@ extern "C" ak_status ak_cuda_cache_convert(ak_context *ctx, const ak_cache *src,
         for (int is_v = 0; is_v < 2; is_v++) {
             ak_mha_pool s = ak_mha_pool_of(src, is_v), d = ak_mha_pool_of(dst, is_v);
             int w = ak_mha_width(src, is_v);
-            int64_t items = nslots * src->h_kv * ((s.dim + w - 1) / w);
+            int64_t items = nslots * 256 / ak_tok_per_block(src->h_kv * ((s.dim + w - 1) / w));
             if (w == 8)
                 ak_mha_convert_kernel<8><<<ak_grid_for(ctx, items, 256), 256, 0, st>>>(s, d, pg, pstride, nslots);
             else

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #define AK_PT_THREADS 256
+#define AK_CSR_THREADS 512 /* a request's 2048 pages in 4 rounds per thread */
 
 /* A 1-D int32 view with a stride (NULL data = absent). */
 struct ak_i32v {
@@ -41,9 +42,9 @@ static ak_i32m ak_i32m_of(const ak_tensor *t) {
     return m;
 }
 
-/* Sum over the block of one int64 per thread; every thread gets the result. */
+/* Sum over the block (up to 1024 threads) of one int64 per thread; every thread gets it. */
 __device__ int64_t ak_block_sum(int64_t v) {
-    __shared__ int64_t part[AK_PT_THREADS / 32];
+    __shared__ int64_t part[32];
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     const int w = threadIdx.x >> 5;
     __syncthreads(); /* part[] may still be read by a previous call */
@@ -126,6 +127,7 @@ __global__ void ak_csr_kernel(ak_i32m r2t, ak_i32v req_ids, ak_i32v kv_start, ak
         }
         const int64_t req = req_ids.p ? ak_at(req_ids, b) : b;
         const int64_t s0 = kv_start.p ? ak_at(kv_start, b) : 0;
+#pragma unroll 4
         for (int64_t e = threadIdx.x; e < cnt && start + e < cap; e += blockDim.x) {
             int32_t slot = ak_r2t(r2t, req, s0 + e * P);
             indices[(start + e) * indices_s] = slot >= 0 ? slot / P : -1;
@@ -148,7 +150,7 @@ extern "C" ak_status ak_cuda_csr_build(ak_context *ctx, const ak_tensor *req_to_
     const int64_t cap = kv_indices->shape[0];
     int blocks = B < 1 ? 1 : B;
     if (blocks > 4096) blocks = 4096;
-    ak_csr_kernel<<<blocks, AK_PT_THREADS, 0, ak_stream(ctx)>>>(
+    ak_csr_kernel<<<blocks, AK_CSR_THREADS, 0, ak_stream(ctx)>>>(
         ak_i32m_of(req_to_token), ak_i32v_of(req_ids), ak_i32v_of(kv_start), ak_i32v_of(seq_lens),
         page_size, B, (int32_t *)kv_indptr->data, kv_indptr->strides[0],
         (int32_t *)kv_indices->data, cap > 0 ? kv_indices->strides[0] : 0, cap,
