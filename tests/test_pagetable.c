@@ -446,3 +446,23 @@ AK_TEST(combine_rejects) {
                  AK_ERR_INVALID_ARGUMENT, "lengths");
     ak_context_destroy(ctx);
 }
+
+AK_TEST(combine_decode_rows_without_cu_seqlens) {
+    ak_context *ctx = ctx_make(2);
+    /* one row per request (q_len 1), C4 dense positions, W = 256 */
+    int32_t sl[3] = {5, 300, 1}, c_max = 75, topk = 64, window = 128;
+    int64_t w = 256, rows = 4; /* one padding row */
+    int32_t ri[4 * 256], rl[4], ro[4], gi[4 * 256], gl[4], go[4];
+    orc_combine(NULL, sl, NULL, 3, 4, topk, c_max, window, ri, w, rl, rows, ro);
+    ak_tensor ts = t1(sl, 3), ti = t2(gi, rows, w), tl = t1(gl, rows), to = t1(go, 4);
+    poison(gi, rows * w);
+    CHECK_STATUS(ak_dsv4_combine_indices(ctx, NULL, &ts, NULL, 4, topk, c_max, window, &ti, &tl, &to),
+                 AK_OK);
+    same(gi, ri, rows * w, "decode combined indices");
+    same(gl, rl, rows, "decode combined lengths");
+    same(go, ro, 4, "decode swa_offsets");
+    /* request 1 at pos 299: 64 compressed entries (75 visible, topk 64), then 128 window rows */
+    CHECK(gl[1] == 64 + 128 && gi[1 * 256] == 75 && gi[1 * 256 + 64] == 3 * 75 + 5);
+    CHECK(gl[3] == 0 && gi[3 * 256] == -1);
+    ak_context_destroy(ctx);
+}
