@@ -108,28 +108,48 @@ static int64_t row_off(const ak_tensor *t, int ragged, int32_t q_len, int64_t ro
 
 /* ---- math kernels (plain loops the compiler vectorizes) ----------------------------------- */
 
-/* fp32 dot product with 16 independent partial sums (n is a multiple of 16: head dims 64..256). */
+/* Head dims are multiples of 16 (64, 128, 192, 256): every loop below runs whole blocks of 16
+   lanes, which the compiler turns into vector code without a scalar epilogue even at -O2. */
+enum { MHA_LANES = 16 };
+
+/* fp32 dot product with 16 independent partial sums, combined in a fixed tree. */
 static float dot_f32(const float *restrict x, const float *restrict y, int32_t n) {
-    float part[16] = {0};
-    for (int32_t d = 0; d < n; d += 16)
-        for (int32_t k = 0; k < 16; k++) part[k] += x[d + k] * y[d + k];
-    for (int32_t w = 8; w > 0; w >>= 1)
+    float part[MHA_LANES] = {0};
+    for (int32_t d = 0; d < n; d += MHA_LANES)
+        for (int32_t k = 0; k < MHA_LANES; k++) part[k] += x[d + k] * y[d + k];
+    for (int32_t w = MHA_LANES / 2; w > 0; w >>= 1)
         for (int32_t k = 0; k < w; k++) part[k] += part[k + w];
     return part[0];
 }
 
 static void axpy_f32(float *restrict acc, float p, const float *restrict v, int32_t n) {
-    for (int32_t d = 0; d < n; d++) acc[d] += p * v[d];
+    for (int32_t d = 0; d < n; d += MHA_LANES)
+        for (int32_t k = 0; k < MHA_LANES; k++) acc[d + k] += p * v[d + k];
 }
 
 static void scale_f32(float *restrict x, float s, int32_t n) {
-    for (int32_t d = 0; d < n; d++) x[d] *= s;
+    for (int32_t d = 0; d < n; d += MHA_LANES)
+        for (int32_t k = 0; k < MHA_LANES; k++) x[d + k] *= s;
 }
 
-/* Dequantizes n elements of a pool starting at element offset off (fp8: times the scale). */
-static void decode_row(const ak_cache *c, const void *pool, int64_t off, float scale,
+/* Dequantizes n elements of a pool from element offset off, exactly as ak_kv_mha_elem does
+   (fp8: float(q) * scale); the dtype switch sits outside the loops so they vectorize. */
+static void decode_row(ak_dtype dt, const void *pool, int64_t off, float scale,
                        float *restrict dst, int32_t n) {
-    for (int32_t d = 0; d < n; d++) dst[d] = ak_kv_mha_elem(c, pool, off + d, scale);
+    if (dt == AK_DTYPE_E4M3) {
+        const uint8_t *src = (const uint8_t *)pool + off;
+        for (int32_t d = 0; d < n; d += MHA_LANES)
+            for (int32_t k = 0; k < MHA_LANES; k++) dst[d + k] = ak_e4m3_to_f32(src[d + k]) * scale;
+        return;
+    }
+    const uint16_t *src = (const uint16_t *)pool + off;
+    if (dt == AK_DTYPE_F16) {
+        for (int32_t d = 0; d < n; d += MHA_LANES)
+            for (int32_t k = 0; k < MHA_LANES; k++) dst[d + k] = ak_f16_to_f32(src[d + k]);
+    } else {
+        for (int32_t d = 0; d < n; d += MHA_LANES)
+            for (int32_t k = 0; k < MHA_LANES; k++) dst[d + k] = ak_bf16_to_f32(src[d + k]);
+    }
 }
 
 /* ---- the work item ------------------------------------------------------------------------- */
@@ -217,9 +237,9 @@ static void mha_item(void *arg, int64_t item, int32_t thread) {
             int32_t slot = slot_of(j, b, j0 + t);
             key_ok[t] = slot >= 0;
             if (slot < 0) continue; /* masked by selection: its bytes are never read */
-            decode_row(c, kpool, ak_kv_mha_offset(c, j->k_stride, dq, slot, g), j->k_scale,
+            decode_row(c->elem_dtype, kpool, ak_kv_mha_offset(c, j->k_stride, dq, slot, g), j->k_scale,
                        kf + (size_t)t * dq, dq);
-            decode_row(c, vpool, ak_kv_mha_offset(c, j->v_stride, dv, slot, g), j->v_scale,
+            decode_row(c->elem_dtype, vpool, ak_kv_mha_offset(c, j->v_stride, dv, slot, g), j->v_scale,
                        vf + (size_t)t * dv, dv);
         }
         for (int32_t r = 0; r < nr; r++) {
