@@ -142,7 +142,7 @@ static int mha_host_build(mha_host *h, const mha_shape *s, uint64_t seed) {
     }
     h->total_q = s->ragged ? h->cu[s->B] + 1 : (int64_t)s->B * s->ql[0]; /* one padding row */
     int64_t qn = h->total_q * s->h_q * s->dqk;
-    h->q = (uint16_t *)malloc(sizeof(uint16_t) * (size_t)(qn > 0 ? qn : 1));
+    h->q = (uint16_t *)calloc((size_t)qn + 1, sizeof(uint16_t));
     if (!h->q) return 0;
     for (int64_t i = 0; i < qn; i++) h->q[i] = bf16_bits(rnd_normal(&r));
     for (int32_t k = 0; k < s->h_q; k++) {
