@@ -525,6 +525,10 @@ AK_TEST(mha_bad_inputs) {
     a = m.args;
     CHECK_REJECT(ak_mha(ctx, &a, w, ws - 1), AK_ERR_WORKSPACE_TOO_SMALL, "workspace");
     CHECK_REJECT(ak_mha(ctx, &a, NULL, ws), AK_ERR_WORKSPACE_TOO_SMALL, "workspace");
+    /* a workspace at an odd address is fine: the size query includes alignment slack */
+    char *odd = (char *)malloc(ws + 3);
+    CHECK_STATUS(ak_mha(ctx, &a, odd + 3, ws), AK_OK);
+    free(odd);
 
     /* h_q not divisible by h_kv: q with 3 heads over 2 kv heads */
     ak_tensor q3 = m.tq;

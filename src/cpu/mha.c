@@ -48,7 +48,8 @@ static int32_t mha_batch(const ak_mha_args *a) {
 }
 
 ak_status ak_cpu_mha_workspace_size(ak_context *ctx, const ak_mha_args *a, size_t *bytes) {
-    size_t head = align_up(((size_t)mha_batch(a) + 1) * sizeof(int64_t));
+    /* MHA_ALIGN bytes of slack let the caller's pointer have any alignment */
+    size_t head = MHA_ALIGN + align_up(((size_t)mha_batch(a) + 1) * sizeof(int64_t));
     *bytes = head + (size_t)ak_context_num_threads(ctx) *
                         thread_bytes(a->cache->head_dim, a->cache->head_dim_v);
     return AK_OK;
@@ -376,7 +377,8 @@ ak_status ak_cpu_mha(ak_context *ctx, const ak_mha_args *a, void *workspace,
     AK_TRY(check_values(&j, total_q));
 
     (void)workspace_bytes; /* the entry point compared it with the size query */
-    int64_t *tile_start = (int64_t *)workspace;
+    uint8_t *ws = (uint8_t *)workspace + (MHA_ALIGN - (uintptr_t)workspace % MHA_ALIGN) % MHA_ALIGN;
+    int64_t *tile_start = (int64_t *)ws;
     tile_start[0] = 0;
     for (int32_t b = 0; b < j.B; b++) {
         int64_t row0;
@@ -385,7 +387,7 @@ ak_status ak_cpu_mha(ak_context *ctx, const ak_mha_args *a, void *workspace,
         tile_start[b + 1] = tile_start[b] + ((int64_t)len * j.group + MHA_ROW_TILE - 1) / MHA_ROW_TILE;
     }
     j.tile_start = tile_start;
-    j.scratch = (uint8_t *)workspace + align_up(((size_t)j.B + 1) * sizeof(int64_t));
+    j.scratch = ws + align_up(((size_t)j.B + 1) * sizeof(int64_t));
     j.per_thread = thread_bytes(j.d_qk, j.d_v);
 
     /* ragged rows outside [cu_seqlens_q[0], cu_seqlens_q[B]) belong to no request: empty rows */
