@@ -278,7 +278,9 @@ static void mha_build(mha_built *m, const mha_case *c, ak_rng *r) {
     p->k_page_bytes = kpage;
     p->v_page_bytes = vpage;
     p->hnd = c->layout == AK_LAYOUT_MHA_HND;
-    p->elem = c->elem == AK_DTYPE_E4M3 ? ORC_KV_E4M3 : c->elem == AK_DTYPE_F16 ? ORC_KV_F16 : ORC_KV_BF16;
+    p->elem = c->elem == AK_DTYPE_E4M3  ? ORC_KV_E4M3
+              : c->elem == AK_DTYPE_F16 ? ORC_KV_F16
+                                        : ORC_KV_BF16;
     p->num_pages = m->num_pages;
     p->page_size = P;
     p->h_kv = c->h_kv;
@@ -349,7 +351,8 @@ static void mha_check(const mha_case *c, int32_t threads) {
     mha_build(&m, c, &r);
     ak_context *ctx = cpu_ctx(threads);
     ak_status s = mha_run(ctx, &m);
-    CHECK_MSG(s == AK_OK, "%s: ak_mha returned %s (%s)", c->name, ak_status_name(s), ak_last_error());
+    CHECK_MSG(s == AK_OK, "%s: ak_mha returned %s (%s)", c->name, ak_status_name(s),
+              ak_last_error());
     if (s == AK_OK) {
         int64_t n = m.total_q * c->h_q;
         double *ro = (double *)malloc(sizeof(double) * (size_t)(n * c->dv + 1));

@@ -131,7 +131,7 @@ fail:
     return st;
 }
 
-/* ---- merge ------------------------------------------------------------------------------------ */
+/* ---- merge ---------------------------------------------------------------------------------- */
 
 typedef struct merge_bench {
     void *outs, *lses, *out, *lse;
@@ -194,8 +194,8 @@ fail:
 ak_status ak_bench_mha(ak_context *ctx, const ak_bench_opts *o, const char *op,
                        ak_bench_list *out) {
     int cpu = ak_context_backend(ctx) == AK_BACKEND_CPU;
-    const ak_model *m = o->model != NULL && o->model->kind == AK_MODEL_MHA ? o->model
-                                                                           : ak_model_find("llama3-8b");
+    const ak_model *m =
+        o->model != NULL && o->model->kind == AK_MODEL_MHA ? o->model : ak_model_find("llama3-8b");
     if (m == NULL) return AK_OK;
     ak_status st = AK_OK;
     if (cpu && ak_bench_wants(op, "mha_decode")) {

@@ -238,10 +238,10 @@ static void mha_item(void *arg, int64_t item, int32_t thread) {
             int32_t slot = slot_of(j, b, j0 + t);
             key_ok[t] = slot >= 0;
             if (slot < 0) continue; /* masked by selection: its bytes are never read */
-            decode_row(c->elem_dtype, kpool, ak_kv_mha_offset(c, j->k_stride, dq, slot, g), j->k_scale,
-                       kf + (size_t)t * dq, dq);
-            decode_row(c->elem_dtype, vpool, ak_kv_mha_offset(c, j->v_stride, dv, slot, g), j->v_scale,
-                       vf + (size_t)t * dv, dv);
+            decode_row(c->elem_dtype, kpool, ak_kv_mha_offset(c, j->k_stride, dq, slot, g),
+                       j->k_scale, kf + (size_t)t * dq, dq);
+            decode_row(c->elem_dtype, vpool, ak_kv_mha_offset(c, j->v_stride, dv, slot, g),
+                       j->v_scale, vf + (size_t)t * dv, dv);
         }
         for (int32_t r = 0; r < nr; r++) {
             int32_t t0 = lo[r] > j0 ? (int32_t)(lo[r] - j0) : 0;
@@ -281,7 +281,8 @@ static void mha_item(void *arg, int64_t item, int32_t thread) {
         double lse = (double)m[r] + log(l[r]);
         double inv = 1.0 / l[r];
         if (a->attn_sink != NULL) { /* sink as a zero-valued virtual key (semantics.md 2.4) */
-            double sigma = ((const float *)a->attn_sink->data)[(int64_t)h * a->attn_sink->strides[0]];
+            const float *sink = (const float *)a->attn_sink->data;
+            double sigma = sink[(int64_t)h * a->attn_sink->strides[0]];
             inv /= 1.0 + exp(sigma - lse);
         }
         write_row(j, row0 + i, h, acc + (size_t)r * dv, (float)inv, (float)lse);
@@ -384,7 +385,8 @@ ak_status ak_cpu_mha(ak_context *ctx, const ak_mha_args *a, void *workspace,
         int64_t row0;
         int32_t len;
         q_rows_of(&j, b, &row0, &len);
-        tile_start[b + 1] = tile_start[b] + ((int64_t)len * j.group + MHA_ROW_TILE - 1) / MHA_ROW_TILE;
+        int64_t rows = (int64_t)len * j.group;
+        tile_start[b + 1] = tile_start[b] + (rows + MHA_ROW_TILE - 1) / MHA_ROW_TILE;
     }
     j.tile_start = tile_start;
     j.scratch = ws + align_up(((size_t)j.B + 1) * sizeof(int64_t));
