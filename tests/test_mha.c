@@ -35,6 +35,7 @@ typedef struct mha_case {
     int32_t invalid;    /* 0 none, 1 some table entries in range invalid, 2 request 0 all invalid */
     int32_t out_f32, with_lse, extra_stride;
     float k_scale, v_scale;
+    int32_t scale_ptr; /* pass the scales through k_scale_ptr / v_scale_ptr (floats set wrong) */
 } mha_case;
 
 typedef struct mha_built {
@@ -43,6 +44,7 @@ typedef struct mha_built {
     uint16_t *q;
     int32_t *table, *seq_lens, *indptr, *indices, *last, *cu, *q_start;
     float *sink;
+    float scales[2]; /* targets of k_scale_ptr / v_scale_ptr */
     int64_t total_q, width, nnz;
     int32_t num_pages;
     ak_tensor tq, tcu, tbt, tsl, tip, tix, tlp, tsink, tout, tlse;
@@ -129,6 +131,14 @@ static void mha_build(mha_built *m, const mha_case *c, ak_rng *r) {
     m->cache.head_dim_v = c->dv;
     m->cache.k_scale = c->k_scale;
     m->cache.v_scale = c->v_scale;
+    if (c->scale_ptr) { /* the pointers override the floats */
+        m->scales[0] = c->k_scale;
+        m->scales[1] = c->v_scale;
+        m->cache.k_scale_ptr = &m->scales[0];
+        m->cache.v_scale_ptr = &m->scales[1];
+        m->cache.k_scale = 3.0f;
+        m->cache.v_scale = 5.0f;
+    }
 
     /* a random permutation of pages (or of slots, for the token table) */
     int32_t cap = m->num_pages * P, nperm = c->form == ORC_PT_TOKEN ? cap : m->num_pages;
@@ -403,6 +413,12 @@ AK_TEST(mha_decode_fp8_csr_sinks) {
     mha_case c = {"decode nhd e4m3 P64 csr", AK_LAYOUT_MHA_NHD, AK_DTYPE_E4M3, 64, 32, 8, 128, 128,
                   5, {1, 64, 65, 200, 0}, {1, 1, 1, 1, 1}, ORC_PT_CSR, 0, 0, 1, -1, 2, 0, 1, 1, 0,
                   0.75f, 1.5f};
+    mha_check(&c, 2);
+}
+
+AK_TEST(mha_fp8_scale_pointers) {
+    mha_case c = {"fp8 scale pointers", AK_LAYOUT_MHA_HND, AK_DTYPE_E4M3, 16, 8, 2, 64, 64, 2,
+                  {33, 7}, {2, 2}, ORC_PT_BLOCK, 0, 0, 1, -1, 0, 0, 1, 1, 0, 0.375f, 2.5f, 1};
     mha_check(&c, 2);
 }
 
