@@ -38,7 +38,7 @@ ak_status ak_merge_states(ak_context *ctx, const ak_tensor *outs, const ak_tenso
         AK_TRY(ak_check_shape(ctx, &tlse, lse, 2, s + 1));
         AK_TRY(ak_check_dtype(&tlse, lse, 1, k_f32));
     }
-    return AK_DISPATCH(ctx,
-                       ak_cpu_merge_states(ctx, outs, lses, in_base, attn_sink, out, lse, out_base),
-                       ak_cuda_merge_states(ctx, outs, lses, in_base, attn_sink, out, lse, out_base));
+    return AK_DISPATCH(
+        ctx, ak_cpu_merge_states(ctx, outs, lses, in_base, attn_sink, out, lse, out_base),
+        ak_cuda_merge_states(ctx, outs, lses, in_base, attn_sink, out, lse, out_base));
 }

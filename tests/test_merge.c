@@ -143,7 +143,8 @@ AK_TEST(merge_bitwise_across_threads) {
     for (int32_t t = 1; t <= 4; t++) {
         ak_rng_init(&r, ak_test_seed());
         int64_t per = (int64_t)c.rows * c.h, nv = c.n * per * c.d;
-        float *outs = (float *)malloc(sizeof(float) * (size_t)nv), *lses = (float *)malloc(sizeof(float) * (size_t)(c.n * per));
+        float *outs = (float *)malloc(sizeof(float) * (size_t)nv);
+        float *lses = (float *)malloc(sizeof(float) * (size_t)(c.n * per));
         for (int64_t i = 0; i < nv; i++) outs[i] = (float)ak_rng_normal(&r);
         for (int64_t i = 0; i < c.n * per; i++) lses[i] = (float)(ak_rng_normal(&r) * 3.0);
         float *out = (float *)malloc(sizeof(float) * (size_t)(per * c.d));
@@ -152,8 +153,8 @@ AK_TEST(merge_bitwise_across_threads) {
         ak_tensor tl = ak_tensor_make(lses, AK_DTYPE_F32, 3, so);
         ak_tensor tout = ak_tensor_make(out, AK_DTYPE_F32, 3, so + 1);
         ak_context *ctx = cpu_ctx(t);
-        CHECK_STATUS(ak_merge_states(ctx, &to, &tl, AK_LSE_BASE_2, NULL, &tout, NULL, AK_LSE_BASE_E),
-                     AK_OK);
+        CHECK_STATUS(
+            ak_merge_states(ctx, &to, &tl, AK_LSE_BASE_2, NULL, &tout, NULL, AK_LSE_BASE_E), AK_OK);
         ak_context_destroy(ctx);
         if (ref == NULL) {
             ref = out;
@@ -193,9 +194,12 @@ AK_TEST(merge_split_kv_equals_full) {
                  AK_OK);
     int64_t qs[4] = {3, 1, HQ, D}, bs[2] = {3, NP}, b3 = 3, hq = HQ;
     float out[3 * HQ * D], lse[3 * HQ], outb[3 * HQ * D], lseb[3 * HQ];
-    ak_tensor tq = ak_tensor_make(q3, AK_DTYPE_BF16, 4, qs), tbt = ak_tensor_make(bt, AK_DTYPE_I32, 2, bs);
-    ak_tensor tsl = ak_tensor_make(sl, AK_DTYPE_I32, 1, &b3), tout = ak_tensor_make(out, AK_DTYPE_F32, 4, qs);
-    ak_tensor tlse = ak_tensor_make(lse, AK_DTYPE_F32, 3, qs), tsink = ak_tensor_make(sink, AK_DTYPE_F32, 1, &hq);
+    ak_tensor tq = ak_tensor_make(q3, AK_DTYPE_BF16, 4, qs),
+              tbt = ak_tensor_make(bt, AK_DTYPE_I32, 2, bs);
+    ak_tensor tsl = ak_tensor_make(sl, AK_DTYPE_I32, 1, &b3),
+              tout = ak_tensor_make(out, AK_DTYPE_F32, 4, qs);
+    ak_tensor tlse = ak_tensor_make(lse, AK_DTYPE_F32, 3, qs),
+              tsink = ak_tensor_make(sink, AK_DTYPE_F32, 1, &hq);
     ak_mha_args a;
     memset(&a, 0, sizeof a);
     a.q = &tq;
@@ -219,7 +223,8 @@ AK_TEST(merge_split_kv_equals_full) {
     ak_tensor to = ak_tensor_make(outb + HQ * D, AK_DTYPE_F32, 4, so);
     ak_tensor tl = ak_tensor_make(lseb + HQ, AK_DTYPE_F32, 3, so);
     float mo[HQ * D], ml[HQ];
-    ak_tensor tmo = ak_tensor_make(mo, AK_DTYPE_F32, 3, so + 1), tml = ak_tensor_make(ml, AK_DTYPE_F32, 2, so + 1);
+    ak_tensor tmo = ak_tensor_make(mo, AK_DTYPE_F32, 3, so + 1),
+              tml = ak_tensor_make(ml, AK_DTYPE_F32, 2, so + 1);
     CHECK_STATUS(ak_merge_states(ctx, &to, &tl, AK_LSE_BASE_E, &tsink, &tmo, &tml, AK_LSE_BASE_E),
                  AK_OK);
     double ref[HQ * D], refl[HQ];
@@ -240,11 +245,14 @@ AK_TEST(merge_bad_inputs) {
     memset(outs, 0, sizeof outs);
     memset(lses, 0, sizeof lses);
     int64_t so[4] = {2, 3, 4, 16}, s4 = 4, bad[3] = {3, 5, 16};
-    ak_tensor to = ak_tensor_make(outs, AK_DTYPE_F32, 4, so), tl = ak_tensor_make(lses, AK_DTYPE_F32, 3, so);
-    ak_tensor tout = ak_tensor_make(out, AK_DTYPE_F32, 3, so + 1), tlse = ak_tensor_make(lse, AK_DTYPE_F32, 2, so + 1);
+    ak_tensor to = ak_tensor_make(outs, AK_DTYPE_F32, 4, so),
+              tl = ak_tensor_make(lses, AK_DTYPE_F32, 3, so);
+    ak_tensor tout = ak_tensor_make(out, AK_DTYPE_F32, 3, so + 1),
+              tlse = ak_tensor_make(lse, AK_DTYPE_F32, 2, so + 1);
     ak_tensor ts = ak_tensor_make(sink, AK_DTYPE_F32, 1, &s4);
     ak_context *ctx = cpu_ctx(2);
-    CHECK_STATUS(ak_merge_states(ctx, &to, &tl, AK_LSE_BASE_E, &ts, &tout, &tlse, AK_LSE_BASE_2), AK_OK);
+    CHECK_STATUS(ak_merge_states(ctx, &to, &tl, AK_LSE_BASE_E, &ts, &tout, &tlse, AK_LSE_BASE_2),
+                 AK_OK);
     CHECK_REJECT(ak_merge_states(NULL, &to, &tl, AK_LSE_BASE_E, NULL, &tout, NULL, AK_LSE_BASE_E),
                  AK_ERR_INVALID_ARGUMENT, "ctx");
     CHECK_REJECT(ak_merge_states(ctx, NULL, &tl, AK_LSE_BASE_E, NULL, &tout, NULL, AK_LSE_BASE_E),
@@ -276,7 +284,8 @@ AK_TEST(merge_bad_inputs) {
     CHECK_REJECT(ak_merge_states(ctx, &to, &tl, AK_LSE_BASE_E, &ts3, &tout, NULL, AK_LSE_BASE_E),
                  AK_ERR_INVALID_ARGUMENT, "attn_sink");
     ak_tensor tlse_bad = ak_tensor_make(lse, AK_DTYPE_F32, 2, bad);
-    CHECK_REJECT(ak_merge_states(ctx, &to, &tl, AK_LSE_BASE_E, NULL, &tout, &tlse_bad, AK_LSE_BASE_E),
-                 AK_ERR_INVALID_ARGUMENT, "lse");
+    CHECK_REJECT(
+        ak_merge_states(ctx, &to, &tl, AK_LSE_BASE_E, NULL, &tout, &tlse_bad, AK_LSE_BASE_E),
+        AK_ERR_INVALID_ARGUMENT, "lse");
     ak_context_destroy(ctx);
 }

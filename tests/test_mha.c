@@ -35,6 +35,7 @@ typedef struct mha_case {
     int32_t invalid;    /* 0 none, 1 some table entries in range invalid, 2 request 0 all invalid */
     int32_t out_f32, with_lse, extra_stride;
     float k_scale, v_scale;
+    int32_t scale_ptr; /* pass the scales through k_scale_ptr / v_scale_ptr (floats set wrong) */
 } mha_case;
 
 typedef struct mha_built {
@@ -43,6 +44,7 @@ typedef struct mha_built {
     uint16_t *q;
     int32_t *table, *seq_lens, *indptr, *indices, *last, *cu, *q_start;
     float *sink;
+    float scales[2]; /* targets of k_scale_ptr / v_scale_ptr */
     int64_t total_q, width, nnz;
     int32_t num_pages;
     ak_tensor tq, tcu, tbt, tsl, tip, tix, tlp, tsink, tout, tlse;
@@ -129,6 +131,14 @@ static void mha_build(mha_built *m, const mha_case *c, ak_rng *r) {
     m->cache.head_dim_v = c->dv;
     m->cache.k_scale = c->k_scale;
     m->cache.v_scale = c->v_scale;
+    if (c->scale_ptr) { /* the pointers override the floats */
+        m->scales[0] = c->k_scale;
+        m->scales[1] = c->v_scale;
+        m->cache.k_scale_ptr = &m->scales[0];
+        m->cache.v_scale_ptr = &m->scales[1];
+        m->cache.k_scale = 3.0f;
+        m->cache.v_scale = 5.0f;
+    }
 
     /* a random permutation of pages (or of slots, for the token table) */
     int32_t cap = m->num_pages * P, nperm = c->form == ORC_PT_TOKEN ? cap : m->num_pages;
@@ -278,7 +288,9 @@ static void mha_build(mha_built *m, const mha_case *c, ak_rng *r) {
     p->k_page_bytes = kpage;
     p->v_page_bytes = vpage;
     p->hnd = c->layout == AK_LAYOUT_MHA_HND;
-    p->elem = c->elem == AK_DTYPE_E4M3 ? ORC_KV_E4M3 : c->elem == AK_DTYPE_F16 ? ORC_KV_F16 : ORC_KV_BF16;
+    p->elem = c->elem == AK_DTYPE_E4M3  ? ORC_KV_E4M3
+              : c->elem == AK_DTYPE_F16 ? ORC_KV_F16
+                                        : ORC_KV_BF16;
     p->num_pages = m->num_pages;
     p->page_size = P;
     p->h_kv = c->h_kv;
@@ -349,7 +361,8 @@ static void mha_check(const mha_case *c, int32_t threads) {
     mha_build(&m, c, &r);
     ak_context *ctx = cpu_ctx(threads);
     ak_status s = mha_run(ctx, &m);
-    CHECK_MSG(s == AK_OK, "%s: ak_mha returned %s (%s)", c->name, ak_status_name(s), ak_last_error());
+    CHECK_MSG(s == AK_OK, "%s: ak_mha returned %s (%s)", c->name, ak_status_name(s),
+              ak_last_error());
     if (s == AK_OK) {
         int64_t n = m.total_q * c->h_q;
         double *ro = (double *)malloc(sizeof(double) * (size_t)(n * c->dv + 1));
@@ -400,6 +413,12 @@ AK_TEST(mha_decode_fp8_csr_sinks) {
     mha_case c = {"decode nhd e4m3 P64 csr", AK_LAYOUT_MHA_NHD, AK_DTYPE_E4M3, 64, 32, 8, 128, 128,
                   5, {1, 64, 65, 200, 0}, {1, 1, 1, 1, 1}, ORC_PT_CSR, 0, 0, 1, -1, 2, 0, 1, 1, 0,
                   0.75f, 1.5f};
+    mha_check(&c, 2);
+}
+
+AK_TEST(mha_fp8_scale_pointers) {
+    mha_case c = {"fp8 scale pointers", AK_LAYOUT_MHA_HND, AK_DTYPE_E4M3, 16, 8, 2, 64, 64, 2,
+                  {33, 7}, {2, 2}, ORC_PT_BLOCK, 0, 0, 1, -1, 0, 0, 1, 1, 0, 0.375f, 2.5f, 1};
     mha_check(&c, 2);
 }
 
@@ -500,6 +519,56 @@ AK_TEST(mha_bitwise_across_threads) {
     mha_free(&m);
 }
 
+AK_TEST(mha_random_configs) {
+    /* random draws over the whole parameter space, each against the oracle */
+    static const int32_t ps[] = {1, 2, 16, 63, 64, 65}, dq[] = {64, 128, 256, 192},
+                         dvv[] = {64, 128, 256, 128}, wins[] = {-1, -1, 0, 3, 40};
+    static const ak_dtype el[] = {AK_DTYPE_BF16, AK_DTYPE_F16, AK_DTYPE_E4M3};
+    ak_rng r;
+    ak_rng_init(&r, ak_test_seed() ^ 0x5eedu);
+    for (int32_t it = 0; it < 40 && ak_test_failures() == 0; it++) {
+        mha_case c;
+        memset(&c, 0, sizeof c);
+        c.name = "random";
+        c.layout = ak_rng_range(&r, 0, 2) ? AK_LAYOUT_MHA_HND : AK_LAYOUT_MHA_NHD;
+        c.elem = el[ak_rng_range(&r, 0, 3)];
+        c.P = ps[ak_rng_range(&r, 0, 6)];
+        c.h_kv = (int32_t)(1 << ak_rng_range(&r, 0, 3));
+        c.h_q = c.h_kv * (int32_t)(1 << ak_rng_range(&r, 0, 4));
+        int32_t hd = (int32_t)ak_rng_range(&r, 0, 4);
+        c.dqk = dq[hd];
+        c.dv = dvv[hd];
+        c.B = (int32_t)ak_rng_range(&r, 1, 5);
+        c.form = (int32_t)ak_rng_range(&r, 0, 3);
+        c.ragged = (int32_t)ak_rng_range(&r, 0, 2);
+        int32_t uq = (int32_t)ak_rng_range(&r, 1, 9);
+        for (int32_t b = 0; b < c.B; b++) {
+            c.kv[b] = (int32_t)ak_rng_range(&r, 0, 150);
+            c.ql[b] = c.ragged ? (int32_t)ak_rng_range(&r, 0, 9) : uq;
+            if (c.ragged && ak_rng_range(&r, 0, 4) == 0) c.ql[b] = c.kv[b]; /* prefill */
+        }
+        c.pad_rows = c.ragged ? (int32_t)ak_rng_range(&r, 0, 3) : 0;
+        c.causal = ak_rng_range(&r, 0, 4) != 0;
+        c.window = wins[ak_rng_range(&r, 0, 5)];
+        c.sink = (int32_t)ak_rng_range(&r, 0, 3);
+        c.invalid = (int32_t)ak_rng_range(&r, 0, 3);
+        c.out_f32 = (int32_t)ak_rng_range(&r, 0, 2);
+        c.with_lse = 1;
+        c.extra_stride = ak_rng_range(&r, 0, 4) == 0 ? 32 : 0;
+        c.k_scale = 0.5f;
+        c.v_scale = 1.75f;
+        mha_check(&c, (int32_t)ak_rng_range(&r, 1, 4));
+        if (ak_test_failures())
+            ak_test_fail_at(__FILE__, __LINE__,
+                            "random case %d: %s %s P%d h_q %d h_kv %d d %d/%d B %d form %d ragged "
+                            "%d causal %d window %d sink %d invalid %d",
+                            (int)it, c.layout == AK_LAYOUT_MHA_HND ? "HND" : "NHD",
+                            ak_dtype_name(c.elem), (int)c.P, (int)c.h_q, (int)c.h_kv, (int)c.dqk,
+                            (int)c.dv, (int)c.B, (int)c.form, (int)c.ragged, (int)c.causal,
+                            (int)c.window, (int)c.sink, (int)c.invalid);
+    }
+}
+
 /* ---- bad inputs ---------------------------------------------------------------------------- */
 
 AK_TEST(mha_bad_inputs) {
@@ -525,6 +594,10 @@ AK_TEST(mha_bad_inputs) {
     a = m.args;
     CHECK_REJECT(ak_mha(ctx, &a, w, ws - 1), AK_ERR_WORKSPACE_TOO_SMALL, "workspace");
     CHECK_REJECT(ak_mha(ctx, &a, NULL, ws), AK_ERR_WORKSPACE_TOO_SMALL, "workspace");
+    /* a workspace at an odd address is fine: the size query includes alignment slack */
+    char *odd = (char *)malloc(ws + 3);
+    CHECK_STATUS(ak_mha(ctx, &a, odd + 3, ws), AK_OK);
+    free(odd);
 
     /* h_q not divisible by h_kv: q with 3 heads over 2 kv heads */
     ak_tensor q3 = m.tq;

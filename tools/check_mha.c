@@ -21,7 +21,9 @@ static uint64_t rnd_u64(uint64_t *s) {
     *s ^= *s >> 27;
     return *s * 2685821657736338717ull;
 }
-static double rnd_unit(uint64_t *s) { return (double)(rnd_u64(s) >> 11) * (1.0 / 9007199254740992.0); }
+static double rnd_unit(uint64_t *s) {
+    return (double)(rnd_u64(s) >> 11) * (1.0 / 9007199254740992.0);
+}
 static int32_t rnd_int(uint64_t *s, int32_t n) { return (int32_t)(rnd_u64(s) % (uint64_t)n); }
 static uint16_t bf16_bits(double x) { /* bf16 nearest-even of a moderate finite value */
     float f = (float)x;
@@ -51,10 +53,10 @@ static const mha_shape k_shapes[] = {
      {4, 4, 4}, 1, 0, 1, -1, 2, 1, 1},
     {"prefill", AK_LAYOUT_MHA_NHD, AK_DTYPE_BF16, 63, 8, 8, 192, 128, 3, {70, 1, 0},
      {70, 1, 0}, 0, 1, 1, -1, 0, 0, 0},
-    {"extend", AK_LAYOUT_MHA_HND, AK_DTYPE_F16, 1, 16, 4, 64, 64, 3, {90, 5, 33}, {6, 0, 8}, 1, 1, 1,
-     16, 1, 1, 0},
-    {"noncausal", AK_LAYOUT_MHA_NHD, AK_DTYPE_BF16, 65, 64, 8, 256, 256, 2, {140, 66}, {3, 66}, 0,
-     1, 0, 40, 2, 0, 0},
+    {"extend", AK_LAYOUT_MHA_HND, AK_DTYPE_F16, 1, 16, 4, 64, 64, 3, {90, 5, 33}, {6, 0, 8},
+     1, 1, 1, 16, 1, 1, 0},
+    {"noncausal", AK_LAYOUT_MHA_NHD, AK_DTYPE_BF16, 65, 64, 8, 256, 256, 2, {140, 66}, {3, 66},
+     0, 1, 0, 40, 2, 0, 0},
 };
 
 /* Host copies of one case's inputs. */
@@ -73,9 +75,10 @@ static void put_elem(uint8_t *pool, int64_t off, ak_dtype t, uint64_t *r) {
         pool[off] = (uint8_t)((rnd_int(r, 2) << 7) | ((4 + rnd_int(r, 6)) << 3) | rnd_int(r, 8));
         return;
     }
-    uint16_t b = t == AK_DTYPE_F16 ? (uint16_t)((rnd_int(r, 2) << 15) | ((12 + rnd_int(r, 5)) << 10) |
-                                                rnd_int(r, 1024))
-                                   : bf16_bits(rnd_normal(r));
+    uint16_t b =
+        t == AK_DTYPE_F16
+            ? (uint16_t)((rnd_int(r, 2) << 15) | ((12 + rnd_int(r, 5)) << 10) | rnd_int(r, 1024))
+            : bf16_bits(rnd_normal(r));
     memcpy(pool + 2 * off, &b, 2);
 }
 
@@ -142,7 +145,7 @@ static int mha_host_build(mha_host *h, const mha_shape *s, uint64_t seed) {
     }
     h->total_q = s->ragged ? h->cu[s->B] + 1 : (int64_t)s->B * s->ql[0]; /* one padding row */
     int64_t qn = h->total_q * s->h_q * s->dqk;
-    h->q = (uint16_t *)malloc(sizeof(uint16_t) * (size_t)(qn > 0 ? qn : 1));
+    h->q = (uint16_t *)calloc((size_t)qn + 1, sizeof(uint16_t));
     if (!h->q) return 0;
     for (int64_t i = 0; i < qn; i++) h->q[i] = bf16_bits(rnd_normal(&r));
     for (int32_t k = 0; k < s->h_q; k++) {
@@ -159,10 +162,13 @@ static void mha_host_free(mha_host *h) {
 }
 
 /* Runs one case on ctx; out [rows * d_v] and lse [rows] come back as f32 host values. */
-static ak_status mha_run_on(ak_context *ctx, const mha_host *h, float *out, float *lse) {
+static ak_status mha_run_on(ak_context *ctx, const mha_host *h, int poison, float *out,
+                            float *lse) {
     const mha_shape *s = &h->s;
-    void *dk = ak_dev_clone(ctx, h->k, (size_t)h->kbytes), *dv = ak_dev_clone(ctx, h->v, (size_t)h->vbytes);
-    void *dq = ak_dev_clone(ctx, h->q, sizeof(uint16_t) * (size_t)(h->total_q * s->h_q * s->dqk + 1));
+    void *dk = ak_dev_clone(ctx, h->k, (size_t)h->kbytes),
+         *dv = ak_dev_clone(ctx, h->v, (size_t)h->vbytes);
+    void *dq =
+        ak_dev_clone(ctx, h->q, sizeof(uint16_t) * (size_t)(h->total_q * s->h_q * s->dqk + 1));
     void *dbt = ak_dev_clone(ctx, h->bt, sizeof(int32_t) * (size_t)(s->B * h->width));
     void *dsl = ak_dev_clone(ctx, h->sl, sizeof(int32_t) * MAXB);
     void *dip = ak_dev_clone(ctx, h->ip, sizeof(int32_t) * (MAXB + 1));
@@ -177,7 +183,8 @@ static ak_status mha_run_on(ak_context *ctx, const mha_host *h, float *out, floa
     if (!dk || !dv || !dq || !dbt || !dsl || !dip || !dix || !dlp || !dcu || !dsk || !dout || !dlse)
         goto done;
     ak_cache c;
-    st = ak_cache_init_mha(&c, s->layout, s->elem, dk, dv, h->num_pages, s->P, s->h_kv, s->dqk, s->dv);
+    st = ak_cache_init_mha(&c, s->layout, s->elem, dk, dv, h->num_pages, s->P, s->h_kv, s->dqk,
+                           s->dv);
     if (st != AK_OK) goto done;
     c.device = ak_context_device(ctx);
     if (s->elem == AK_DTYPE_E4M3) {
@@ -232,12 +239,14 @@ static ak_status mha_run_on(ak_context *ctx, const mha_host *h, float *out, floa
         st = AK_ERR_OUT_OF_MEMORY;
         goto done;
     }
-    /* NaN-poisoned outputs: every element must be written */
-    st = ak_dev_memset(ctx, dout, 0xff, sizeof(float) * (size_t)(h->out_n * s->dv));
-    if (st == AK_OK) st = ak_dev_memset(ctx, dlse, 0xff, sizeof(float) * (size_t)h->out_n);
+    /* poisoned outputs (a different byte per side, so an unwritten element differs even in a
+       bitwise comparison): every element must be written */
+    st = ak_dev_memset(ctx, dout, poison, sizeof(float) * (size_t)(h->out_n * s->dv));
+    if (st == AK_OK) st = ak_dev_memset(ctx, dlse, poison, sizeof(float) * (size_t)h->out_n);
     if (st == AK_OK) st = ak_mha(ctx, &a, ws, wb);
     if (st == AK_OK) st = ak_context_synchronize(ctx);
-    if (st == AK_OK) st = ak_dev_download(ctx, out, dout, sizeof(float) * (size_t)(h->out_n * s->dv));
+    if (st == AK_OK)
+        st = ak_dev_download(ctx, out, dout, sizeof(float) * (size_t)(h->out_n * s->dv));
     if (st == AK_OK) st = ak_dev_download(ctx, lse, dlse, sizeof(float) * (size_t)h->out_n);
 done:
     ak_dev_free(ctx, dk), ak_dev_free(ctx, dv), ak_dev_free(ctx, dq), ak_dev_free(ctx, dbt);
@@ -277,10 +286,10 @@ static void check_mha_op(ak_context *ref, ak_context *test, const ak_check_opts 
         ak_status st;
         if (!ro || !to || !rl || !tl) {
             snprintf(res.note, sizeof res.note, "host allocation failed");
-        } else if ((st = mha_run_on(ref, &h, ro, rl)) != AK_OK) {
+        } else if ((st = mha_run_on(ref, &h, 0xff, ro, rl)) != AK_OK) {
             snprintf(res.note, sizeof res.note, "reference: %s: %.150s", ak_status_name(st),
                      ak_last_error());
-        } else if ((st = mha_run_on(test, &h, to, tl)) != AK_OK) {
+        } else if ((st = mha_run_on(test, &h, 0xfe, to, tl)) != AK_OK) {
             snprintf(res.note, sizeof res.note, "test: %s: %.150s", ak_status_name(st),
                      ak_last_error());
         } else {
@@ -318,7 +327,7 @@ static const merge_shape k_merge[] = {
     {5, 9, 16, 64, 1, 1, 2, 0, 0},
 };
 
-static ak_status merge_run_on(ak_context *ctx, const merge_shape *s, const float *outs,
+static ak_status merge_run_on(ak_context *ctx, const merge_shape *s, int poison, const float *outs,
                               const float *lses, const float *sink, float *out, float *lse) {
     int64_t nv = (int64_t)s->n * s->rows * s->h * s->d, nl = (int64_t)s->n * s->rows * s->h;
     int64_t per = (int64_t)s->rows * s->h;
@@ -346,8 +355,8 @@ static ak_status merge_run_on(ak_context *ctx, const merge_shape *s, const float
         ak_tensor ts = ak_dev_tensor(ctx, ds, AK_DTYPE_F32, 1, &hh);
         ak_tensor tout = ak_dev_tensor(ctx, dout, AK_DTYPE_F32, 3, sh + 1);
         ak_tensor tlse = ak_dev_tensor(ctx, dlse, AK_DTYPE_F32, 2, sh + 1);
-        st = ak_dev_memset(ctx, dout, 0xff, sizeof(float) * (size_t)(per * s->d));
-        if (st == AK_OK) st = ak_dev_memset(ctx, dlse, 0xff, sizeof(float) * (size_t)per);
+        st = ak_dev_memset(ctx, dout, poison, sizeof(float) * (size_t)(per * s->d));
+        if (st == AK_OK) st = ak_dev_memset(ctx, dlse, poison, sizeof(float) * (size_t)per);
         if (st == AK_OK)
             st = ak_merge_states(ctx, &to, &tl, s->in2 ? AK_LSE_BASE_2 : AK_LSE_BASE_E,
                                  s->sink ? &ts : NULL, &tout, &tlse,
@@ -389,7 +398,8 @@ static void check_merge_op(ak_context *ref, ak_context *test, const ak_check_opt
             for (int64_t k = 0; k < nl; k++) {
                 double u = rnd_unit(&r);
                 int empty = (k % per) / s->h == 0 || u < 0.25;
-                lses[k] = empty ? (u < 0.125 ? INFINITY : -INFINITY) : (float)(rnd_normal(&r) * 4.0);
+                lses[k] =
+                    empty ? (u < 0.125 ? INFINITY : -INFINITY) : (float)(rnd_normal(&r) * 4.0);
                 for (int32_t e = 0; e < s->d; e++)
                     outs[k * s->d + e] = empty ? NAN : (float)rnd_normal(&r);
             }
@@ -398,10 +408,10 @@ static void check_merge_op(ak_context *ref, ak_context *test, const ak_check_opt
                 if (s->sink == 2 && k % 3 != 2) sink[k] = k % 3 ? -INFINITY : INFINITY;
             }
             ak_status st;
-            if ((st = merge_run_on(ref, s, outs, lses, sink, ro, rl)) != AK_OK) {
+            if ((st = merge_run_on(ref, s, 0xff, outs, lses, sink, ro, rl)) != AK_OK) {
                 snprintf(res.note, sizeof res.note, "reference: %s: %.150s", ak_status_name(st),
                          ak_last_error());
-            } else if ((st = merge_run_on(test, s, outs, lses, sink, to, tl)) != AK_OK) {
+            } else if ((st = merge_run_on(test, s, 0xfe, outs, lses, sink, to, tl)) != AK_OK) {
                 snprintf(res.note, sizeof res.note, "test: %s: %.150s", ak_status_name(st),
                          ak_last_error());
             } else {

@@ -61,7 +61,8 @@ static void merge_row(void *arg, int64_t r, int32_t thread) {
                                                       h * lses->strides[2]];
                 if (!ak_isfinite_f32(v)) continue; /* selection: an empty partial's out is unread */
                 float wgt = (float)exp(v * to_e - lse_e);
-                int64_t off = p * outs->strides[0] + r * outs->strides[1] + h * outs->strides[2] + d0;
+                int64_t off =
+                    p * outs->strides[0] + r * outs->strides[1] + h * outs->strides[2] + d0;
                 if (outs->dtype == AK_DTYPE_F32) {
                     const float *x = (const float *)outs->data + off;
                     for (int64_t d = 0; d < w; d++) acc[d] += wgt * x[d];

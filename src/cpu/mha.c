@@ -48,7 +48,8 @@ static int32_t mha_batch(const ak_mha_args *a) {
 }
 
 ak_status ak_cpu_mha_workspace_size(ak_context *ctx, const ak_mha_args *a, size_t *bytes) {
-    size_t head = align_up(((size_t)mha_batch(a) + 1) * sizeof(int64_t));
+    /* MHA_ALIGN bytes of slack let the caller's pointer have any alignment */
+    size_t head = MHA_ALIGN + align_up(((size_t)mha_batch(a) + 1) * sizeof(int64_t));
     *bytes = head + (size_t)ak_context_num_threads(ctx) *
                         thread_bytes(a->cache->head_dim, a->cache->head_dim_v);
     return AK_OK;
@@ -108,28 +109,48 @@ static int64_t row_off(const ak_tensor *t, int ragged, int32_t q_len, int64_t ro
 
 /* ---- math kernels (plain loops the compiler vectorizes) ----------------------------------- */
 
-/* fp32 dot product with 16 independent partial sums (n is a multiple of 16: head dims 64..256). */
+/* Head dims are multiples of 16 (64, 128, 192, 256): every loop below runs whole blocks of 16
+   lanes, which the compiler turns into vector code without a scalar epilogue even at -O2. */
+enum { MHA_LANES = 16 };
+
+/* fp32 dot product with 16 independent partial sums, combined in a fixed tree. */
 static float dot_f32(const float *restrict x, const float *restrict y, int32_t n) {
-    float part[16] = {0};
-    for (int32_t d = 0; d < n; d += 16)
-        for (int32_t k = 0; k < 16; k++) part[k] += x[d + k] * y[d + k];
-    for (int32_t w = 8; w > 0; w >>= 1)
+    float part[MHA_LANES] = {0};
+    for (int32_t d = 0; d < n; d += MHA_LANES)
+        for (int32_t k = 0; k < MHA_LANES; k++) part[k] += x[d + k] * y[d + k];
+    for (int32_t w = MHA_LANES / 2; w > 0; w >>= 1)
         for (int32_t k = 0; k < w; k++) part[k] += part[k + w];
     return part[0];
 }
 
 static void axpy_f32(float *restrict acc, float p, const float *restrict v, int32_t n) {
-    for (int32_t d = 0; d < n; d++) acc[d] += p * v[d];
+    for (int32_t d = 0; d < n; d += MHA_LANES)
+        for (int32_t k = 0; k < MHA_LANES; k++) acc[d + k] += p * v[d + k];
 }
 
 static void scale_f32(float *restrict x, float s, int32_t n) {
-    for (int32_t d = 0; d < n; d++) x[d] *= s;
+    for (int32_t d = 0; d < n; d += MHA_LANES)
+        for (int32_t k = 0; k < MHA_LANES; k++) x[d + k] *= s;
 }
 
-/* Dequantizes n elements of a pool starting at element offset off (fp8: times the scale). */
-static void decode_row(const ak_cache *c, const void *pool, int64_t off, float scale,
+/* Dequantizes n elements of a pool from element offset off, exactly as ak_kv_mha_elem does
+   (fp8: float(q) * scale); the dtype switch sits outside the loops so they vectorize. */
+static void decode_row(ak_dtype dt, const void *pool, int64_t off, float scale,
                        float *restrict dst, int32_t n) {
-    for (int32_t d = 0; d < n; d++) dst[d] = ak_kv_mha_elem(c, pool, off + d, scale);
+    if (dt == AK_DTYPE_E4M3) {
+        const uint8_t *src = (const uint8_t *)pool + off;
+        for (int32_t d = 0; d < n; d += MHA_LANES)
+            for (int32_t k = 0; k < MHA_LANES; k++) dst[d + k] = ak_e4m3_to_f32(src[d + k]) * scale;
+        return;
+    }
+    const uint16_t *src = (const uint16_t *)pool + off;
+    if (dt == AK_DTYPE_F16) {
+        for (int32_t d = 0; d < n; d += MHA_LANES)
+            for (int32_t k = 0; k < MHA_LANES; k++) dst[d + k] = ak_f16_to_f32(src[d + k]);
+    } else {
+        for (int32_t d = 0; d < n; d += MHA_LANES)
+            for (int32_t k = 0; k < MHA_LANES; k++) dst[d + k] = ak_bf16_to_f32(src[d + k]);
+    }
 }
 
 /* ---- the work item ------------------------------------------------------------------------- */
@@ -217,10 +238,10 @@ static void mha_item(void *arg, int64_t item, int32_t thread) {
             int32_t slot = slot_of(j, b, j0 + t);
             key_ok[t] = slot >= 0;
             if (slot < 0) continue; /* masked by selection: its bytes are never read */
-            decode_row(c, kpool, ak_kv_mha_offset(c, j->k_stride, dq, slot, g), j->k_scale,
-                       kf + (size_t)t * dq, dq);
-            decode_row(c, vpool, ak_kv_mha_offset(c, j->v_stride, dv, slot, g), j->v_scale,
-                       vf + (size_t)t * dv, dv);
+            decode_row(c->elem_dtype, kpool, ak_kv_mha_offset(c, j->k_stride, dq, slot, g),
+                       j->k_scale, kf + (size_t)t * dq, dq);
+            decode_row(c->elem_dtype, vpool, ak_kv_mha_offset(c, j->v_stride, dv, slot, g),
+                       j->v_scale, vf + (size_t)t * dv, dv);
         }
         for (int32_t r = 0; r < nr; r++) {
             int32_t t0 = lo[r] > j0 ? (int32_t)(lo[r] - j0) : 0;
@@ -260,7 +281,8 @@ static void mha_item(void *arg, int64_t item, int32_t thread) {
         double lse = (double)m[r] + log(l[r]);
         double inv = 1.0 / l[r];
         if (a->attn_sink != NULL) { /* sink as a zero-valued virtual key (semantics.md 2.4) */
-            double sigma = ((const float *)a->attn_sink->data)[(int64_t)h * a->attn_sink->strides[0]];
+            const float *sink = (const float *)a->attn_sink->data;
+            double sigma = sink[(int64_t)h * a->attn_sink->strides[0]];
             inv /= 1.0 + exp(sigma - lse);
         }
         write_row(j, row0 + i, h, acc + (size_t)r * dv, (float)inv, (float)lse);
@@ -356,16 +378,18 @@ ak_status ak_cpu_mha(ak_context *ctx, const ak_mha_args *a, void *workspace,
     AK_TRY(check_values(&j, total_q));
 
     (void)workspace_bytes; /* the entry point compared it with the size query */
-    int64_t *tile_start = (int64_t *)workspace;
+    uint8_t *ws = (uint8_t *)workspace + (MHA_ALIGN - (uintptr_t)workspace % MHA_ALIGN) % MHA_ALIGN;
+    int64_t *tile_start = (int64_t *)ws;
     tile_start[0] = 0;
     for (int32_t b = 0; b < j.B; b++) {
         int64_t row0;
         int32_t len;
         q_rows_of(&j, b, &row0, &len);
-        tile_start[b + 1] = tile_start[b] + ((int64_t)len * j.group + MHA_ROW_TILE - 1) / MHA_ROW_TILE;
+        int64_t rows = (int64_t)len * j.group;
+        tile_start[b + 1] = tile_start[b] + (rows + MHA_ROW_TILE - 1) / MHA_ROW_TILE;
     }
     j.tile_start = tile_start;
-    j.scratch = (uint8_t *)workspace + align_up(((size_t)j.B + 1) * sizeof(int64_t));
+    j.scratch = ws + align_up(((size_t)j.B + 1) * sizeof(int64_t));
     j.per_thread = thread_bytes(j.d_qk, j.d_v);
 
     /* ragged rows outside [cu_seqlens_q[0], cu_seqlens_q[B]) belong to no request: empty rows */

@@ -10,7 +10,8 @@
 static double kv_elem(const orc_mha_problem *p, int is_v, int32_t slot, int32_t head, int32_t d) {
     int32_t P = p->page_size, page = slot / P, t = slot % P;
     int32_t D = is_v ? p->d_v : p->d_qk;
-    int64_t in_page = p->hnd ? ((int64_t)head * P + t) * D + d : ((int64_t)t * p->h_kv + head) * D + d;
+    int64_t in_page =
+        p->hnd ? ((int64_t)head * P + t) * D + d : ((int64_t)t * p->h_kv + head) * D + d;
     const uint8_t *base = (const uint8_t *)(is_v ? p->v_pool : p->k_pool) +
                           (int64_t)page * (is_v ? p->v_page_bytes : p->k_page_bytes);
     if (p->elem == ORC_KV_E4M3) return orc_e4m3(base[in_page]) * (is_v ? p->v_scale : p->k_scale);
@@ -119,7 +120,8 @@ void orc_merge(int32_t n, int64_t rows, int32_t h, int32_t d, const double *outs
                 double v = lses[(int64_t)i * rows * h + rk];
                 if (!isfinite(v)) continue;
                 double w = exp((in_base2 ? v * log(2.0) : v) - l);
-                for (int32_t e = 0; e < d; e++) o[e] += w * outs[((int64_t)i * rows * h + rk) * d + e];
+                for (int32_t e = 0; e < d; e++)
+                    o[e] += w * outs[((int64_t)i * rows * h + rk) * d + e];
             }
             if (sink != NULL)
                 for (int32_t e = 0; e < d; e++) o[e] /= 1.0 + exp((double)sink[k] - l);
