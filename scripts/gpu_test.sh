@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build-gpu}
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 STEP_TIMEOUT=${STEP_TIMEOUT:-900}
-BENCH_OPS=${BENCH_OPS:-write,gather,convert,block_table_build,csr_build,topk_transform,dsv4_swa_indices,dsv4_combine_indices,merge_states}
+BENCH_OPS=${BENCH_OPS:-write,gather,convert,block_table,csr,transform_paged,transform_ragged,swa_indices,combine_indices,merge}
 
 names=()
 results=()
