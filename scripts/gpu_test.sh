@@ -6,14 +6,19 @@
 # Without a GPU every GPU step reports SKIP and the script exits 0.
 #
 # Environment: BUILD (default build-gpu), JOBS (default: all cores), STEP_TIMEOUT (seconds per
-# step, default 900), AK_GPU_TEST_BENCH=0 skips the benchmark step, AK_GPU_TEST_SANITIZE=0 skips
-# the sanitizer steps, BENCH_OPS (the --op list of the benchmark step).
+# step, default 900), DEADLINE (seconds for the whole script, 0 = none: a step that would start
+# past it is SKIP and each step's timeout is cut to the time left, so the table always prints),
+# AK_GPU_TEST_BENCH=0 skips the benchmark step, AK_GPU_TEST_SANITIZE=0 skips the sanitizer steps,
+# BENCH_OPS (the --op list of the benchmark step), CHECK_OPS (--op of the check steps; all).
 set -u
 cd "$(dirname "$0")/.."
 
 BUILD=${BUILD:-build-gpu}
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 STEP_TIMEOUT=${STEP_TIMEOUT:-900}
+DEADLINE=${DEADLINE:-0}
+CHECK_OPS=${CHECK_OPS:-}
+T_START=$(date +%s)
 BENCH_OPS=${BENCH_OPS:-write,gather,convert,block_table,csr,transform_paged,transform_ragged,swa_indices,combine_indices,merge}
 
 names=()
@@ -32,11 +37,21 @@ record() { # name result seconds
 run_step() {
     local name=$1
     shift
+    local limit=$STEP_TIMEOUT
+    if [ "$DEADLINE" -gt 0 ]; then
+        local left=$((DEADLINE - ($(date +%s) - T_START)))
+        if [ $left -lt 5 ]; then
+            echo "==== $name: skipped, the ${DEADLINE}s deadline has passed"
+            record "$name" SKIP 0.0
+            return
+        fi
+        [ $left -lt "$limit" ] && limit=$left
+    fi
     echo
     echo "==== $name: $*"
     local t0 t1 rc
     t0=$(date +%s.%N)
-    timeout "$STEP_TIMEOUT" "$@"
+    timeout "$limit" "$@"
     rc=$?
     t1=$(date +%s.%N)
     local dt
@@ -46,7 +61,7 @@ run_step() {
     elif [ $rc -eq 77 ]; then
         record "$name" SKIP "$dt"
     else
-        [ $rc -eq 124 ] && echo "==== $name: timed out after ${STEP_TIMEOUT}s"
+        [ $rc -eq 124 ] && echo "==== $name: timed out after ${limit}s"
         echo "==== $name: exit status $rc"
         record "$name" FAIL "$dt"
     fi
@@ -95,7 +110,9 @@ if [ "${results[1]}" != PASS ]; then
 fi
 
 run_step "ctest -L gpu" ctest --test-dir "$BUILD" -L gpu --output-on-failure
-run_step "attnkit check --backend cuda" "./$BUILD/attnkit" check --backend cuda
+OPS_ARG=()
+[ -n "$CHECK_OPS" ] && OPS_ARG=(--op "$CHECK_OPS")
+run_step "attnkit check --backend cuda" "./$BUILD/attnkit" check --backend cuda ${OPS_ARG[@]+"${OPS_ARG[@]}"}
 
 if [ "${AK_GPU_TEST_BENCH:-1}" != 0 ]; then
     run_step "bench (cuda)" "./$BUILD/attnkit" bench --backend cuda --op "$BENCH_OPS"
@@ -121,9 +138,9 @@ else
     run_step "memcheck gpu tests (quick)" bash -c "$SAN_TESTS" memcheck
     run_step "racecheck gpu tests (quick)" bash -c "$SAN_TESTS" racecheck
     run_step "memcheck attnkit check --quick" "$SAN" --tool memcheck --error-exitcode 99 \
-        "./$BUILD/attnkit" check --backend cuda --quick
+        "./$BUILD/attnkit" check --backend cuda --quick ${OPS_ARG[@]+"${OPS_ARG[@]}"}
     run_step "racecheck attnkit check --quick" "$SAN" --tool racecheck --error-exitcode 99 \
-        "./$BUILD/attnkit" check --backend cuda --quick
+        "./$BUILD/attnkit" check --backend cuda --quick ${OPS_ARG[@]+"${OPS_ARG[@]}"}
 fi
 
 summary
