@@ -245,6 +245,13 @@ static void write_case(ak_rng *r, ak_layout l, int32_t P, int64_t extra_stride, 
     if (l == AK_LAYOUT_MLA_FP8_PERTENSOR) c.k_scale = 0.375f;
     pair p;
     pair_make(&p, &c, 0x7f);
+    /* on the device the scale comes through k_scale_ptr (graph-friendly), overriding the float */
+    float *dscale = NULL;
+    if (l == AK_LAYOUT_MLA_FP8_PERTENSOR) {
+        dscale = (float *)dclone(&c.k_scale, 4);
+        p.d.k_scale_ptr = dscale;
+        p.d.k_scale = 7.0f;
+    }
     ak_layout_traits tr;
     ak_layout_traits_get(l, &tr);
     int64_t cap = (int64_t)c.num_pages * P, w = tr.d_qk;
@@ -289,6 +296,7 @@ static void write_case(ak_rng *r, ak_layout l, int32_t P, int64_t extra_stride, 
     free(xb);
     free(s_cpu);
     free(s_gpu);
+    cudaFree(dscale);
     pair_free(&p);
 }
 
@@ -400,6 +408,12 @@ static void mha_case(ak_rng *r, ak_layout l, ak_dtype elem, int32_t P, int32_t h
     }
     pair p;
     pair_make(&p, &c, 0x7f);
+    float *dvs = NULL;
+    if (elem == AK_DTYPE_E4M3) { /* the V scale through a device pointer on the CUDA side */
+        dvs = (float *)dclone(&c.v_scale, 4);
+        p.d.v_scale_ptr = dvs;
+        p.d.v_scale = 3.0f;
+    }
     int64_t cap = (int64_t)c.num_pages * P;
     float *k = (float *)malloc((size_t)(n * h * dk) * 4), *v = (float *)malloc((size_t)(n * h * dv) * 4);
     random_rows(r, k, n, (int64_t)h * dk);
@@ -464,6 +478,7 @@ static void mha_case(ak_rng *r, ak_layout l, ak_dtype elem, int32_t P, int32_t h
     free(voc);
     free(kog);
     free(vog);
+    cudaFree(dvs);
     pair_free(&p);
 }
 
