@@ -77,7 +77,7 @@ typedef struct topk_job {
     const ak_tensor *row_starts; /* [rows] int32 or NULL */
     int32_t k;
     const ak_cpu_tf *plan;
-    ak_tensor *out;              /* [rows, k] int32 */
+    ak_tensor *out; /* [rows, k] int32 */
 } topk_job;
 
 static void topk_item(void *arg, int64_t t, int32_t thread) {
@@ -89,7 +89,8 @@ static void topk_item(void *arg, int64_t t, int32_t thread) {
     if (len > width - start) len = width - start; /* clamped to the row window */
     int32_t *out = (int32_t *)j->out->data + t * j->out->strides[0];
     if (len <= j->k) {
-        for (int32_t i = 0; i < j->k; i++) out[i] = i < len ? i : -1;
+        for (int32_t i = 0; i < j->k; i++)
+            out[i] = i < len ? i : -1;
     } else {
         const float *x = (const float *)j->logits->data + t * j->logits->strides[0] + start;
         topk_select(x, len, j->k, out);

@@ -26,7 +26,8 @@ static uint8_t rd_u8(reader *r) {
 }
 static int32_t rd_i32raw(reader *r) {
     uint32_t v = 0;
-    for (int i = 0; i < 4; i++) v |= (uint32_t)rd_u8(r) << (8 * i);
+    for (int i = 0; i < 4; i++)
+        v |= (uint32_t)rd_u8(r) << (8 * i);
     return (int32_t)v;
 }
 /* Mostly small values, sometimes -1, any int32, or values near INT32_MAX. */
@@ -97,7 +98,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int32_t *table = calloc((size_t)(b * width + 1), 4), *cuq = calloc((size_t)b + 1, 4),
             *cuk = calloc((size_t)b + 1, 4), *idx = calloc((size_t)(rows * k + 1), 4),
             *out = calloc((size_t)(rows * k + 1), 4);
-    for (int64_t i = 0; i < b * width; i++) table[i] = rd_val(&rd);
+    for (int64_t i = 0; i < b * width; i++)
+        table[i] = rd_val(&rd);
     rd_cu(&rd, cuq, b + 1, raw_cu);
     rd_cu(&rd, cuk, b + 1, raw_cu);
     for (int64_t i = 0; i < rows * k; i++) {
@@ -109,11 +111,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     ak_context_options o = {AK_BACKEND_CPU, 2, 0, NULL};
     if (ak_context_create(&o, &ctx) != AK_OK) abort();
     ak_tensor tt = t2(table, AK_DTYPE_I32, b, width), tq = t1(cuq, b + 1), tk = t1(cuk, b + 1),
-              ti = t2(idx, AK_DTYPE_I32, rows, k), to = t2(alias ? idx : out, AK_DTYPE_I32, rows, k);
+              ti = t2(idx, AK_DTYPE_I32, rows, k),
+              to = t2(alias ? idx : out, AK_DTYPE_I32, rows, k);
     ak_transform tf = {(ak_index_transform)kind, &tt, page, use_q ? &tq : NULL, &tk};
     int32_t *keep = malloc((size_t)(rows * k + 1) * 4);
     memcpy(keep, idx, (size_t)(rows * k) * 4);
-    for (int64_t i = 0; i < rows * k && !alias; i++) out[i] = POISON;
+    for (int64_t i = 0; i < rows * k && !alias; i++)
+        out[i] = POISON;
     ak_status s = ak_topk_transform(ctx, &tf, &ti, &to);
     const int32_t *res = alias ? idx : out;
     if (must_reject && s == AK_OK) abort();
@@ -134,9 +138,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 *fused = malloc((size_t)(rows * k) * 4), *after = malloc((size_t)(rows * k) * 4);
         for (int64_t i = 0; i < rows * lw; i++) {
             uint8_t v = rd_u8(&rd);
-            logits[i] = v == 255 ? NAN : v == 254 ? INFINITY : v == 253 ? -INFINITY : (float)(v % 16);
+            logits[i] = v == 255   ? NAN
+                        : v == 254 ? INFINITY
+                        : v == 253 ? -INFINITY
+                                   : (float)(v % 16);
         }
-        for (int64_t i = 0; i < rows; i++) lens[i] = rd_val(&rd);
+        for (int64_t i = 0; i < rows; i++)
+            lens[i] = rd_val(&rd);
         ak_tensor tl = t2(logits, AK_DTYPE_F32, rows, lw), tn = t1(lens, rows),
                   tp = t2(pos, AK_DTYPE_I32, rows, k), tfu = t2(fused, AK_DTYPE_I32, rows, k),
                   ta = t2(after, AK_DTYPE_I32, rows, k);
