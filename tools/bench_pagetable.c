@@ -47,7 +47,8 @@ static uint64_t pb_next(uint64_t *s) {
 static ak_status pb_buf(ak_context *ctx, pb_state *s, void *host, ak_dtype dt, int32_t ndim,
                         int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
     int64_t shape[4] = {d0, d1, d2, d3}, n = 1;
-    for (int i = 0; i < ndim; i++) n *= shape[i];
+    for (int i = 0; i < ndim; i++)
+        n *= shape[i];
     size_t bytes = (size_t)(n > 0 ? n : 1) * (size_t)ak_dtype_size(dt);
     int32_t i = s->nbuf++;
     int zero = host == NULL;
@@ -70,8 +71,7 @@ static ak_status pb_run(ak_context *ctx, void *state) {
         return ak_block_table_build(ctx, &t[0], NULL, NULL, &t[1], s->page_size, &t[2]);
     case PB_CSR:
         return ak_csr_build(ctx, &t[0], NULL, NULL, &t[1], s->page_size, &t[2], &t[3], &t[4]);
-    case PB_TRANSFORM:
-        return ak_topk_transform(ctx, &s->tf, &t[0], &t[1]);
+    case PB_TRANSFORM: return ak_topk_transform(ctx, &s->tf, &t[0], &t[1]);
     case PB_SWA:
         return ak_dsv4_swa_indices(ctx, &t[0], NULL, &t[1], s->page_size, 128, &t[2], &t[3]);
     case PB_COMBINE:
@@ -79,15 +79,15 @@ static ak_status pb_run(ak_context *ctx, void *state) {
                                        &t[3], &t[4], &t[5]);
     case PB_INDEXER_PAGED:
         return ak_indexer_logits_paged(ctx, &t[0], &t[1], &s->cache, &t[3], &t[4], 0, &t[5]);
-    case PB_TOPK:
-        return ak_topk(ctx, &t[0], &t[1], NULL, s->k, 0, &s->tf, &t[2]);
+    case PB_TOPK: return ak_topk(ctx, &t[0], &t[1], NULL, s->k, 0, &s->tf, &t[2]);
     }
     return AK_ERR_INTERNAL;
 }
 
 static void pb_destroy(ak_context *ctx, void *state) {
     pb_state *s = (pb_state *)state;
-    for (int32_t i = 0; i < s->nbuf; i++) ak_dev_free(ctx, s->dev[i]);
+    for (int32_t i = 0; i < s->nbuf; i++)
+        ak_dev_free(ctx, s->dev[i]);
     free(s);
 }
 
@@ -115,20 +115,20 @@ static ak_status pb_add(ak_context *ctx, ak_bench_list *out, pb_state *s, const 
     return ak_bench_add(out, &c);
 }
 
-#define PB_RET(expr)                                                                              \
-    do {                                                                                          \
-        ak_status pb_r_ = (expr);                                                                 \
-        if (pb_r_ != AK_OK) return pb_r_;                                                         \
+#define PB_RET(expr)                                                                               \
+    do {                                                                                           \
+        ak_status pb_r_ = (expr);                                                                  \
+        if (pb_r_ != AK_OK) return pb_r_;                                                          \
     } while (0)
 
 /* For a case under construction: frees it on failure. */
-#define PB_TRY(expr)                                                                              \
-    do {                                                                                          \
-        ak_status pb_s_ = (expr);                                                                 \
-        if (pb_s_ != AK_OK) {                                                                     \
-            pb_destroy(ctx, s);                                                                   \
-            return pb_s_;                                                                         \
-        }                                                                                         \
+#define PB_TRY(expr)                                                                               \
+    do {                                                                                           \
+        ak_status pb_s_ = (expr);                                                                  \
+        if (pb_s_ != AK_OK) {                                                                      \
+            pb_destroy(ctx, s);                                                                    \
+            return pb_s_;                                                                          \
+        }                                                                                          \
     } while (0)
 
 static pb_state *pb_new(pb_kind kind) {
@@ -144,14 +144,16 @@ static int32_t *pb_token_table(int64_t b, int64_t ctx_len, int32_t page, uint64_
     for (int64_t r = 0; r < b; r++)
         for (int64_t p = 0; p < pages; p++) {
             int64_t pg = (r * pages + p * 7919 + (int64_t)(pb_next(rng) % 2)) % total;
-            for (int32_t o = 0; o < page; o++) r2t[(r * ctx_len) + p * page + o] = (int32_t)(pg * page + o);
+            for (int32_t o = 0; o < page; o++)
+                r2t[(r * ctx_len) + p * page + o] = (int32_t)(pg * page + o);
         }
     return r2t;
 }
 
 static int32_t *pb_fill_i32(int64_t n, int32_t v) {
     int32_t *p = (int32_t *)malloc((size_t)(n > 0 ? n : 1) * 4);
-    for (int64_t i = 0; i < n; i++) p[i] = v;
+    for (int64_t i = 0; i < n; i++)
+        p[i] = v;
     return p;
 }
 
@@ -166,7 +168,8 @@ static ak_status pb_builders(ak_context *ctx, const ak_bench_opts *o, const char
         pb_state *s = pb_new(PB_BLOCK_TABLE);
         if (!s) return AK_ERR_OUT_OF_MEMORY;
         s->page_size = P;
-        PB_TRY(pb_buf(ctx, s, pb_token_table(b, ctx_len, P, &rng), AK_DTYPE_I32, 2, b, ctx_len, 0, 0));
+        PB_TRY(
+            pb_buf(ctx, s, pb_token_table(b, ctx_len, P, &rng), AK_DTYPE_I32, 2, b, ctx_len, 0, 0));
         PB_TRY(pb_buf(ctx, s, pb_fill_i32(b, (int32_t)ctx_len), AK_DTYPE_I32, 1, b, 0, 0, 0));
         PB_TRY(pb_buf(ctx, s, NULL, AK_DTYPE_I32, 2, b, mp, 0, 0));
         snprintf(shape, sizeof shape, "B %lld, ctx %lld, page %d -> [%lld, %lld]", (long long)b,
@@ -180,7 +183,8 @@ static ak_status pb_builders(ak_context *ctx, const ak_bench_opts *o, const char
         pb_state *s = pb_new(PB_CSR);
         if (!s) return AK_ERR_OUT_OF_MEMORY;
         s->page_size = P;
-        PB_TRY(pb_buf(ctx, s, pb_token_table(b, ctx_len, 64, &rng), AK_DTYPE_I32, 2, b, ctx_len, 0, 0));
+        PB_TRY(pb_buf(ctx, s, pb_token_table(b, ctx_len, 64, &rng), AK_DTYPE_I32, 2, b, ctx_len, 0,
+                      0));
         PB_TRY(pb_buf(ctx, s, pb_fill_i32(b, (int32_t)ctx_len), AK_DTYPE_I32, 1, b, 0, 0, 0));
         PB_TRY(pb_buf(ctx, s, NULL, AK_DTYPE_I32, 1, b + 1, 0, 0, 0));
         PB_TRY(pb_buf(ctx, s, NULL, AK_DTYPE_I32, 1, cap, 0, 0, 0));
@@ -197,13 +201,16 @@ static ak_status pb_builders(ak_context *ctx, const ak_bench_opts *o, const char
         pb_state *s = pb_new(PB_TRANSFORM);
         if (!s) return AK_ERR_OUT_OF_MEMORY;
         int32_t *idx = (int32_t *)malloc((size_t)(rows * k) * 4);
-        for (int64_t i = 0; i < rows * k; i++) idx[i] = (int32_t)(pb_next(&rng) % (uint64_t)ctx_len);
+        for (int64_t i = 0; i < rows * k; i++)
+            idx[i] = (int32_t)(pb_next(&rng) % (uint64_t)ctx_len);
         PB_TRY(pb_buf(ctx, s, idx, AK_DTYPE_I32, 2, rows, k, 0, 0));
         PB_TRY(pb_buf(ctx, s, NULL, AK_DTYPE_I32, 2, rows, k, 0, 0));
         int32_t *table = (int32_t *)malloc((size_t)(b * mp) * 4);
-        for (int64_t i = 0; i < b * mp; i++) table[i] = (int32_t)i;
+        for (int64_t i = 0; i < b * mp; i++)
+            table[i] = (int32_t)i;
         PB_TRY(pb_buf(ctx, s, table, AK_DTYPE_I32, 2, b, mp, 0, 0));
-        int32_t *cuq = (int32_t *)malloc((size_t)(b + 1) * 4), *cuk = (int32_t *)malloc((size_t)(b + 1) * 4);
+        int32_t *cuq = (int32_t *)malloc((size_t)(b + 1) * 4),
+                *cuk = (int32_t *)malloc((size_t)(b + 1) * 4);
         for (int64_t i = 0; i <= b; i++) {
             cuq[i] = (int32_t)(i * (rows / b));
             cuk[i] = (int32_t)(i * ctx_len);
@@ -229,13 +236,15 @@ static ak_status pb_builders(ak_context *ctx, const ak_bench_opts *o, const char
         s->page_size = P;
         PB_TRY(pb_buf(ctx, s, pb_fill_i32(b, (int32_t)ctx_len), AK_DTYPE_I32, 1, b, 0, 0, 0));
         int32_t *table = (int32_t *)malloc((size_t)(b * mp) * 4);
-        for (int64_t i = 0; i < b * mp; i++) table[i] = (int32_t)i;
+        for (int64_t i = 0; i < b * mp; i++)
+            table[i] = (int32_t)i;
         PB_TRY(pb_buf(ctx, s, table, AK_DTYPE_I32, 2, b, mp, 0, 0));
         PB_TRY(pb_buf(ctx, s, NULL, AK_DTYPE_I32, 2, b, 128, 0, 0));
         PB_TRY(pb_buf(ctx, s, NULL, AK_DTYPE_I32, 1, b, 0, 0, 0));
         snprintf(shape, sizeof shape, "B %lld decode rows, ctx %lld, page 256, window 128",
                  (long long)b, (long long)ctx_len);
-        PB_RET(pb_add(ctx, out, s, "swa_indices", shape, 0, 0, (double)b * (128 * 4 + 4 + 8 + 4), 1));
+        PB_RET(
+            pb_add(ctx, out, s, "swa_indices", shape, 0, 0, (double)b * (128 * 4 + 4 + 8 + 4), 1));
     }
     if (ak_bench_wants(op, "combine_indices")) {
         int64_t q = 16, rows = b * q;
@@ -245,11 +254,13 @@ static ak_status pb_builders(ak_context *ctx, const ak_bench_opts *o, const char
         if (!s) return AK_ERR_OUT_OF_MEMORY;
         s->ratio = ratio, s->topk = topk, s->c_max = c_max;
         int32_t *raw = (int32_t *)malloc((size_t)(rows * topk) * 4);
-        for (int64_t i = 0; i < rows * topk; i++) raw[i] = (int32_t)(pb_next(&rng) % (uint64_t)(c_max - q));
+        for (int64_t i = 0; i < rows * topk; i++)
+            raw[i] = (int32_t)(pb_next(&rng) % (uint64_t)(c_max - q));
         PB_TRY(pb_buf(ctx, s, raw, AK_DTYPE_I32, 2, rows, topk, 0, 0));
         PB_TRY(pb_buf(ctx, s, pb_fill_i32(b, (int32_t)ctx_len), AK_DTYPE_I32, 1, b, 0, 0, 0));
         int32_t *cuq = (int32_t *)malloc((size_t)(b + 1) * 4);
-        for (int64_t i = 0; i <= b; i++) cuq[i] = (int32_t)(i * q);
+        for (int64_t i = 0; i <= b; i++)
+            cuq[i] = (int32_t)(i * q);
         PB_TRY(pb_buf(ctx, s, cuq, AK_DTYPE_I32, 1, b + 1, 0, 0, 0));
         PB_TRY(pb_buf(ctx, s, NULL, AK_DTYPE_I32, 2, rows, w, 0, 0));
         PB_TRY(pb_buf(ctx, s, NULL, AK_DTYPE_I32, 1, rows, 0, 0, 0));
@@ -257,7 +268,7 @@ static ak_status pb_builders(ak_context *ctx, const ak_bench_opts *o, const char
         snprintf(shape, sizeof shape, "B %lld x %lld new tokens, ctx %lld, C4 topk %d, W %lld",
                  (long long)b, (long long)q, (long long)ctx_len, (int)topk, (long long)w);
         PB_RET(pb_add(ctx, out, s, "combine_indices", shape, 0, 0,
-                            (double)rows * (topk + w + 1) * 4 + (double)b * 12, 0));
+                      (double)rows * (topk + w + 1) * 4 + (double)b * 12, 0));
     }
     return AK_OK;
 }
@@ -285,19 +296,23 @@ static ak_status pb_indexer(ak_context *ctx, const ak_bench_opts *o, const char 
             pb_state *s = pb_new(PB_INDEXER_PAGED);
             if (!s) return AK_ERR_OUT_OF_MEMORY;
             uint8_t *q = (uint8_t *)malloc((size_t)(b * h * 128));
-            for (int64_t i = 0; i < b * h * 128; i++) q[i] = (uint8_t)(0x30 + pb_next(&rng) % 0x18);
+            for (int64_t i = 0; i < b * h * 128; i++)
+                q[i] = (uint8_t)(0x30 + pb_next(&rng) % 0x18);
             PB_TRY(pb_buf(ctx, s, q, AK_DTYPE_E4M3, 4, b, 1, h, 128));
             float *w = (float *)malloc((size_t)(b * h) * 4);
             ak_bench_fill_normal_f32(w, b * h, 0.1, 1.0, o->seed);
             PB_TRY(pb_buf(ctx, s, w, AK_DTYPE_F32, 2, b, h, 0, 0));
             size_t pool_bytes = (size_t)num_pages * 8448;
             uint8_t *pool = (uint8_t *)malloc(pool_bytes);
-            for (size_t i = 0; i < pool_bytes; i++) pool[i] = (uint8_t)(0x30 + (i * 2654435761u >> 20) % 0x18);
+            for (size_t i = 0; i < pool_bytes; i++)
+                pool[i] = (uint8_t)(0x30 + (i * 2654435761u >> 20) % 0x18);
             for (int32_t p = 0; p < num_pages; p++) /* scales 1.0 */
-                for (int t = 0; t < 64; t++) memcpy(pool + (size_t)p * 8448 + 8192 + t * 4, &(float){1.0f}, 4);
+                for (int t = 0; t < 64; t++)
+                    memcpy(pool + (size_t)p * 8448 + 8192 + t * 4, &(float){1.0f}, 4);
             PB_TRY(pb_buf(ctx, s, pool, AK_DTYPE_U8, 1, (int64_t)pool_bytes, 0, 0, 0));
             int32_t *bt = (int32_t *)malloc((size_t)need * 4);
-            for (int64_t i = 0; i < need; i++) bt[i] = (int32_t)((i * 7919) % num_pages);
+            for (int64_t i = 0; i < need; i++)
+                bt[i] = (int32_t)((i * 7919) % num_pages);
             PB_TRY(pb_buf(ctx, s, bt, AK_DTYPE_I32, 2, b, mp, 0, 0));
             PB_TRY(pb_buf(ctx, s, pb_fill_i32(b, (int32_t)len), AK_DTYPE_I32, 1, b, 0, 0, 0));
             PB_TRY(pb_buf(ctx, s, NULL, AK_DTYPE_F32, 2, b, len, 0, 0));
@@ -307,7 +322,7 @@ static ak_status pb_indexer(ak_context *ctx, const ak_bench_opts *o, const char 
                      (long long)len, (int)h);
             double keys = (double)b * len;
             PB_RET(pb_add(ctx, out, s, "indexer_paged", shape, keys * 2 * h * 128, keys * 132,
-                                keys * (132 + 4) + (double)b * h * 132 + (double)need * 4, 1));
+                          keys * (132 + 4) + (double)b * h * 132 + (double)need * 4, 1));
         }
         if (ak_bench_wants(op, "topk")) {
             pb_state *s = pb_new(PB_TOPK);
@@ -319,7 +334,8 @@ static ak_status pb_indexer(ak_context *ctx, const ak_bench_opts *o, const char 
             PB_TRY(pb_buf(ctx, s, pb_fill_i32(b, (int32_t)len), AK_DTYPE_I32, 1, b, 0, 0, 0));
             PB_TRY(pb_buf(ctx, s, NULL, AK_DTYPE_I32, 2, b, k, 0, 0));
             int32_t *bt = (int32_t *)malloc((size_t)need * 4);
-            for (int64_t i = 0; i < need; i++) bt[i] = (int32_t)i;
+            for (int64_t i = 0; i < need; i++)
+                bt[i] = (int32_t)i;
             PB_TRY(pb_buf(ctx, s, bt, AK_DTYPE_I32, 2, b, mp, 0, 0));
             s->tf.kind = AK_TRANSFORM_PAGED;
             s->tf.table = &s->t[3];
@@ -327,7 +343,7 @@ static ak_status pb_indexer(ak_context *ctx, const ak_bench_opts *o, const char 
             snprintf(shape, sizeof shape, "B %lld, len %lld, k %d, fused PAGED (page 64)",
                      (long long)b, (long long)len, (int)k);
             PB_RET(pb_add(ctx, out, s, "topk", shape, 0, 0,
-                                (double)b * len * 4 + (double)b * k * 8 + (double)b * 4, 1));
+                          (double)b * len * 4 + (double)b * k * 8 + (double)b * 4, 1));
         }
     }
     return AK_OK;
