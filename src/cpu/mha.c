@@ -40,8 +40,8 @@ static size_t align_up(size_t x) { return (x + MHA_ALIGN - 1) / MHA_ALIGN * MHA_
 static size_t thread_bytes(int32_t d_qk, int32_t d_v) {
     size_t R = MHA_ROW_TILE, T = MHA_KV_TILE;
     return align_up(R * d_qk * 4) + align_up(R * d_v * 4) + align_up(T * d_qk * 4) +
-           align_up((size_t)d_qk * 4) + align_up(T * d_v * 4) + align_up(T * 4) + align_up(T) + align_up(R * 4) +
-           align_up(R * 8) + 2 * align_up(R * 4);
+           align_up((size_t)d_qk * 4) + align_up(T * d_v * 4) + align_up(T * 4) + align_up(T) +
+           align_up(R * 4) + align_up(R * 8) + 2 * align_up(R * 4);
 }
 
 static int32_t mha_batch(const ak_mha_args *a) {
