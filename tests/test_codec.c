@@ -44,6 +44,7 @@
  *   ak_cache_gather  out e4m3 for a 656 cache                  INVALID_ARGUMENT  "out"
  *   ak_cache_gather  e4m3 out without out_scale (INDEXER_FP8)  INVALID_ARGUMENT  "out_scale"
  *   ak_cache_gather  out_scale with f32 out                    INVALID_ARGUMENT  "out_scale"
+ *   ak_cache_gather  out rows overlapping (stride[0] 0)        INVALID_ARGUMENT  "overlap"
  *   ak_mha_cache_write  k shape mismatch                       INVALID_ARGUMENT  "k"
  *   ak_mha_cache_write  slot 99 past capacity                  INVALID_ARGUMENT  "slots[0]"
  *   ak_mha_cache_gather k_out and v_out NULL                   INVALID_ARGUMENT  "k_out"
@@ -912,6 +913,8 @@ AK_TEST(bad_inputs) {
     CHECK_REJECT(ak_cache_gather(ctx, &ix.c, &ts, &te, NULL), AK_ERR_INVALID_ARGUMENT, "out_scale");
     ak_tensor tsc = ak_tensor_make(out, AK_DTYPE_F32, 1, (int64_t[]){2});
     CHECK_REJECT(ak_cache_gather(ctx, &p.c, &ts, &to, &tsc), AK_ERR_INVALID_ARGUMENT, "out_scale");
+    t = to; t.strides[0] = 0;
+    CHECK_REJECT(ak_cache_gather(ctx, &p.c, &ts, &t, NULL), AK_ERR_INVALID_ARGUMENT, "overlap");
 
     /* MHA */
     ak_tensor tk = ak_tensor_make(nope, AK_DTYPE_F32, 3, (int64_t[]){2, 1, 7});

@@ -240,6 +240,15 @@ static int64_t payload_bytes(const ak_cache *c) {
 
 static int is_mha(ak_layout l) { return l == AK_LAYOUT_MHA_NHD || l == AK_LAYOUT_MHA_HND; }
 
+/* ak_bf16_to_f32(ak_f32_to_bf16(v)) without branches (RNE; NaN stays NaN), for vector loops. */
+static inline float bf16_round(float v) {
+    int32_t u = (int32_t)ak_f32_bits(v);
+    int32_t nan = -(int32_t)((u & 0x7fffffff) > 0x7f800000);
+    int32_t r = (int32_t)(((uint32_t)u + 0x7fffu + (((uint32_t)u >> 16) & 1u)) & 0xffff0000u);
+    int32_t q = (u & (int32_t)0xffff0000u) | 0x00400000;
+    return ak_f32_from_bits((uint32_t)((nan & q) | (~nan & r)));
+}
+
 /* Dequantizes one token of an MLA layout into x[d_qk] f32 with the arithmetic of
    ak_kv_decode_mla (kv_access.h, layouts.md 4), reading e4m3 values from a 256-entry table. */
 static void dec_mla(const ak_cache *c, int64_t stride, int32_t slot, const float *lut, float *x) {
@@ -260,10 +269,10 @@ static void dec_mla(const ak_cache *c, int64_t stride, int32_t slot, const float
     }
     case AK_LAYOUT_DSA_FP8_BLOCKSCALE: {
         const ak_rec_dsa656 *r = (const ak_rec_dsa656 *)p[0];
+        for (int d = 0; d < 512; d++) x[d] = lut[r->nope[d]]; /* table loads, then a vector loop */
         for (int i = 0; i < 4; i++) {
             float s = r->scale[i];
-            for (int d = 128 * i; d < 128 * i + 128; d++)
-                x[d] = ak_bf16_to_f32(ak_f32_to_bf16(lut[r->nope[d]] * s));
+            for (int d = 128 * i; d < 128 * i + 128; d++) x[d] = bf16_round(x[d] * s);
         }
         for (int d = 0; d < 64; d++) x[512 + d] = ak_bf16_to_f32(r->rope[d]);
         break;
@@ -400,10 +409,10 @@ static void mha_store(const ak_cache *c, void *pool, int64_t off, int32_t dim, c
 }
 
 static void mha_load(const ak_cache *c, const void *pool, int64_t off, int32_t dim, float *x,
-                     float scale) {
+                     float scale, const float *lut) {
     if (c->elem_dtype == AK_DTYPE_E4M3) {
         const uint8_t *q = (const uint8_t *)pool + off;
-        for (int32_t d = 0; d < dim; d++) x[d] = ak_e4m3_to_f32(q[d]) * scale;
+        for (int32_t d = 0; d < dim; d++) x[d] = lut[q[d]] * scale;
     } else {
         load_f32(pool, c->elem_dtype, off, dim, x);
     }
@@ -511,7 +520,7 @@ static void mha_gather_rows(void *arg, int64_t item, int32_t thread) {
                 if (valid)
                     mha_load(c, pool == 0 ? c->data : c->v_data,
                              ak_kv_mha_offset(c, pool == 0 ? ks : vs, dim, slot, h), dim, x,
-                             pool == 0 ? sk : sv);
+                             pool == 0 ? sk : sv, j->lut);
                 else
                     memset(x, 0, sizeof(float) * (size_t)dim);
                 store_f32(o->data, o->dtype, r * o->strides[0] + h * o->strides[1], dim, x);
@@ -534,6 +543,7 @@ ak_status ak_cpu_mha_cache_gather(ak_context *ctx, const ak_cache *cache, const 
                                   ak_tensor *k_out, ak_tensor *v_out) {
     gather_job j = {cache, ak_cache_stride(cache), slots, k_out, NULL, v_out,
                     slots->shape[0], ak_cache_capacity(cache), {0}};
+    e4m3_table(j.lut);
     ak_parallel_for(ctx, (j.n + ROWS_PER_ITEM - 1) / ROWS_PER_ITEM, mha_gather_rows, &j);
     return AK_OK;
 }
@@ -635,7 +645,7 @@ static void conv_token(const conv_job *j, int32_t slot) {
                     memcpy((uint8_t *)dp + dof * esz, (const uint8_t *)sp + so * esz,
                            (size_t)(dim * esz));
                 } else {
-                    mha_load(s, sp, so, dim, x, pool == 0 ? ssk : ssv);
+                    mha_load(s, sp, so, dim, x, pool == 0 ? ssk : ssv, j->lut);
                     mha_store(d, dp, dof, dim, x, pool == 0 ? dsk : dsv);
                 }
             }
