@@ -13,6 +13,7 @@
 #include "cpu/cpu.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,13 +22,44 @@
 
 /* ---- element access ---------------------------------------------------------------------------- */
 
+/* Loops over n elements run in blocks of 16 with a fixed trip count, which -O2 vectorizes, then
+   a scalar tail. Cache records are read and written with memcpy: AoS page strides may be odd, so
+   16- and 32-bit fields need not be aligned. */
+
+/* n bf16 bits at p (any alignment) -> dst[n] f32 */
+static void bf16_load(const uint8_t *p, int64_t n, float *dst) {
+    uint16_t h[16];
+    int64_t i = 0;
+    for (; i < (n & ~(int64_t)15); i += 16) {
+        memcpy(h, p + 2 * i, 32);
+        for (int k = 0; k < 16; k++) dst[i + k] = ak_bf16_to_f32(h[k]);
+    }
+    for (; i < n; i++) {
+        memcpy(h, p + 2 * i, 2);
+        dst[i] = ak_bf16_to_f32(h[0]);
+    }
+}
+
+/* src[n] f32 -> n bf16 (RNE) at p (any alignment) */
+static void bf16_store(uint8_t *p, int64_t n, const float *src) {
+    uint16_t h[16];
+    int64_t i = 0;
+    for (; i < (n & ~(int64_t)15); i += 16) {
+        for (int k = 0; k < 16; k++) h[k] = ak_f32_to_bf16(src[i + k]);
+        memcpy(p + 2 * i, h, 32);
+    }
+    for (; i < n; i++) {
+        h[0] = ak_f32_to_bf16(src[i]);
+        memcpy(p + 2 * i, h, 2);
+    }
+}
+
 /* n values of dtype dt (f32, bf16, f16) at element offset off -> dst[n] f32 */
 static void load_f32(const void *base, ak_dtype dt, int64_t off, int32_t n, float *dst) {
     if (dt == AK_DTYPE_F32) {
         memcpy(dst, (const float *)base + off, (size_t)n * 4);
     } else if (dt == AK_DTYPE_BF16) {
-        const uint16_t *p = (const uint16_t *)base + off;
-        for (int32_t i = 0; i < n; i++) dst[i] = ak_bf16_to_f32(p[i]);
+        bf16_load((const uint8_t *)((const uint16_t *)base + off), n, dst);
     } else {
         const uint16_t *p = (const uint16_t *)base + off;
         for (int32_t i = 0; i < n; i++) dst[i] = ak_f16_to_f32(p[i]);
@@ -39,35 +71,52 @@ static void store_f32(void *base, ak_dtype dt, int64_t off, int32_t n, const flo
     if (dt == AK_DTYPE_F32) {
         memcpy((float *)base + off, src, (size_t)n * 4);
     } else if (dt == AK_DTYPE_BF16) {
-        uint16_t *p = (uint16_t *)base + off;
-        for (int32_t i = 0; i < n; i++) p[i] = ak_f32_to_bf16(src[i]);
+        bf16_store((uint8_t *)((uint16_t *)base + off), n, src);
     } else {
         uint16_t *p = (uint16_t *)base + off;
         for (int32_t i = 0; i < n; i++) p[i] = ak_f32_to_f16(src[i]);
     }
 }
 
-/* 1 when all n values (f32, bf16 or f16) are finite; a test on the exponent bits. */
-static int all_finite(const void *base, ak_dtype dt, int64_t off, int32_t n) {
-    uint32_t bad = 0;
+/* 1 when all n values (f32, bf16 or f16) at element offset off are finite (exponent bits). */
+static int all_finite(const void *base, ak_dtype dt, int64_t off, int64_t n) {
+    int32_t bad = 0;
+    int64_t i = 0;
     if (dt == AK_DTYPE_F32) {
-        const uint32_t *p = (const uint32_t *)base + off;
-        for (int32_t i = 0; i < n; i++) bad |= (p[i] & 0x7f800000u) == 0x7f800000u;
+        const uint8_t *p = (const uint8_t *)base + 4 * off;
+        uint32_t w[16];
+        for (; i < (n & ~(int64_t)15); i += 16) {
+            memcpy(w, p + 4 * i, 64);
+            for (int k = 0; k < 16; k++) bad |= (w[k] & 0x7f800000u) == 0x7f800000u;
+        }
+        for (; i < n; i++) {
+            memcpy(w, p + 4 * i, 4);
+            bad |= (w[0] & 0x7f800000u) == 0x7f800000u;
+        }
     } else {
-        const uint16_t *p = (const uint16_t *)base + off;
-        uint16_t m = dt == AK_DTYPE_BF16 ? 0x7f80u : 0x7c00u;
-        for (int32_t i = 0; i < n; i++) bad |= (p[i] & m) == m;
+        const uint8_t *p = (const uint8_t *)base + 2 * off;
+        uint16_t h[16], m = dt == AK_DTYPE_BF16 ? 0x7f80u : 0x7c00u;
+        for (; i < (n & ~(int64_t)15); i += 16) {
+            memcpy(h, p + 2 * i, 32);
+            for (int k = 0; k < 16; k++) bad |= (h[k] & m) == m;
+        }
+        for (; i < n; i++) {
+            memcpy(h, p + 2 * i, 2);
+            bad |= (h[0] & m) == m;
+        }
     }
     return bad == 0;
 }
 
+/* Largest |x| of n finite values: a maximum over the magnitude bits (monotonic for floats >= 0),
+   an integer reduction the vectorizer accepts. */
 static float amax_of(const float *x, int32_t n) {
-    float m = 0.0f;
+    int32_t m = 0;
     for (int32_t i = 0; i < n; i++) {
-        float a = fabsf(x[i]);
+        int32_t a = (int32_t)(ak_f32_bits(x[i]) & 0x7fffffffu);
         m = a > m ? a : m;
     }
-    return m;
+    return ak_f32_from_bits((uint32_t)m);
 }
 
 /* ak_f32_to_e4m3 without branches, so the loops vectorize (RNE, saturating to +-448, NaN to
@@ -100,10 +149,10 @@ static void quant_e4m3(const float *x, int32_t n, float s, uint8_t *q) {
     int32_t i = 0;
     /* blocks of 16 with a fixed trip count, which -O2 vectorizes */
     if (pow2) {
-        for (; i + 16 <= n; i += 16)
+        for (; i < (n & ~(int64_t)15); i += 16)
             for (int32_t k = 0; k < 16; k++) q[i + k] = e4m3_enc(x[i + k] * inv);
     } else {
-        for (; i + 16 <= n; i += 16)
+        for (; i < (n & ~(int64_t)15); i += 16)
             for (int32_t k = 0; k < 16; k++) q[i + k] = e4m3_enc(x[i + k] / s);
     }
     for (; i < n; i++) q[i] = e4m3_enc(pow2 ? x[i] * inv : x[i] / s);
@@ -116,10 +165,8 @@ static uint8_t ue8m0_clamp(int32_t k) { /* 2^k as a UE8M0 byte, kept in [1, 254]
 
 /* ---- per-token encoders (x holds the token's d_qk values in f32) -------------------------------- */
 
-static void enc_mla_bf16(uint8_t *rec, const float *x) { /* 1152 B */
-    ak_rec_mla_bf16 *r = (ak_rec_mla_bf16 *)rec;
-    for (int d = 0; d < 512; d++) r->nope[d] = ak_f32_to_bf16(x[d]);
-    for (int d = 0; d < 64; d++) r->rope[d] = ak_f32_to_bf16(x[512 + d]);
+static void enc_mla_bf16(uint8_t *rec, const float *x) { /* 1152 B: 576 bf16 */
+    bf16_store(rec, 576, x);
 }
 
 static void enc_mla_fp8pt(uint8_t *rec, const float *x, float k_scale) { /* 576 B */
@@ -136,13 +183,12 @@ static float scale_656(float amax, ak_quant_rule rule) {
 }
 
 static void enc_dsa656(uint8_t *rec, const float *x, ak_quant_rule rule) { /* 656 B */
-    ak_rec_dsa656 *r = (ak_rec_dsa656 *)rec;
     for (int i = 0; i < 4; i++) {
         float s = scale_656(amax_of(x + 128 * i, 128), rule);
-        r->scale[i] = s;
-        quant_e4m3(x + 128 * i, 128, s, r->nope + 128 * i);
+        memcpy(rec + offsetof(ak_rec_dsa656, scale) + 4 * i, &s, 4);
+        quant_e4m3(x + 128 * i, 128, s, rec + 128 * i);
     }
-    for (int d = 0; d < 64; d++) r->rope[d] = ak_f32_to_bf16(x[512 + d]);
+    bf16_store(rec + offsetof(ak_rec_dsa656, rope), 64, x + 512);
 }
 
 /* Rule Q584: per 64-dim tile a UE8M0 byte, FlashMLA's rule or SGLang's amax floor. */
@@ -158,7 +204,7 @@ static void enc_dsv4(uint8_t *data, uint8_t *scale, const float *x, ak_quant_rul
         quant_e4m3(x + 64 * j, 64, ak_pow2_f32((int32_t)e - 127), r->nope + 64 * j);
     }
     s->pad = 0;
-    for (int d = 0; d < 64; d++) r->rope[d] = ak_f32_to_bf16(x[448 + d]);
+    bf16_store((uint8_t *)r->rope, 64, x + 448);
 }
 
 /* Rule Q132: s = max(amax, 1e-4)/448, or rounded up to a power of two (POW2). */
@@ -257,9 +303,7 @@ static void dec_mla(const ak_cache *c, int64_t stride, int32_t slot, const float
     token_pieces(c, stride, slot, p, len);
     switch (c->layout) {
     case AK_LAYOUT_MLA_BF16: {
-        const ak_rec_mla_bf16 *r = (const ak_rec_mla_bf16 *)p[0];
-        for (int d = 0; d < 512; d++) x[d] = ak_bf16_to_f32(r->nope[d]);
-        for (int d = 0; d < 64; d++) x[512 + d] = ak_bf16_to_f32(r->rope[d]);
+        bf16_load(p[0], 576, x);
         break;
     }
     case AK_LAYOUT_MLA_FP8_PERTENSOR: {
@@ -268,13 +312,12 @@ static void dec_mla(const ak_cache *c, int64_t stride, int32_t slot, const float
         break;
     }
     case AK_LAYOUT_DSA_FP8_BLOCKSCALE: {
-        const ak_rec_dsa656 *r = (const ak_rec_dsa656 *)p[0];
-        for (int d = 0; d < 512; d++) x[d] = lut[r->nope[d]]; /* table loads, then a vector loop */
-        for (int i = 0; i < 4; i++) {
-            float s = r->scale[i];
-            for (int d = 128 * i; d < 128 * i + 128; d++) x[d] = bf16_round(x[d] * s);
-        }
-        for (int d = 0; d < 64; d++) x[512 + d] = ak_bf16_to_f32(r->rope[d]);
+        float sc[4];
+        memcpy(sc, p[0] + offsetof(ak_rec_dsa656, scale), 16);
+        for (int d = 0; d < 512; d++) x[d] = lut[p[0][d]]; /* table loads, then a vector loop */
+        for (int i = 0; i < 4; i++)
+            for (int d = 128 * i; d < 128 * i + 128; d++) x[d] = bf16_round(x[d] * sc[i]);
+        bf16_load(p[0] + offsetof(ak_rec_dsa656, rope), 64, x + 512);
         break;
     }
     case AK_LAYOUT_DSV4_FP8_UE8M0: {
@@ -283,7 +326,7 @@ static void dec_mla(const ak_cache *c, int64_t stride, int32_t slot, const float
             float s = ak_ue8m0_to_f32(p[1][j]);
             for (int d = 64 * j; d < 64 * j + 64; d++) x[d] = lut[r->nope[d]] * s;
         }
-        for (int d = 0; d < 64; d++) x[448 + d] = ak_bf16_to_f32(r->rope[d]);
+        bf16_load((const uint8_t *)r->rope, 64, x + 448);
         break;
     }
     default:
@@ -661,11 +704,11 @@ static void conv_token(const conv_job *j, int32_t slot) {
         return;
     }
     if (j->kind == CONV_FP8PT_656) {
-        ak_rec_dsa656 *r = (ak_rec_dsa656 *)dp[0];
-        float ks = ak_kv_k_scale(s);
-        memcpy(r->nope, sp[0], 512);
-        for (int i = 0; i < 4; i++) r->scale[i] = ks;
-        for (int k = 0; k < 64; k++) r->rope[k] = ak_f32_to_bf16(ak_e4m3_to_f32(sp[0][512 + k]) * ks);
+        float ks = ak_kv_k_scale(s), rope[64];
+        memcpy(dp[0], sp[0], 512);
+        for (int i = 0; i < 4; i++) memcpy(dp[0] + offsetof(ak_rec_dsa656, scale) + 4 * i, &ks, 4);
+        for (int k = 0; k < 64; k++) rope[k] = j->lut[sp[0][512 + k]] * ks;
+        bf16_store(dp[0] + offsetof(ak_rec_dsa656, rope), 64, rope);
         return;
     }
     float x[576];
