@@ -78,34 +78,36 @@ static void store_f32(void *base, ak_dtype dt, int64_t off, int32_t n, const flo
     }
 }
 
-/* 1 when all n values (f32, bf16 or f16) at element offset off are finite (exponent bits). */
+/* 1 when all n values (f32, bf16 or f16) at element offset off are finite. The exponent field is
+   all ones exactly when adding one unit to it carries into the sign position; OR-ing those sums
+   is an integer reduction the vectorizer accepts. */
 static int all_finite(const void *base, ak_dtype dt, int64_t off, int64_t n) {
-    int32_t bad = 0;
     int64_t i = 0;
     if (dt == AK_DTYPE_F32) {
         const uint8_t *p = (const uint8_t *)base + 4 * off;
-        uint32_t w[16];
+        uint32_t w[16], acc = 0;
         for (; i < (n & ~(int64_t)15); i += 16) {
             memcpy(w, p + 4 * i, 64);
-            for (int k = 0; k < 16; k++) bad |= (w[k] & 0x7f800000u) == 0x7f800000u;
+            for (int k = 0; k < 16; k++) acc |= (w[k] & 0x7f800000u) + 0x00800000u;
         }
         for (; i < n; i++) {
             memcpy(w, p + 4 * i, 4);
-            bad |= (w[0] & 0x7f800000u) == 0x7f800000u;
+            acc |= (w[0] & 0x7f800000u) + 0x00800000u;
         }
-    } else {
-        const uint8_t *p = (const uint8_t *)base + 2 * off;
-        uint16_t h[16], m = dt == AK_DTYPE_BF16 ? 0x7f80u : 0x7c00u;
-        for (; i < (n & ~(int64_t)15); i += 16) {
-            memcpy(h, p + 2 * i, 32);
-            for (int k = 0; k < 16; k++) bad |= (h[k] & m) == m;
-        }
-        for (; i < n; i++) {
-            memcpy(h, p + 2 * i, 2);
-            bad |= (h[0] & m) == m;
-        }
+        return (acc & 0x80000000u) == 0;
     }
-    return bad == 0;
+    const uint8_t *p = (const uint8_t *)base + 2 * off;
+    uint16_t h[16];
+    uint32_t acc = 0, m = dt == AK_DTYPE_BF16 ? 0x7f80u : 0x7c00u, one = m & (0u - m);
+    for (; i < (n & ~(int64_t)15); i += 16) {
+        memcpy(h, p + 2 * i, 32);
+        for (int k = 0; k < 16; k++) acc |= ((uint32_t)h[k] & m) + one;
+    }
+    for (; i < n; i++) {
+        memcpy(h, p + 2 * i, 2);
+        acc |= ((uint32_t)h[0] & m) + one;
+    }
+    return (acc & 0x8000u) == 0;
 }
 
 /* Largest |x| of n finite values: a maximum over the magnitude bits (monotonic for floats >= 0),
@@ -381,8 +383,37 @@ static void write_rows(void *arg, int64_t item, int32_t thread) {
     }
 }
 
-/* First pass of the writers: slot values and finiteness of the rows that will be stored. */
-static ak_status check_rows(const char *fn, const ak_tensor *slots, int64_t cap,
+/* First pass of the writers: slot values (sequential, cheap), then the finiteness of the rows
+   that will be stored (parallel over row chunks; each chunk reports its first bad row). */
+typedef struct rowcheck_job {
+    const ak_tensor *slots, *t[2];
+    int64_t elems[2], n;
+    int64_t *first_bad; /* [chunks] row * 2 + tensor, -1 = clean */
+} rowcheck_job;
+
+static void rowcheck_chunk(void *arg, int64_t item, int32_t thread) {
+    const rowcheck_job *j = (const rowcheck_job *)arg;
+    int64_t r1 = (item + 1) * ROWS_PER_ITEM < j->n ? (item + 1) * ROWS_PER_ITEM : j->n;
+    j->first_bad[item] = -1;
+    for (int64_t r = item * ROWS_PER_ITEM; r < r1; r++) {
+        if (ak_i32_at(j->slots, r) == -1) continue;
+        for (int k = 0; k < 2; k++) {
+            const ak_tensor *t = j->t[k];
+            if (t == NULL) continue;
+            /* rows of 3-D MHA tensors are [h, D] blocks with their own head stride */
+            int64_t heads = t->ndim == 3 ? t->shape[1] : 1, w = j->elems[k] / heads;
+            for (int64_t h = 0; h < heads; h++) {
+                int64_t off = r * t->strides[0] + (t->ndim == 3 ? h * t->strides[1] : 0);
+                if (!all_finite(t->data, t->dtype, off, w)) {
+                    j->first_bad[item] = 2 * r + k;
+                    return;
+                }
+            }
+        }
+    }
+}
+
+static ak_status check_rows(ak_context *ctx, const char *fn, const ak_tensor *slots, int64_t cap,
                             const ak_tensor *a, const char *an, int64_t a_row_elems,
                             const ak_tensor *b, const char *bn, int64_t b_row_elems) {
     int64_t n = slots->shape[0];
@@ -394,26 +425,19 @@ static ak_status check_rows(const char *fn, const ak_tensor *slots, int64_t cap,
                            "%s: slots[%lld] is %d, outside [0, %lld) (capacity); -1 skips a row",
                            fn, (long long)r, (int)s, (long long)cap);
     }
-    for (int64_t r = 0; r < n; r++) {
-        if (ak_i32_at(slots, r) == -1) continue;
-        /* rows of 3-D MHA tensors are [h, D] blocks with their own head stride */
-        const ak_tensor *ts[2] = {a, b};
-        const char *names[2] = {an, bn};
-        int64_t elems[2] = {a_row_elems, b_row_elems};
-        for (int k = 0; k < 2; k++) {
-            const ak_tensor *t = ts[k];
-            if (t == NULL) continue;
-            int64_t heads = t->ndim == 3 ? t->shape[1] : 1;
-            int32_t w = (int32_t)(elems[k] / heads);
-            for (int64_t h = 0; h < heads; h++) {
-                int64_t off = r * t->strides[0] + (t->ndim == 3 ? h * t->strides[1] : 0);
-                if (!all_finite(t->data, t->dtype, off, w))
-                    return ak_fail(AK_ERR_NONFINITE,
-                                   "%s: %s row %lld (slot %d) holds a non-finite value", fn,
-                                   names[k], (long long)r, (int)ak_i32_at(slots, r));
-            }
-        }
-    }
+    int64_t chunks = (n + ROWS_PER_ITEM - 1) / ROWS_PER_ITEM;
+    rowcheck_job j = {slots, {a, b}, {a_row_elems, b_row_elems}, n, NULL};
+    j.first_bad = (int64_t *)malloc((size_t)chunks * sizeof(int64_t));
+    if (j.first_bad == NULL)
+        return ak_fail(AK_ERR_OUT_OF_MEMORY, "%s: no memory for %lld row-check flags", fn,
+                       (long long)chunks);
+    ak_parallel_for(ctx, chunks, rowcheck_chunk, &j);
+    int64_t bad = -1;
+    for (int64_t i = 0; i < chunks && bad < 0; i++) bad = j.first_bad[i];
+    free(j.first_bad);
+    if (bad >= 0)
+        return ak_fail(AK_ERR_NONFINITE, "%s: %s row %lld (slot %d) holds a non-finite value", fn,
+                       (bad & 1) ? bn : an, (long long)(bad / 2), (int)ak_i32_at(slots, bad / 2));
     return AK_OK;
 }
 
@@ -430,7 +454,7 @@ ak_status ak_cpu_cache_write(ak_context *ctx, const ak_cache *cache, const ak_te
     j.rule = rule;
     j.k_scale = ak_kv_k_scale(cache);
     j.n = slots->shape[0];
-    AK_TRY(check_rows("ak_cache_write", slots, ak_cache_capacity(cache), nope, "nope", j.w_nope,
+    AK_TRY(check_rows(ctx, "ak_cache_write", slots, ak_cache_capacity(cache), nope, "nope", j.w_nope,
                       rope, "rope", j.w_rope));
     ak_parallel_for(ctx, (j.n + ROWS_PER_ITEM - 1) / ROWS_PER_ITEM, write_rows, &j);
     return AK_OK;
@@ -487,7 +511,7 @@ static void mha_write_rows(void *arg, int64_t item, int32_t thread) {
 ak_status ak_cpu_mha_cache_write(ak_context *ctx, const ak_cache *cache, const ak_tensor *k,
                                  const ak_tensor *v, const ak_tensor *slots) {
     mha_job j = {cache, k, v, slots, slots->shape[0]};
-    AK_TRY(check_rows("ak_mha_cache_write", slots, ak_cache_capacity(cache), k, "k",
+    AK_TRY(check_rows(ctx, "ak_mha_cache_write", slots, ak_cache_capacity(cache), k, "k",
                       (int64_t)cache->h_kv * cache->head_dim, v, "v",
                       (int64_t)cache->h_kv * cache->head_dim_v));
     ak_parallel_for(ctx, (j.n + ROWS_PER_ITEM - 1) / ROWS_PER_ITEM, mha_write_rows, &j);
