@@ -9,7 +9,8 @@
 # step, default 900), DEADLINE (seconds for the whole script, 0 = none: a step that would start
 # past it is SKIP and each step's timeout is cut to the time left, so the table always prints),
 # AK_GPU_TEST_BENCH=0 skips the benchmark step, AK_GPU_TEST_SANITIZE=0 skips the sanitizer steps,
-# BENCH_OPS (the --op list of the benchmark step), CHECK_OPS (--op of the check steps; all).
+# BENCH_OPS (the --op list of the benchmark step), CHECK_OPS (--op of the check steps; all),
+# BUILD_TARGETS (space-separated targets to build; all).
 set -u
 cd "$(dirname "$0")/.."
 
@@ -102,7 +103,9 @@ if [ "${results[0]}" != PASS ]; then
     summary
     exit 1
 fi
-run_step build cmake --build "$BUILD" -j "$JOBS"
+TARGET_ARG=()
+[ -n "${BUILD_TARGETS:-}" ] && TARGET_ARG=(--target $BUILD_TARGETS)
+run_step build cmake --build "$BUILD" -j "$JOBS" ${TARGET_ARG[@]+"${TARGET_ARG[@]}"}
 if [ "${results[1]}" != PASS ]; then
     for s in "${GPU_STEPS[@]:2}"; do record "$s" SKIP 0.0; done
     summary
