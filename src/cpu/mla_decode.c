@@ -36,7 +36,7 @@ static void feed_indices(ak_attn_scratch *s, int32_t g, int32_t d_qk, const ak_c
     for (int64_t k = 0; k < n; k++) {
         int32_t slot = row[k];
         if ((uint64_t)(int64_t)slot >= cap) continue;
-        ak_kv_decode_mla(c, stride, slot, ak_attn_next_key(s, g, d_qk, scale));
+        ak_attn_decode_key(s, c, stride, slot, ak_attn_next_key(s, g, d_qk, scale));
     }
 }
 
@@ -66,7 +66,7 @@ static void mla_item(void *arg, int64_t item, int32_t thread) {
             int32_t page = bt[(p / P) * bts];
             if ((uint32_t)page >= (uint32_t)c->num_pages) continue; /* rule I2 */
             int32_t slot = page * P + (int32_t)(p % P);
-            ak_kv_decode_mla(c, j->main_stride, slot, ak_attn_next_key(&s, g, j->d_qk, scale));
+            ak_attn_decode_key(&s, c, j->main_stride, slot, ak_attn_next_key(&s, g, j->d_qk, scale));
         }
     } else {
         feed_indices(&s, g, j->d_qk, a->cache, j->main_stride, a->indices, a->topk_length, r, i, scale);

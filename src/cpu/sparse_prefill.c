@@ -50,7 +50,7 @@ static void sp_item(void *arg, int64_t item, int32_t thread) {
         for (int64_t k = 0; k < n; k++) {
             int32_t slot = row[k];
             if ((uint64_t)(int64_t)slot >= cap) continue; /* rule I1 */
-            ak_kv_decode_mla(a->cache, j->stride, slot, ak_attn_next_key(&s, g, d_qk, scale));
+            ak_attn_decode_key(&s, a->cache, j->stride, slot, ak_attn_next_key(&s, g, d_qk, scale));
         }
     }
 
