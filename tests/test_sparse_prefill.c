@@ -37,7 +37,7 @@ static ak_context *cpu_ctx(int32_t threads) {
 }
 
 typedef struct sp_case {
-    ak_layout layout;  /* AK_LAYOUT_INVALID: flat form with d_qk */
+    ak_layout layout; /* AK_LAYOUT_INVALID: flat form with d_qk */
     int32_t d_qk, P, pages;
     int64_t s_q, h_q, topk, s_kv;
     int use_len, sink_mode, out_bf16, all_invalid;
@@ -60,8 +60,8 @@ static ak_status run_prefill(ak_context *ctx, ak_sparse_prefill_args *a, sp_resu
     st = ak_sparse_prefill(ctx, a, w, ws);
     free(w);
     for (int64_t i = 0; i < n; i++)
-        res->out[i] = esz == 2 ? (float)orc_bf16(((uint16_t *)a->out->data)[i])
-                               : ((float *)a->out->data)[i];
+        res->out[i] =
+            esz == 2 ? (float)orc_bf16(((uint16_t *)a->out->data)[i]) : ((float *)a->out->data)[i];
     memcpy(res->lse, a->lse->data, (size_t)rows * 4);
     memcpy(res->max_logits, a->max_logits->data, (size_t)rows * 4);
     return st;
@@ -69,10 +69,11 @@ static ak_status run_prefill(ak_context *ctx, ak_sparse_prefill_args *a, sp_resu
 
 static void run_case(ak_context *ctx, const sp_case *c, ak_rng *r) {
     char what[256];
-    snprintf(what, sizeof what, "prefill layout %d d_qk %d P %d s_q %lld h_q %lld topk %lld "
-             "len %d sink %d bf16 %d", (int)c->layout, (int)c->d_qk, (int)c->P,
-             (long long)c->s_q, (long long)c->h_q, (long long)c->topk, c->use_len, c->sink_mode,
-             c->out_bf16);
+    snprintf(what, sizeof what,
+             "prefill layout %d d_qk %d P %d s_q %lld h_q %lld topk %lld "
+             "len %d sink %d bf16 %d",
+             (int)c->layout, (int)c->d_qk, (int)c->P, (long long)c->s_q, (long long)c->h_q,
+             (long long)c->topk, c->use_len, c->sink_mode, c->out_bf16);
     int paged = c->layout != AK_LAYOUT_INVALID;
     int32_t d_qk = paged ? orc_mla_d_qk((int32_t)c->layout) : c->d_qk;
     int64_t s_q = c->s_q, h_q = c->h_q, topk = c->topk;
@@ -109,7 +110,8 @@ static void run_case(ak_context *ctx, const sp_case *c, ak_rng *r) {
     for (int64_t s = 0; s < bound; s++) {
         if (s != 0 && ak_rng_uniform(r) >= 0.6) continue;
         live[s] = 1;
-        if (paged) orc_mla_fill_token(pool, op.layout, stride, c->P, s, seed);
+        if (paged)
+            orc_mla_fill_token(pool, op.layout, stride, c->P, s, seed);
         else
             for (int d = 0; d < d_qk; d++)
                 kv[s * d_qk + d] = orc_bf16_bits(ak_rng_uniform(r) * 2.0 - 1.0);
@@ -121,15 +123,18 @@ static void run_case(ak_context *ctx, const sp_case *c, ak_rng *r) {
     int32_t *idx = malloc((size_t)(s_q * topk) * 4), *len = malloc((size_t)s_q * 4);
     for (int64_t t = 0; t < s_q; t++) {
         int64_t u = ak_rng_range(r, 0, 8);
-        len[t] = u == 0 ? -2 : u == 1 ? 0 : u == 2 ? (int32_t)topk + 9
-                                    : (int32_t)ak_rng_range(r, 1, topk + 1);
+        len[t] = u == 0   ? -2
+                 : u == 1 ? 0
+                 : u == 2 ? (int32_t)topk + 9
+                          : (int32_t)ak_rng_range(r, 1, topk + 1);
         int64_t lim = c->use_len ? (len[t] < 0 ? 0 : len[t]) : topk;
         for (int64_t j = 0; j < topk; j++) {
             int32_t v;
             if (c->all_invalid || ak_rng_uniform(r) < 0.15) {
                 v = invalid_index(r, bound);
             } else {
-                do v = (int32_t)ak_rng_range(r, 0, bound);
+                do
+                    v = (int32_t)ak_rng_range(r, 0, bound);
                 while (j < lim ? !live[v] : (live[v] && v != 0)); /* past the length: NaN rows */
             }
             idx[t * topk + j] = v;
@@ -204,9 +209,11 @@ static void run_case(ak_context *ctx, const sp_case *c, ak_rng *r) {
         double *row = malloc((size_t)d_qk * 8);
         for (int64_t s = 0; s < bound; s++) {
             if (orc_mla_token(&op, s, row) && live[s])
-                for (int d = 0; d < d_qk; d++) flat[s * d_qk + d] = orc_bf16_bits(row[d]);
+                for (int d = 0; d < d_qk; d++)
+                    flat[s * d_qk + d] = orc_bf16_bits(row[d]);
             else
-                for (int d = 0; d < d_qk; d++) flat[s * d_qk + d] = 0xffff;
+                for (int d = 0; d < d_qk; d++)
+                    flat[s * d_qk + d] = 0xffff;
         }
         ak_tensor tflat = ak_tensor_make(flat, AK_DTYPE_BF16, 2, sh_kv);
         a.cache = NULL;
@@ -248,16 +255,28 @@ AK_TEST(flat_and_paged_every_layout) {
     ak_rng r;
     ak_rng_init(&r, ak_test_seed());
     ak_context *ctx = cpu_ctx(2);
-    static const ak_layout layouts[6] = {AK_LAYOUT_INVALID,          AK_LAYOUT_INVALID,
-                                         AK_LAYOUT_MLA_BF16,         AK_LAYOUT_MLA_FP8_PERTENSOR,
-                                         AK_LAYOUT_DSA_FP8_BLOCKSCALE, AK_LAYOUT_DSV4_FP8_UE8M0};
+    static const ak_layout layouts[6] = {AK_LAYOUT_INVALID,
+                                         AK_LAYOUT_INVALID,
+                                         AK_LAYOUT_MLA_BF16,
+                                         AK_LAYOUT_MLA_FP8_PERTENSOR,
+                                         AK_LAYOUT_DSA_FP8_BLOCKSCALE,
+                                         AK_LAYOUT_DSV4_FP8_UE8M0};
     static const int64_t heads[6] = {1, 8, 16, 32, 64, 128};
     for (int li = 0; li < 6; li++) {
         for (int hi = 0; hi < 6; hi++) {
             int k = li * 6 + hi;
-            sp_case c = {layouts[li], li == 0 ? 576 : 512, li == 5 ? 64 : 16, 6,
-                         heads[hi] >= 64 ? 2 : 5, heads[hi], 24 + 8 * (k % 5), 70,
-                         k % 2, k % 3, (k / 2) % 2, 0};
+            sp_case c = {layouts[li],
+                         li == 0 ? 576 : 512,
+                         li == 5 ? 64 : 16,
+                         6,
+                         heads[hi] >= 64 ? 2 : 5,
+                         heads[hi],
+                         24 + 8 * (k % 5),
+                         70,
+                         k % 2,
+                         k % 3,
+                         (k / 2) % 2,
+                         0};
             run_case(ctx, &c, &r);
         }
     }

@@ -19,20 +19,20 @@
 #include "common/kv_access.h"
 #include "common/numeric.h"
 
-#define AK_ATTN_CHUNK 32  /* keys decoded per step: [32, 576] f32 = 72 KiB, stays in L2 */
-#define AK_ATTN_MAX_G 64  /* query heads per work item */
-#define AK_ATTN_DV 512    /* value width of every MLA layout */
+#define AK_ATTN_CHUNK 32 /* keys decoded per step: [32, 576] f32 = 72 KiB, stays in L2 */
+#define AK_ATTN_MAX_G 64 /* query heads per work item */
+#define AK_ATTN_DV 512   /* value width of every MLA layout */
 
 /* Per-thread scratch of one work item, carved from the caller's workspace. */
 typedef struct ak_attn_scratch {
-    float *q;      /* [G, d_qk] f32 query rows of the group */
-    float *keys;   /* [AK_ATTN_CHUNK, d_qk] f32 decoded key rows; V = dims 0..511 */
-    float *logit;  /* [G, AK_ATTN_CHUNK] f32 scaled logits, then probabilities */
-    float *acc;    /* [G, 512] f32 unnormalized output */
-    float *m;      /* [G] f32 running max */
-    double *sum;   /* [G] f64 running sum of exp(s - m) */
-    float *e4m3;   /* [256] f32 value of every e4m3 byte (table for the key decoder) */
-    int32_t n;     /* keys in the current chunk */
+    float *q;     /* [G, d_qk] f32 query rows of the group */
+    float *keys;  /* [AK_ATTN_CHUNK, d_qk] f32 decoded key rows; V = dims 0..511 */
+    float *logit; /* [G, AK_ATTN_CHUNK] f32 scaled logits, then probabilities */
+    float *acc;   /* [G, 512] f32 unnormalized output */
+    float *m;     /* [G] f32 running max */
+    double *sum;  /* [G] f64 running sum of exp(s - m) */
+    float *e4m3;  /* [256] f32 value of every e4m3 byte (table for the key decoder) */
+    int32_t n;    /* keys in the current chunk */
 } ak_attn_scratch;
 
 /* Bytes of one thread's scratch (64-byte aligned pieces). */
@@ -79,13 +79,15 @@ static inline int32_t ak_attn_group(int64_t h_q) {
 static inline void ak_attn_begin(ak_attn_scratch *s, const uint16_t *q, int64_t hs, int32_t g,
                                  int32_t d_qk) {
     for (int32_t h = 0; h < g; h++)
-        for (int32_t d = 0; d < d_qk; d++) s->q[(size_t)h * d_qk + d] = ak_bf16_to_f32(q[h * hs + d]);
+        for (int32_t d = 0; d < d_qk; d++)
+            s->q[(size_t)h * d_qk + d] = ak_bf16_to_f32(q[h * hs + d]);
     memset(s->acc, 0, (size_t)g * AK_ATTN_DV * sizeof(float));
     for (int32_t h = 0; h < g; h++) {
         s->m[h] = -INFINITY;
         s->sum[h] = 0.0;
     }
-    for (int32_t b = 0; b < 256; b++) s->e4m3[b] = ak_e4m3_to_f32((uint8_t)b);
+    for (int32_t b = 0; b < 256; b++)
+        s->e4m3[b] = ak_e4m3_to_f32((uint8_t)b);
     s->n = 0;
 }
 
@@ -108,16 +110,16 @@ static inline __attribute__((always_inline)) float ak_v8_sum(ak_v8f t) {
     float l[8];
     memcpy(l, &t, sizeof l);
     for (int32_t w = 4; w >= 1; w >>= 1)
-        for (int32_t j = 0; j < w; j++) l[j] += l[j + w];
+        for (int32_t j = 0; j < w; j++)
+            l[j] += l[j + w];
     return l[0];
 }
 
 /* Logits of nh (1 or 2) heads against 4 keys: 8 independent fp32 lanes per (head, key), each q and
    k segment loaded once for the block, then ak_v8_sum. The rounding of a (head, key) pair does not
    depend on nh. */
-static inline __attribute__((always_inline)) void ak_attn_dots(const float *q, int32_t nh,
-                                                               const float *k, int32_t d_qk,
-                                                               float *res0, float *res1) {
+static inline __attribute__((always_inline)) void
+ak_attn_dots(const float *q, int32_t nh, const float *k, int32_t d_qk, float *res0, float *res1) {
     const ak_v8f z = {0, 0, 0, 0, 0, 0, 0, 0};
     ak_v8f a0 = z, a1 = z, a2 = z, a3 = z, b0 = z, b1 = z, b2 = z, b3 = z;
     const float *k1 = k + d_qk, *k2 = k1 + d_qk, *k3 = k2 + d_qk, *q1 = q + d_qk;
@@ -179,8 +181,10 @@ static AK_ATTN_CLONES void ak_attn_flush_impl(ak_attn_scratch *s, int32_t g, int
         const float *qh = s->q + (size_t)h * d_qk;
         for (int32_t c = 0; c < n4; c += 4) {
             const float *kc = s->keys + (size_t)c * d_qk;
-            if (h + 1 < g) ak_attn_dots(qh, 2, kc, d_qk, lg + c, lg + AK_ATTN_CHUNK + c);
-            else ak_attn_dots(qh, 1, kc, d_qk, lg + c, NULL);
+            if (h + 1 < g)
+                ak_attn_dots(qh, 2, kc, d_qk, lg + c, lg + AK_ATTN_CHUNK + c);
+            else
+                ak_attn_dots(qh, 1, kc, d_qk, lg + c, NULL);
         }
     }
     /* online softmax per head: running max, fp64 sums of exp */
@@ -196,7 +200,8 @@ static AK_ATTN_CLONES void ak_attn_flush_impl(ak_attn_scratch *s, int32_t g, int
             float alpha = s->m[h] == -INFINITY ? 0.0f : (float)exp((double)s->m[h] - (double)mx);
             float *acc = s->acc + (size_t)h * AK_ATTN_DV;
             s->sum[h] *= (double)alpha;
-            for (int32_t d = 0; d < AK_ATTN_DV; d++) acc[d] *= alpha;
+            for (int32_t d = 0; d < AK_ATTN_DV; d++)
+                acc[d] *= alpha;
             s->m[h] = mx;
         }
         double sum = 0.0;
@@ -205,7 +210,8 @@ static AK_ATTN_CLONES void ak_attn_flush_impl(ak_attn_scratch *s, int32_t g, int
             sum += p;
             lg[c] = (float)p;
         }
-        for (int32_t c = n; c < n4; c++) lg[c] = 0.0f;
+        for (int32_t c = n; c < n4; c++)
+            lg[c] = 0.0f;
         s->sum[h] += sum;
     }
     /* P.V, two heads at a time */
@@ -216,7 +222,8 @@ static AK_ATTN_CLONES void ak_attn_flush_impl(ak_attn_scratch *s, int32_t g, int
             const float *vc = s->keys + (size_t)c * d_qk;
             if (h + 1 < g)
                 ak_attn_pv(acc, acc + AK_ATTN_DV, 2, lg + c, lg + AK_ATTN_CHUNK + c, vc, d_qk);
-            else ak_attn_pv(acc, NULL, 1, lg + c, NULL, vc, d_qk);
+            else
+                ak_attn_pv(acc, NULL, 1, lg + c, NULL, vc, d_qk);
         }
     }
     s->n = 0;
@@ -252,9 +259,11 @@ static inline void ak_attn_decode_key(const ak_attn_scratch *s, const ak_cache *
         for (int i = 0; i < 4; i++) {
             float sc = r->scale[i];
             for (int d = 128 * i; d < 128 * i + 128; d++)
-                out[d] = ak_f32_from_bits(ak_attn_bf16_round_bits(ak_f32_bits(lut[r->nope[d]] * sc)));
+                out[d] =
+                    ak_f32_from_bits(ak_attn_bf16_round_bits(ak_f32_bits(lut[r->nope[d]] * sc)));
         }
-        for (int d = 0; d < 64; d++) out[512 + d] = ak_bf16_to_f32(r->rope[d]);
+        for (int d = 0; d < 64; d++)
+            out[512 + d] = ak_bf16_to_f32(r->rope[d]);
         break;
     }
     case AK_LAYOUT_DSV4_FP8_UE8M0: {
@@ -265,39 +274,42 @@ static inline void ak_attn_decode_key(const ak_attn_scratch *s, const ak_cache *
                                         (int64_t)t * AK_DSV4_SCALE_BYTES);
         for (int j = 0; j < 7; j++) {
             float sc = ak_ue8m0_to_f32(e->e[j]);
-            for (int d = 64 * j; d < 64 * j + 64; d++) out[d] = lut[r->nope[d]] * sc;
+            for (int d = 64 * j; d < 64 * j + 64; d++)
+                out[d] = lut[r->nope[d]] * sc;
         }
-        for (int d = 0; d < 64; d++) out[448 + d] = ak_bf16_to_f32(r->rope[d]);
+        for (int d = 0; d < 64; d++)
+            out[448 + d] = ak_bf16_to_f32(r->rope[d]);
         break;
     }
     case AK_LAYOUT_MLA_FP8_PERTENSOR: {
         const ak_rec_mla_fp8pt *r = (const ak_rec_mla_fp8pt *)(page + (int64_t)t * 576);
         float sc = ak_kv_k_scale(c);
-        for (int d = 0; d < 512; d++) out[d] = lut[r->nope[d]] * sc;
-        for (int d = 0; d < 64; d++) out[512 + d] = lut[r->rope[d]] * sc;
+        for (int d = 0; d < 512; d++)
+            out[d] = lut[r->nope[d]] * sc;
+        for (int d = 0; d < 64; d++)
+            out[512 + d] = lut[r->rope[d]] * sc;
         break;
     }
-    default:
-        ak_kv_decode_mla(c, stride, slot, out);
-        break;
+    default: ak_kv_decode_mla(c, stride, slot, out); break;
     }
 }
 
 /* Decodes a bf16 key row [d_qk]. */
 static inline void ak_attn_key_bf16(float *dst, const uint16_t *src, int32_t d_qk) {
-    for (int32_t d = 0; d < d_qk; d++) dst[d] = ak_bf16_to_f32(src[d]);
+    for (int32_t d = 0; d < d_qk; d++)
+        dst[d] = ak_bf16_to_f32(src[d]);
 }
 
 /* Where the results of one work item go. `sink` may be NULL. Element strides in elements. */
 typedef struct ak_attn_dst {
-    void *out;               /* first head's row of out, [g, 512] with head stride out_hs */
+    void *out; /* first head's row of out, [g, 512] with head stride out_hs */
     int64_t out_hs;
-    int32_t out_bf16;        /* 1: bf16, 0: f32 */
-    float *lse;              /* first head's lse, head stride lse_hs; NULL = not wanted */
+    int32_t out_bf16; /* 1: bf16, 0: f32 */
+    float *lse;       /* first head's lse, head stride lse_hs; NULL = not wanted */
     int64_t lse_hs;
-    float *max_logits;       /* as lse; NULL = not wanted */
+    float *max_logits; /* as lse; NULL = not wanted */
     int64_t ml_hs;
-    const float *sink;       /* first head's sink value, head stride sink_hs; NULL = none */
+    const float *sink; /* first head's sink value, head stride sink_hs; NULL = none */
     int64_t sink_hs;
 } ak_attn_dst;
 
@@ -309,17 +321,20 @@ static inline void ak_attn_end(ak_attn_scratch *s, int32_t g, int32_t d_qk, floa
         int empty = s->m[h] == -INFINITY;
         double m = s->m[h], sum = s->sum[h];
         double lse = empty ? INFINITY : m + log(sum);
-        /* out = acc / sum, then the sink: out / (1 + exp(sink - lse)) = acc / (sum + exp(sink - m)) */
+        /* out = acc / sum, then the sink: out / (1 + exp(sink - lse)) = acc / (sum + exp(sink - m))
+         */
         double denom = sum;
         if (!empty && o->sink != NULL) denom += exp((double)o->sink[h * o->sink_hs] - m);
         float inv = empty ? 0.0f : (float)(1.0 / denom);
         const float *acc = s->acc + (size_t)h * AK_ATTN_DV;
         if (o->out_bf16) {
             uint16_t *dst = (uint16_t *)o->out + h * o->out_hs;
-            for (int32_t d = 0; d < AK_ATTN_DV; d++) dst[d] = ak_f32_to_bf16(acc[d] * inv);
+            for (int32_t d = 0; d < AK_ATTN_DV; d++)
+                dst[d] = ak_f32_to_bf16(acc[d] * inv);
         } else {
             float *dst = (float *)o->out + h * o->out_hs;
-            for (int32_t d = 0; d < AK_ATTN_DV; d++) dst[d] = acc[d] * inv;
+            for (int32_t d = 0; d < AK_ATTN_DV; d++)
+                dst[d] = acc[d] * inv;
         }
         if (o->lse != NULL) o->lse[h * o->lse_hs] = (float)lse;
         if (o->max_logits != NULL) o->max_logits[h * o->ml_hs] = s->m[h];

@@ -21,7 +21,8 @@ typedef struct mla_job {
 static int64_t row_length(const ak_tensor *len, int64_t r, int64_t i, int64_t width) {
     if (len == NULL) return width;
     const int32_t *p = (const int32_t *)len->data;
-    int64_t v = len->ndim == 1 ? p[r * len->strides[0]] : p[r * len->strides[0] + i * len->strides[1]];
+    int64_t v =
+        len->ndim == 1 ? p[r * len->strides[0]] : p[r * len->strides[0] + i * len->strides[1]];
     return v < 0 ? 0 : (v > width ? width : v);
 }
 
@@ -48,11 +49,12 @@ static void mla_item(void *arg, int64_t item, int32_t thread) {
     int64_t h0 = grp * j->g;
     int32_t g = (int32_t)(j->h_q - h0 < j->g ? j->h_q - h0 : j->g);
     float scale = a->softmax_scale;
-    ak_attn_scratch s = ak_attn_scratch_at(j->ws + (size_t)thread * j->ws_per_thread, j->g, j->d_qk);
+    ak_attn_scratch s =
+        ak_attn_scratch_at(j->ws + (size_t)thread * j->ws_per_thread, j->g, j->d_qk);
 
     const ak_tensor *q = a->q;
-    const uint16_t *qp = (const uint16_t *)q->data + r * q->strides[0] + i * q->strides[1] +
-                         h0 * q->strides[2];
+    const uint16_t *qp =
+        (const uint16_t *)q->data + r * q->strides[0] + i * q->strides[1] + h0 * q->strides[2];
     ak_attn_begin(&s, qp, q->strides[2], g, j->d_qk);
 
     if (a->block_table != NULL) {
@@ -66,10 +68,12 @@ static void mla_item(void *arg, int64_t item, int32_t thread) {
             int32_t page = bt[(p / P) * bts];
             if ((uint32_t)page >= (uint32_t)c->num_pages) continue; /* rule I2 */
             int32_t slot = page * P + (int32_t)(p % P);
-            ak_attn_decode_key(&s, c, j->main_stride, slot, ak_attn_next_key(&s, g, j->d_qk, scale));
+            ak_attn_decode_key(&s, c, j->main_stride, slot,
+                               ak_attn_next_key(&s, g, j->d_qk, scale));
         }
     } else {
-        feed_indices(&s, g, j->d_qk, a->cache, j->main_stride, a->indices, a->topk_length, r, i, scale);
+        feed_indices(&s, g, j->d_qk, a->cache, j->main_stride, a->indices, a->topk_length, r, i,
+                     scale);
         if (a->extra_cache != NULL)
             feed_indices(&s, g, j->d_qk, a->extra_cache, j->extra_stride, a->extra_indices,
                          a->extra_topk_length, r, i, scale);
@@ -79,7 +83,8 @@ static void mla_item(void *arg, int64_t item, int32_t thread) {
     const ak_tensor *out = a->out;
     o.out_bf16 = out->dtype == AK_DTYPE_BF16;
     int64_t ooff = r * out->strides[0] + i * out->strides[1] + h0 * out->strides[2];
-    o.out = o.out_bf16 ? (void *)((uint16_t *)out->data + ooff) : (void *)((float *)out->data + ooff);
+    o.out =
+        o.out_bf16 ? (void *)((uint16_t *)out->data + ooff) : (void *)((float *)out->data + ooff);
     o.out_hs = out->strides[2];
     o.lse = NULL;
     o.lse_hs = 0;
@@ -136,8 +141,8 @@ ak_status ak_cpu_mla_decode(ak_context *ctx, const ak_mla_decode_args *a, void *
                 return ak_fail(AK_ERR_INVALID_ARGUMENT,
                                "%s: block_table has %lld columns, request %lld needs %lld pages "
                                "(seq_lens %lld, page_size %d)",
-                               fn, (long long)width, (long long)r, (long long)pages,
-                               (long long)len, (int)P);
+                               fn, (long long)width, (long long)r, (long long)pages, (long long)len,
+                               (int)P);
         }
     }
     mla_job j;

@@ -58,7 +58,8 @@ static void sp_item(void *arg, int64_t item, int32_t thread) {
     const ak_tensor *out = a->out;
     o.out_bf16 = out->dtype == AK_DTYPE_BF16;
     int64_t ooff = t * out->strides[0] + h0 * out->strides[1];
-    o.out = o.out_bf16 ? (void *)((uint16_t *)out->data + ooff) : (void *)((float *)out->data + ooff);
+    o.out =
+        o.out_bf16 ? (void *)((uint16_t *)out->data + ooff) : (void *)((float *)out->data + ooff);
     o.out_hs = out->strides[1];
     o.lse = NULL;
     o.lse_hs = 0;
