@@ -99,16 +99,17 @@ static inline void ak_attn_begin(ak_attn_scratch *s, const uint16_t *q, int64_t 
 #define AK_ATTN_CLONES
 #endif
 
-/* 8 fp32 lanes (GCC/Clang vector extension; any alignment). Lane-wise arithmetic only, so the
-   rounding is the same on every instruction set. */
-typedef float ak_v8f __attribute__((vector_size(32), aligned(4), may_alias));
-
-#define AK_V8(p) (*(const ak_v8f *)(p))
+/* 8 fp32 lanes (GCC/Clang vector extension). Lane-wise arithmetic only, so the rounding is the
+   same on every instruction set. ak_v8f_mem is the same vector at any alignment, for loads and
+   stores; registers use ak_v8f. */
+typedef float ak_v8f __attribute__((vector_size(32)));
+typedef float ak_v8f_mem __attribute__((vector_size(32), aligned(4), may_alias));
+#define AK_V8(p) (*(const ak_v8f_mem *)(p))
 
 /* Sum of the 8 lanes in a fixed tree (8 -> 4 -> 2 -> 1). */
-static inline __attribute__((always_inline)) float ak_v8_sum(ak_v8f t) {
+static inline __attribute__((always_inline)) float ak_v8_sum(const ak_v8f *t) {
     float l[8];
-    memcpy(l, &t, sizeof l);
+    memcpy(l, t, sizeof l);
     for (int32_t w = 4; w >= 1; w >>= 1)
         for (int32_t j = 0; j < w; j++)
             l[j] += l[j + w];
@@ -138,15 +139,15 @@ ak_attn_dots(const float *q, int32_t nh, const float *k, int32_t d_qk, float *re
             b3 += qb * x3;
         }
     }
-    res0[0] = ak_v8_sum(a0);
-    res0[1] = ak_v8_sum(a1);
-    res0[2] = ak_v8_sum(a2);
-    res0[3] = ak_v8_sum(a3);
+    res0[0] = ak_v8_sum(&a0);
+    res0[1] = ak_v8_sum(&a1);
+    res0[2] = ak_v8_sum(&a2);
+    res0[3] = ak_v8_sum(&a3);
     if (nh == 2) {
-        res1[0] = ak_v8_sum(b0);
-        res1[1] = ak_v8_sum(b1);
-        res1[2] = ak_v8_sum(b2);
-        res1[3] = ak_v8_sum(b3);
+        res1[0] = ak_v8_sum(&b0);
+        res1[1] = ak_v8_sum(&b1);
+        res1[2] = ak_v8_sum(&b2);
+        res1[3] = ak_v8_sum(&b3);
     }
 }
 
@@ -157,10 +158,10 @@ static inline __attribute__((always_inline)) void ak_attn_pv(float *acc0, float 
     const float *v1 = v + d_qk, *v2 = v1 + d_qk, *v3 = v2 + d_qk;
     for (int32_t d = 0; d < AK_ATTN_DV; d += 8) {
         ak_v8f x0 = AK_V8(v + d), x1 = AK_V8(v1 + d), x2 = AK_V8(v2 + d), x3 = AK_V8(v3 + d);
-        ak_v8f *o0 = (ak_v8f *)(acc0 + d);
+        ak_v8f_mem *o0 = (ak_v8f_mem *)(acc0 + d);
         *o0 = (((*o0 + p0[0] * x0) + p0[1] * x1) + p0[2] * x2) + p0[3] * x3;
         if (nh == 2) {
-            ak_v8f *o1 = (ak_v8f *)(acc1 + d);
+            ak_v8f_mem *o1 = (ak_v8f_mem *)(acc1 + d);
             *o1 = (((*o1 + p1[0] * x0) + p1[1] * x1) + p1[2] * x2) + p1[3] * x3;
         }
     }
@@ -179,12 +180,14 @@ static AK_ATTN_CLONES void ak_attn_flush_impl(ak_attn_scratch *s, int32_t g, int
     for (int32_t h = 0; h < g; h += 2) {
         float *lg = s->logit + (size_t)h * AK_ATTN_CHUNK;
         const float *qh = s->q + (size_t)h * d_qk;
-        for (int32_t c = 0; c < n4; c += 4) {
-            const float *kc = s->keys + (size_t)c * d_qk;
-            if (h + 1 < g)
-                ak_attn_dots(qh, 2, kc, d_qk, lg + c, lg + AK_ATTN_CHUNK + c);
-            else
-                ak_attn_dots(qh, 1, kc, d_qk, lg + c, NULL);
+        /* one loop per case rather than a test per step keeps the accumulators in registers */
+        if (h + 1 < g) {
+            for (int32_t c = 0; c < n4; c += 4)
+                ak_attn_dots(qh, 2, s->keys + (size_t)c * d_qk, d_qk, lg + c,
+                             lg + AK_ATTN_CHUNK + c);
+        } else {
+            for (int32_t c = 0; c < n4; c += 4)
+                ak_attn_dots(qh, 1, s->keys + (size_t)c * d_qk, d_qk, lg + c, NULL);
         }
     }
     /* online softmax per head: running max, fp64 sums of exp */
@@ -218,12 +221,13 @@ static AK_ATTN_CLONES void ak_attn_flush_impl(ak_attn_scratch *s, int32_t g, int
     for (int32_t h = 0; h < g; h += 2) {
         float *acc = s->acc + (size_t)h * AK_ATTN_DV;
         const float *lg = s->logit + (size_t)h * AK_ATTN_CHUNK;
-        for (int32_t c = 0; c < n4; c += 4) {
-            const float *vc = s->keys + (size_t)c * d_qk;
-            if (h + 1 < g)
-                ak_attn_pv(acc, acc + AK_ATTN_DV, 2, lg + c, lg + AK_ATTN_CHUNK + c, vc, d_qk);
-            else
-                ak_attn_pv(acc, NULL, 1, lg + c, NULL, vc, d_qk);
+        if (h + 1 < g) {
+            for (int32_t c = 0; c < n4; c += 4)
+                ak_attn_pv(acc, acc + AK_ATTN_DV, 2, lg + c, lg + AK_ATTN_CHUNK + c,
+                           s->keys + (size_t)c * d_qk, d_qk);
+        } else {
+            for (int32_t c = 0; c < n4; c += 4)
+                ak_attn_pv(acc, NULL, 1, lg + c, NULL, s->keys + (size_t)c * d_qk, d_qk);
         }
     }
     s->n = 0;
