@@ -19,9 +19,9 @@
 #include "common/kv_access.h"
 #include "common/numeric.h"
 
-#define AK_ATTN_CHUNK 32 /* keys decoded per step: [32, 576] f32 = 72 KiB, stays in L2 */
-#define AK_ATTN_MAX_G 64 /* query heads per work item */
-#define AK_ATTN_DV 512   /* value width of every MLA layout */
+#define AK_ATTN_CHUNK 32  /* keys decoded per step: [32, 576] f32 = 72 KiB, stays in L2 */
+#define AK_ATTN_MAX_G 128 /* query heads per work item */
+#define AK_ATTN_DV 512    /* value width of every MLA layout */
 
 /* Per-thread scratch of one work item, carved from the caller's workspace. */
 typedef struct ak_attn_scratch {
@@ -69,10 +69,14 @@ static inline ak_attn_scratch ak_attn_scratch_at(void *base, int32_t g, int32_t 
     return s;
 }
 
-/* Group size for h_q heads: whole heads per item up to 64 (128 heads = two items, like the two
-   64-head CTAs of FlashMLA). */
-static inline int32_t ak_attn_group(int64_t h_q) {
-    return h_q < AK_ATTN_MAX_G ? (int32_t)h_q : AK_ATTN_MAX_G;
+/* Heads per work item: all of them (up to 128), so each key row is decoded once per query row,
+   unless that leaves fewer than two items per thread; then the heads are split (down to 16 per
+   item). Grouping never changes the arithmetic of a head, so results do not depend on it. */
+static inline int32_t ak_attn_group(int64_t h_q, int64_t rows, int32_t threads) {
+    int64_t g = h_q < AK_ATTN_MAX_G ? h_q : AK_ATTN_MAX_G;
+    while (g > 16 && rows * ((h_q + g - 1) / g) < 2 * (int64_t)threads)
+        g = (g + 1) / 2;
+    return (int32_t)g;
 }
 
 /* Loads q rows [g, d_qk] bf16 (head stride hs elements) into s->q and clears the state. */

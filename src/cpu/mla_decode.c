@@ -104,16 +104,21 @@ static void mla_item(void *arg, int64_t item, int32_t thread) {
     ak_attn_end(&s, g, j->d_qk, scale, &o);
 }
 
-static size_t per_thread_bytes(const ak_mla_decode_args *a) {
+static int32_t mla_group(ak_context *ctx, const ak_mla_decode_args *a) {
+    return ak_attn_group(a->q->shape[2], a->q->shape[0] * a->q->shape[1],
+                         ak_context_num_threads(ctx));
+}
+
+static size_t per_thread_bytes(ak_context *ctx, const ak_mla_decode_args *a) {
     int32_t d_qk = (int32_t)a->q->shape[3];
-    size_t n = ak_attn_scratch_bytes(ak_attn_group(a->q->shape[2]), d_qk);
+    size_t n = ak_attn_scratch_bytes(mla_group(ctx, a), d_qk);
     return (n + 63) / 64 * 64;
 }
 
 ak_status ak_cpu_mla_decode_workspace_size(ak_context *ctx, const ak_mla_decode_args *args,
                                            size_t *bytes) {
     /* + 64: the caller's pointer need not be aligned. */
-    *bytes = per_thread_bytes(args) * (size_t)ak_context_num_threads(ctx) + 64;
+    *bytes = per_thread_bytes(ctx, args) * (size_t)ak_context_num_threads(ctx) + 64;
     return AK_OK;
 }
 
@@ -151,12 +156,12 @@ ak_status ak_cpu_mla_decode(ak_context *ctx, const ak_mla_decode_args *a, void *
     j.s_q = a->q->shape[1];
     j.h_q = a->q->shape[2];
     j.d_qk = (int32_t)a->q->shape[3];
-    j.g = ak_attn_group(j.h_q);
+    j.g = mla_group(ctx, a);
     j.ngroups = (int32_t)((j.h_q + j.g - 1) / j.g);
     j.main_stride = ak_cache_stride(a->cache);
     j.extra_stride = a->extra_cache != NULL ? ak_cache_stride(a->extra_cache) : 0;
     j.ws = (char *)(((uintptr_t)workspace + 63) & ~(uintptr_t)63);
-    j.ws_per_thread = per_thread_bytes(a);
+    j.ws_per_thread = per_thread_bytes(ctx, a);
     int64_t items = b * j.s_q * j.ngroups;
     if (items > 0) ak_parallel_for(ctx, items, mla_item, &j);
     return AK_OK;

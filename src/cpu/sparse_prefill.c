@@ -83,15 +83,19 @@ static void sp_item(void *arg, int64_t item, int32_t thread) {
     ak_attn_end(&s, g, d_qk, scale, &o);
 }
 
-static size_t per_thread_bytes(const ak_sparse_prefill_args *a) {
-    size_t n = ak_attn_scratch_bytes(ak_attn_group(a->q->shape[1]), (int32_t)a->q->shape[2]);
+static int32_t sp_group(ak_context *ctx, const ak_sparse_prefill_args *a) {
+    return ak_attn_group(a->q->shape[1], a->q->shape[0], ak_context_num_threads(ctx));
+}
+
+static size_t per_thread_bytes(ak_context *ctx, const ak_sparse_prefill_args *a) {
+    size_t n = ak_attn_scratch_bytes(sp_group(ctx, a), (int32_t)a->q->shape[2]);
     return (n + 63) / 64 * 64;
 }
 
 ak_status ak_cpu_sparse_prefill_workspace_size(ak_context *ctx, const ak_sparse_prefill_args *args,
                                                size_t *bytes) {
     /* + 64: the caller's pointer need not be aligned. */
-    *bytes = per_thread_bytes(args) * (size_t)ak_context_num_threads(ctx) + 64;
+    *bytes = per_thread_bytes(ctx, args) * (size_t)ak_context_num_threads(ctx) + 64;
     return AK_OK;
 }
 
@@ -108,11 +112,11 @@ ak_status ak_cpu_sparse_prefill(ak_context *ctx, const ak_sparse_prefill_args *a
     j.a = a;
     j.h_q = a->q->shape[1];
     j.d_qk = (int32_t)a->q->shape[2];
-    j.g = ak_attn_group(j.h_q);
+    j.g = sp_group(ctx, a);
     j.ngroups = (int32_t)((j.h_q + j.g - 1) / j.g);
     j.stride = a->cache != NULL ? ak_cache_stride(a->cache) : 0;
     j.ws = (char *)(((uintptr_t)workspace + 63) & ~(uintptr_t)63);
-    j.ws_per_thread = per_thread_bytes(a);
+    j.ws_per_thread = per_thread_bytes(ctx, a);
     int64_t items = a->q->shape[0] * j.ngroups;
     if (items > 0) ak_parallel_for(ctx, items, sp_item, &j);
     return AK_OK;
