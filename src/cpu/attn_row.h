@@ -3,10 +3,11 @@
  * (semantics.md 2): a group of G query heads attends to one list of keys, streamed in fixed chunks
  * of AK_ATTN_CHUNK decoded rows. Each key row is decoded once and used by all G heads.
  *
- * Precision: q and keys in fp32, logits are fp32 dot products (16 independent partial sums, added
- * in a fixed order, so the loop vectorizes without -ffast-math and the result never depends on the
- * thread count), the softmax keeps a running max per head and fp64 sums of exp, P.V accumulates in
- * fp32. Chunk boundaries depend only on the key list, so results are bitwise reproducible.
+ * Precision: q and keys in fp32, logits are fp32 dot products (8 independent partial sums per
+ * (head, key), added in a fixed tree, so the loops vectorize without -ffast-math), the softmax keeps
+ * a running max per head and fp64 sums of exp, P.V accumulates in fp32 in key order. Chunk
+ * boundaries depend only on the key list and a head's arithmetic does not depend on its group or
+ * thread, so results are bitwise reproducible for any thread count.
  */
 #ifndef AK_CPU_ATTN_ROW_H
 #define AK_CPU_ATTN_ROW_H
