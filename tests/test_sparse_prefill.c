@@ -362,3 +362,66 @@ AK_TEST(bad_arguments_are_rejected) {
                  "args");
     ak_context_destroy(ctx);
 }
+
+/* Same inputs on 1, 2 and 3 threads: bitwise identical outputs (no reduction is split; head
+   groups differ with the thread count but never change a head's arithmetic). */
+AK_TEST(bitwise_identical_across_thread_counts) {
+    ak_rng r;
+    ak_rng_init(&r, ak_test_seed() + 2);
+    int64_t s_q = 3, h_q = 72, topk = 90, s_kv = 200, d_qk = 576;
+    uint16_t *q = malloc((size_t)(s_q * h_q * d_qk) * 2), *kv = malloc((size_t)(s_kv * d_qk) * 2);
+    int32_t *idx = malloc((size_t)(s_q * topk) * 4);
+    for (int64_t i = 0; i < s_q * h_q * d_qk; i++)
+        q[i] = orc_bf16_bits(ak_rng_uniform(&r) * 2.0 - 1.0);
+    for (int64_t i = 0; i < s_kv * d_qk; i++)
+        kv[i] = orc_bf16_bits(ak_rng_uniform(&r) * 2.0 - 1.0);
+    for (int64_t i = 0; i < s_q * topk; i++)
+        idx[i] = (int32_t)ak_rng_range(&r, -3, s_kv + 3);
+    int64_t sh_q[3] = {s_q, h_q, d_qk}, sh_kv[2] = {s_kv, d_qk}, sh_i[2] = {s_q, topk};
+    int64_t sh_o[3] = {s_q, h_q, 512};
+    ak_tensor tq = ak_tensor_make(q, AK_DTYPE_BF16, 3, sh_q);
+    ak_tensor tkv = ak_tensor_make(kv, AK_DTYPE_BF16, 2, sh_kv);
+    ak_tensor ti = ak_tensor_make(idx, AK_DTYPE_I32, 2, sh_i);
+    size_t n = (size_t)(s_q * h_q * 512), nr = (size_t)(s_q * h_q);
+    uint16_t *out[3];
+    float *lse[3], *ml[3];
+    for (int k = 0; k < 3; k++) {
+        ak_context *ctx = cpu_ctx(k + 1);
+        out[k] = malloc(n * 2);
+        lse[k] = malloc(nr * 4);
+        ml[k] = malloc(nr * 4);
+        ak_tensor to = ak_tensor_make(out[k], AK_DTYPE_BF16, 3, sh_o);
+        ak_tensor tl = ak_tensor_make(lse[k], AK_DTYPE_F32, 2, sh_o);
+        ak_tensor tm = ak_tensor_make(ml[k], AK_DTYPE_F32, 2, sh_o);
+        ak_sparse_prefill_args a;
+        memset(&a, 0, sizeof a);
+        a.q = &tq;
+        a.kv = &tkv;
+        a.indices = &ti;
+        a.softmax_scale = 0.04f;
+        a.out = &to;
+        a.lse = &tl;
+        a.max_logits = &tm;
+        sp_result res;
+        res.out = malloc(n * 4);
+        res.lse = malloc(nr * 4);
+        res.max_logits = malloc(nr * 4);
+        CHECK_STATUS(run_prefill(ctx, &a, &res), AK_OK);
+        free(res.out);
+        free(res.lse);
+        free(res.max_logits);
+        ak_context_destroy(ctx);
+    }
+    for (int k = 1; k < 3; k++)
+        CHECK_MSG(memcmp(out[0], out[k], n * 2) == 0 && memcmp(lse[0], lse[k], nr * 4) == 0 &&
+                      memcmp(ml[0], ml[k], nr * 4) == 0,
+                  "outputs differ between 1 and %d threads", k + 1);
+    for (int k = 0; k < 3; k++) {
+        free(out[k]);
+        free(lse[k]);
+        free(ml[k]);
+    }
+    free(q);
+    free(kv);
+    free(idx);
+}
