@@ -654,6 +654,15 @@ AK_TEST(bad_arguments_are_rejected) {
     tlen.shape[0] = 3;
     a.topk_length = &tlen;
     CHECK_REJECT(ak_mla_decode(ctx, &a, ws, sizeof ws), AK_ERR_INVALID_ARGUMENT, "topk_length");
+    /* an empty batch is valid and writes nothing */
+    a = base;
+    ak_tensor tq0 = tq, ti00 = ti, to0 = to, tl0 = tl;
+    tq0.shape[0] = ti00.shape[0] = to0.shape[0] = tl0.shape[0] = 0;
+    a.q = &tq0;
+    a.indices = &ti00;
+    a.out = &to0;
+    a.lse = &tl0;
+    CHECK_STATUS(ak_mla_decode(ctx, &a, ws, sizeof ws), AK_OK);
     size_t bytes;
     CHECK_REJECT(ak_mla_decode_workspace_size(ctx, &base, NULL), AK_ERR_INVALID_ARGUMENT, "bytes");
     CHECK_REJECT(ak_mla_decode_workspace_size(ctx, NULL, &bytes), AK_ERR_INVALID_ARGUMENT, "args");
