@@ -120,55 +120,60 @@ template <int LAYOUT, int KSTR>
 __device__ __forceinline__ void ak_sd_load_tile(const ak_sd_list &l, const int32_t *ids,
                                                 uint16_t *ks, float kscale) {
     typedef ak_sd_geo<LAYOUT> G;
-    enum { ITEMS = AK_SD_KEYS * G::CPT, NL = (ITEMS + AK_SD_THREADS - 1) / AK_SD_THREADS };
-    uint4 raw[NL];
-    float sc[NL];
+    /* NB loads per batch keep the in-flight registers under the 2-CTA/SM budget (bf16: 18 -> 2x9). */
+    enum { ITEMS = AK_SD_KEYS * G::CPT, NL = (ITEMS + AK_SD_THREADS - 1) / AK_SD_THREADS,
+           NB = NL > 10 ? (NL + 1) / 2 : NL };
 #pragma unroll
-    for (int k = 0; k < NL; k++) {
-        int it = k * AK_SD_THREADS + (int)threadIdx.x;
-        raw[k] = make_uint4(0, 0, 0, 0);
-        sc[k] = 0.0f;
-        if (ITEMS % AK_SD_THREADS != 0 && it >= ITEMS) continue;
-        int tok = it / G::CPT, c = it - tok * G::CPT;
-        int32_t slot = ids[tok];
-        if (slot < 0) continue;
-        int32_t page = slot / l.page_size, t = slot - page * l.page_size;
-        const uint8_t *pg = l.pool + (int64_t)page * l.page_stride;
-        if (LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0) {
-            const uint8_t *row = pg + (int64_t)t * 576;
-            raw[k] = ak_ldg_nc_v4(row + c * 16);
-            if (c < 28)
-                sc[k] = ak_sd_ue8m0(__ldg(pg + (int64_t)l.page_size * 576 + (int64_t)t * 8 + (c >> 2)));
-        } else {
-            const uint8_t *rec = pg + (int64_t)t * G::REC;
-            if (LAYOUT == AK_LAYOUT_DSA_FP8_BLOCKSCALE) {
-                raw[k] = ak_ldg_nc_v4(rec + (c < 32 ? c * 16 : 528 + (c - 32) * 16));
-                if (c < 32) sc[k] = __ldg((const float *)(rec + 512) + (c >> 3));
+    for (int k0 = 0; k0 < NL; k0 += NB) {
+        uint4 raw[NB];
+        float sc[NB];
+#pragma unroll
+        for (int kb = 0; kb < NB; kb++) {
+            int it = (k0 + kb) * AK_SD_THREADS + (int)threadIdx.x;
+            raw[kb] = make_uint4(0, 0, 0, 0);
+            sc[kb] = 0.0f;
+            if (k0 + kb >= NL || (ITEMS % AK_SD_THREADS != 0 && it >= ITEMS)) continue;
+            int tok = it / G::CPT, c = it - tok * G::CPT;
+            int32_t slot = ids[tok];
+            if (slot < 0) continue;
+            int32_t page = slot / l.page_size, t = slot - page * l.page_size;
+            const uint8_t *pg = l.pool + (int64_t)page * l.page_stride;
+            if (LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0) {
+                const uint8_t *row = pg + (int64_t)t * 576;
+                raw[kb] = ak_ldg_nc_v4(row + c * 16);
+                if (c < 28)
+                    sc[kb] = ak_sd_ue8m0(__ldg(pg + (int64_t)l.page_size * 576 + (int64_t)t * 8 + (c >> 2)));
             } else {
-                raw[k] = ak_ldg_nc_v4(rec + c * 16);
+                const uint8_t *rec = pg + (int64_t)t * G::REC;
+                if (LAYOUT == AK_LAYOUT_DSA_FP8_BLOCKSCALE) {
+                    raw[kb] = ak_ldg_nc_v4(rec + (c < 32 ? c * 16 : 528 + (c - 32) * 16));
+                    if (c < 32) sc[kb] = __ldg((const float *)(rec + 512) + (c >> 3));
+                } else {
+                    raw[kb] = ak_ldg_nc_v4(rec + c * 16);
+                }
             }
         }
-    }
 #pragma unroll
-    for (int k = 0; k < NL; k++) {
-        int it = k * AK_SD_THREADS + (int)threadIdx.x;
-        if (ITEMS % AK_SD_THREADS != 0 && it >= ITEMS) continue;
-        int tok = it / G::CPT, c = it - tok * G::CPT;
-        uint16_t *row = ks + tok * KSTR;
-        if (LAYOUT == AK_LAYOUT_MLA_BF16) {
-            *reinterpret_cast<uint4 *>(row + c * 8) = raw[k];
-            continue;
-        }
-        int nq = LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0 ? 28 : 32; /* e4m3 chunks */
-        if (LAYOUT == AK_LAYOUT_MLA_FP8_PERTENSOR || c < nq) {
-            float s = LAYOUT == AK_LAYOUT_MLA_FP8_PERTENSOR ? kscale : sc[k];
-            uint4 lo, hi;
-            ak_sd_dequant16(raw[k], s, lo, hi);
-            if (ids[tok] < 0) lo = hi = make_uint4(0, 0, 0, 0);
-            *reinterpret_cast<uint4 *>(row + c * 16) = lo;
-            *reinterpret_cast<uint4 *>(row + c * 16 + 8) = hi;
-        } else {
-            *reinterpret_cast<uint4 *>(row + nq * 16 + (c - nq) * 8) = raw[k];
+        for (int kb = 0; kb < NB; kb++) {
+            int it = (k0 + kb) * AK_SD_THREADS + (int)threadIdx.x;
+            if (k0 + kb >= NL || (ITEMS % AK_SD_THREADS != 0 && it >= ITEMS)) continue;
+            int tok = it / G::CPT, c = it - tok * G::CPT;
+            uint16_t *row = ks + tok * KSTR;
+            if (LAYOUT == AK_LAYOUT_MLA_BF16) {
+                *reinterpret_cast<uint4 *>(row + c * 8) = raw[kb];
+                continue;
+            }
+            const int nq = LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0 ? 28 : 32; /* e4m3 chunks */
+            if (LAYOUT == AK_LAYOUT_MLA_FP8_PERTENSOR || c < nq) {
+                /* an invalid key has raw 0 and scale 0: zeros, never NaN, in the V rows */
+                float s = LAYOUT == AK_LAYOUT_MLA_FP8_PERTENSOR ? (ids[tok] < 0 ? 0.0f : kscale) : sc[kb];
+                uint4 lo, hi;
+                ak_sd_dequant16(raw[kb], s, lo, hi);
+                *reinterpret_cast<uint4 *>(row + c * 16) = lo;
+                *reinterpret_cast<uint4 *>(row + c * 16 + 8) = hi;
+            } else {
+                *reinterpret_cast<uint4 *>(row + nq * 16 + (c - nq) * 8) = raw[kb];
+            }
         }
     }
 }
