@@ -4,6 +4,8 @@
 #define AK_TOOLS_CLI_H
 
 int ak_cmd_layouts(int argc, char **argv); /* cmd_layouts.c */
+int ak_cmd_bench(int argc, char **argv);   /* cmd_bench.c */
+int ak_cmd_check(int argc, char **argv);   /* cmd_check.c */
 
 /* Shared option helpers (attnkit.c). */
 int ak_cli_has_flag(int argc, char **argv, const char *flag);
