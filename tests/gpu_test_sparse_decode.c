@@ -41,6 +41,8 @@ static float sd_bf16_f(uint16_t h) {
 /* A finite e4m3 byte of magnitude below 16 (exponent field <= 10), random sign. */
 static uint8_t sd_e4m3(ak_rng *r) { return (uint8_t)(ak_rng_range(r, 0, 0x58) | (ak_rng_range(r, 0, 2) << 7)); }
 
+static uint8_t sd_dummy; /* ak_cache_init wants a non-NULL pool before the real one exists */
+
 static const int32_t k_bad[8] = {INT32_MIN, -123456, -1, 0 /* = capacity */, 114514, 1919810,
                                  2147480000, INT32_MAX};
 
@@ -67,7 +69,7 @@ static void sd_pool_make(sd_pool *p, ak_rng *r, ak_layout layout, int32_t num_pa
     p->layout = layout;
     p->num_pages = num_pages;
     p->page_size = page;
-    CHECK_STATUS(ak_cache_init(&p->c_cpu, layout, NULL, num_pages, page), AK_OK);
+    CHECK_STATUS(ak_cache_init(&p->c_cpu, layout, &sd_dummy, num_pages, page), AK_OK);
     int64_t minb = 0;
     CHECK_STATUS(ak_cache_page_bytes(&p->c_cpu, &minb), AK_OK);
     /* A page stride above the minimum catches kernels that assume packed pages. */
@@ -523,7 +525,7 @@ static void sd_bench_one(ak_context *gpu, const sd_bench_shape *sh, ak_rng *r) {
     int32_t page = sh->layout == AK_LAYOUT_DSV4_FP8_UE8M0 ? 256 : 64;
     int64_t main_ctx = sh->etopk > 0 ? sh->topk * 2 : ctx_len; /* V4: the SWA pool holds the window */
     int32_t pages = (int32_t)((b * main_ctx + page - 1) / page);
-    CHECK_STATUS(ak_cache_init(&c, sh->layout, NULL, pages, page), AK_OK);
+    CHECK_STATUS(ak_cache_init(&c, sh->layout, &sd_dummy, pages, page), AK_OK);
     int64_t pb = 0;
     CHECK_STATUS(ak_cache_page_bytes(&c, &pb), AK_OK);
     void *pool = NULL, *epool = NULL;
@@ -534,7 +536,7 @@ static void sd_bench_one(ak_context *gpu, const sd_bench_shape *sh, ak_rng *r) {
     int32_t epages = 0;
     if (sh->etopk > 0) {
         epages = (int32_t)((b * ctx_len / 4 + 63) / 64);
-        CHECK_STATUS(ak_cache_init(&ec, sh->layout, NULL, epages, 64), AK_OK);
+        CHECK_STATUS(ak_cache_init(&ec, sh->layout, &sd_dummy, epages, 64), AK_OK);
         int64_t epb = 0;
         CHECK_STATUS(ak_cache_page_bytes(&ec, &epb), AK_OK);
         CHECK(cudaMalloc(&epool, (size_t)(epb * epages)) == cudaSuccess);
