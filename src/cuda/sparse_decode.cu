@@ -279,7 +279,7 @@ __global__ void __launch_bounds__(AK_SD_THREADS, MW == 1 ? 2 : 1) ak_sd_main(con
         __syncthreads();
 
         /* Online softmax on rows g and g + 8 of the m-tile, then O += P V on dims gw*DVW.. */
-        uint32_t pa[4][4];
+        uint32_t pa[4][4], pl[4][4]; /* P as bf16 A fragments: high and low parts */
         {
             float x[2][16];
             float mx[2] = {-INFINITY, -INFINITY};
@@ -316,12 +316,20 @@ __global__ void __launch_bounds__(AK_SD_THREADS, MW == 1 ? 2 : 1) ak_sd_main(con
                 l_run[hr] = l_run[hr] * alpha[hr] + sum;
                 m_run[hr] = m_new;
             }
+            /* P = hi + lo, two bf16 parts: a lone bf16 P carries 2^-9 relative error per weight,
+               which on short rows (a few keys, each weight large) exceeds the 1e-3 output
+               tolerance; the pair keeps about 16 bits (device run 2: 0.1% of elements failed
+               with bf16 P alone, lse all passed). */
 #pragma unroll
             for (int kk = 0; kk < 4; kk++) {
-                pa[kk][0] = ak_sd_pack_bf16(x[0][kk * 4 + 0], x[0][kk * 4 + 1]);
-                pa[kk][1] = ak_sd_pack_bf16(x[1][kk * 4 + 0], x[1][kk * 4 + 1]);
-                pa[kk][2] = ak_sd_pack_bf16(x[0][kk * 4 + 2], x[0][kk * 4 + 3]);
-                pa[kk][3] = ak_sd_pack_bf16(x[1][kk * 4 + 2], x[1][kk * 4 + 3]);
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int hr = e & 1, c = kk * 4 + (e >> 1) * 2;
+                    pa[kk][e] = ak_sd_pack_bf16(x[hr][c], x[hr][c + 1]);
+                    __nv_bfloat162 hi = *reinterpret_cast<__nv_bfloat162 *>(&pa[kk][e]);
+                    pl[kk][e] = ak_sd_pack_bf16(x[hr][c] - __bfloat162float(hi.x),
+                                                x[hr][c + 1] - __bfloat162float(hi.y));
+                }
             }
 #pragma unroll
             for (int j = 0; j < DVW / 8; j++) {
@@ -342,6 +350,8 @@ __global__ void __launch_bounds__(AK_SD_THREADS, MW == 1 ? 2 : 1) ak_sd_main(con
                     ak_ldmatrix_x4_trans(va + (kk * 16 * KSTR + j * 8) * 2, b0, b1, b2, b3);
                     ak_mma_bf16_16816(o[j], pa[kk], b0, b1);
                     ak_mma_bf16_16816(o[j + 1], pa[kk], b2, b3);
+                    ak_mma_bf16_16816(o[j], pl[kk], b0, b1);
+                    ak_mma_bf16_16816(o[j + 1], pl[kk], b2, b3);
                 }
             }
         }
