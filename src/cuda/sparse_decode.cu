@@ -55,6 +55,7 @@ struct ak_sd_list {
 struct ak_sd_params {
     const uint16_t *q; /* [b, s_q, h_q, d_qk] bf16 */
     int64_t q_s0, q_s1, q_s2;
+    int32_t q_vec;      /* q rows 16-byte aligned: vector loads */
     int32_t b, s_q, h_q, htiles, splits;
     ak_sd_list list[2]; /* main, extra */
     float scale_log2;   /* softmax_scale * log2(e) */
@@ -205,15 +206,33 @@ __global__ void __launch_bounds__(AK_SD_THREADS, MW == 1 ? 2 : 1) ak_sd_main(con
     const int64_t r = ri / p.s_q, i = ri % p.s_q;
     const int h0 = ht * 16 * MW;
 
-    /* Q tile -> shared, zero rows past h_q. */
-    for (int e = tid; e < 16 * MW * (DQK / 2); e += AK_SD_THREADS) {
-        int row = e / (DQK / 2), d = (e % (DQK / 2)) * 2;
-        uint32_t v = 0;
-        if (h0 + row < p.h_q) {
-            const uint16_t *src = p.q + r * p.q_s0 + i * p.q_s1 + (int64_t)(h0 + row) * p.q_s2 + d;
-            v = (uint32_t)src[0] | ((uint32_t)src[1] << 16);
+    /* Q tile -> shared, zero rows past h_q. With 16-byte aligned rows every load of a thread is
+       issued before the first store (one memory round trip, not one per element). */
+    if (p.q_vec) {
+        enum { QCH = DQK / 8, QITEMS = 16 * MW * QCH, QN = (QITEMS + AK_SD_THREADS - 1) / AK_SD_THREADS };
+        uint4 qv[QN];
+#pragma unroll
+        for (int k = 0; k < QN; k++) {
+            const int it = k * AK_SD_THREADS + tid, row = it / QCH, c = it % QCH;
+            qv[k] = make_uint4(0, 0, 0, 0);
+            if (it < QITEMS && h0 + row < p.h_q)
+                qv[k] = ak_ldg_nc_v4(p.q + r * p.q_s0 + i * p.q_s1 + (int64_t)(h0 + row) * p.q_s2 + c * 8);
         }
-        *reinterpret_cast<uint32_t *>(qs + row * KSTR + d) = v;
+#pragma unroll
+        for (int k = 0; k < QN; k++) {
+            const int it = k * AK_SD_THREADS + tid, row = it / QCH, c = it % QCH;
+            if (it < QITEMS) *reinterpret_cast<uint4 *>(qs + row * KSTR + c * 8) = qv[k];
+        }
+    } else {
+        for (int e = tid; e < 16 * MW * (DQK / 2); e += AK_SD_THREADS) {
+            int row = e / (DQK / 2), d = (e % (DQK / 2)) * 2;
+            uint32_t v = 0;
+            if (h0 + row < p.h_q) {
+                const uint16_t *src = p.q + r * p.q_s0 + i * p.q_s1 + (int64_t)(h0 + row) * p.q_s2 + d;
+                v = (uint32_t)src[0] | ((uint32_t)src[1] << 16);
+            }
+            *reinterpret_cast<uint32_t *>(qs + row * KSTR + d) = v;
+        }
     }
 
     const int32_t len0 = ak_sd_len(p.list[0], r, i), len1 = ak_sd_len(p.list[1], r, i);
@@ -469,10 +488,13 @@ static void ak_sd_plan_make(const ak_context *ctx, const ak_mla_decode_args *a, 
     const int per_sm = pl->smem * 2 <= 227 * 1024 ? 2 : 1;
     const int64_t base = b * s_q * pl->htiles;
     const int64_t slots = (int64_t)sms * per_sm;
-    int64_t splits = (slots + base - 1) / base;
-    /* Whole waves: more splits only when they fill the machine without a ragged last wave. */
-    if (splits > pl->n_tiles) splits = pl->n_tiles;
-    if (splits < 1) splits = 1;
+    /* Fewest splits minimising waves x tiles per CTA (a proxy of the critical path): b 128,
+       h_q 16 takes 2 splits (256 CTAs in 264 slots) rather than 3 (1.45 waves). */
+    int64_t splits = 1, best = INT64_MAX;
+    for (int64_t sp = 1; sp <= pl->n_tiles; sp++) {
+        int64_t waves = (base * sp + slots - 1) / slots, per = (pl->n_tiles + sp - 1) / sp;
+        if (waves * per < best) best = waves * per, splits = sp;
+    }
     pl->splits = (int)splits;
     pl->rows = b * s_q * h_q;
     pl->ws_bytes = splits > 1 ? (size_t)splits * (size_t)pl->rows * (AK_SD_DV + 1) * sizeof(float) : 0;
@@ -544,6 +566,7 @@ extern "C" ak_status ak_cuda_mla_decode(ak_context *ctx, const ak_mla_decode_arg
     p.q_s0 = a->q->strides[0];
     p.q_s1 = a->q->strides[1];
     p.q_s2 = a->q->strides[2];
+    p.q_vec = (uintptr_t)a->q->data % 16 == 0 && p.q_s0 % 8 == 0 && p.q_s1 % 8 == 0 && p.q_s2 % 8 == 0;
     p.b = (int32_t)a->q->shape[0];
     p.s_q = (int32_t)a->q->shape[1];
     p.h_q = (int32_t)a->q->shape[2];
