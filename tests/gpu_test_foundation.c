@@ -311,7 +311,7 @@ AK_TEST(cuda_cache_write_every_layout) {
         write_case(&r, AK_LAYOUT_MLA_BF16, 64, 0, AK_QUANT_DEFAULT, dt, n);
         write_case(&r, AK_LAYOUT_MLA_BF16, 16, 1152, AK_QUANT_DEFAULT, dt, n);
         write_case(&r, AK_LAYOUT_MLA_FP8_PERTENSOR, 64, 0, AK_QUANT_DEFAULT, dt, n);
-        write_case(&r, AK_LAYOUT_MLA_FP8_PERTENSOR, 1, 3, AK_QUANT_DEFAULT, dt, g_quick ? 6 : 8);
+        write_case(&r, AK_LAYOUT_MLA_FP8_PERTENSOR, 1, 16, AK_QUANT_DEFAULT, dt, g_quick ? 6 : 8);
         write_case(&r, AK_LAYOUT_DSA_FP8_BLOCKSCALE, 64, 0, AK_QUANT_DEFAULT, dt, n);
         write_case(&r, AK_LAYOUT_DSA_FP8_BLOCKSCALE, 64, 656, AK_QUANT_POW2, dt, n);
         write_case(&r, AK_LAYOUT_DSA_FP8_BLOCKSCALE, 16, 0, AK_QUANT_FP32, dt, n);
