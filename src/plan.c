@@ -426,6 +426,12 @@ static ak_status check_path_backend(ak_plan *p, ak_path path) {
                            "cpu / --backend cpu)",
                            backend_name(p->backend), kind_name(p->d.kind), k_kernels[need[i]].pub.name,
                            k_kernels[need[i]].pub.op, backend_name(p->backend));
+    if (p->backend == AK_BACKEND_CUDA)
+        return ak_fail(AK_ERR_UNSUPPORTED,
+                       "ak_plan_create: backend cuda: the kernels of this path exist, but the plan "
+                       "executor builds per-call row metadata (row lengths, cu_seqlens) on the host "
+                       "and has no device-side builder yet; supported: the CPU backend (backend "
+                       "cpu / --backend cpu)");
     return AK_OK;
 }
 
@@ -684,7 +690,7 @@ static ak_status emit(ak_plan *p, const ak_plan_seg *s, const segcand *c) {
                             (int)d->extra_page_size));
         }
         AK_TRY(add_step(p, AK_STEP_INDEX_LIST, K_SWA_INDICES, s, AK_TRANSFORM_PAGED,
-                        AK_LAYOUT_INVALID, 0, 0.0,
+                        AK_LAYOUT_INVALID, d->compress_ratio == 4 ? 0 : pr, 0.0,
                         "sliding-window list of the last %d positions as slots of the main cache",
                         (int)d->window));
         return add_step(p, AK_STEP_MLA_SPARSE, K_MLA_SPARSE, s, AK_TRANSFORM_PAGED, L, 0,
@@ -699,8 +705,8 @@ static ak_status emit(ak_plan *p, const ak_plan_seg *s, const segcand *c) {
     case AK_PATH_DSA_GATHER: {
         if (c->path == AK_PATH_DSA_GATHER)
             AK_TRY(add_step(p, AK_STEP_GATHER, K_GATHER, s, AK_TRANSFORM_NONE, L, c->fixed, 0.0,
-                            "gather and dequantize each request's %lld-position context into a "
-                            "bf16 workspace [kv, %d], once per request",
+                            "gather and dequantize the context a row chunk sees (<= %lld positions) "
+                            "into a bf16 workspace [kv, %d], once per chunk",
                             (long long)s->gather_rows, (int)d->d_qk));
         AK_TRY(add_step(p, AK_STEP_INDEXER, K_INDEXER, s, AK_TRANSFORM_NONE, AK_LAYOUT_INDEXER_FP8,
                         pr, c->c_index.secs,
@@ -807,7 +813,7 @@ static ak_status plan_segment(ak_plan *p, const costmodel *m, ak_plan_seg *s, in
     s->chunk = c[best].chunk;
     s->ws = seg_ws(&c[best], s);
     say(p, "  chosen: %s (%s)%s\n", k_kernels[c[best].attn].pub.name,
-        n > 1 ? "lowest estimated time" : pref >= 0 ? "named by the preference" : "only path",
+        n > 1 ? "lowest estimated time; ties keep the earlier candidate" : pref >= 0 ? "named by the preference" : "only path",
         s->converted ? ", reading the converted cache" : "");
     return emit(p, s, &c[best]);
 }

@@ -13,6 +13,7 @@ typedef struct command {
 
 static const command k_commands[] = {
     {"layouts", ak_cmd_layouts, "print the KV-cache layout registry [--json]"},
+    {"plan", ak_cmd_plan, "plan and explain one batch: --model M --phase P --q-lens .. [--json]"},
 };
 
 static void usage(FILE *f) {

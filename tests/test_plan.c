@@ -1,0 +1,463 @@
+/* test_plan.c -- the planner: every (kind, layout, phase, preference) either plans or is rejected
+   at plan time with a message; property tests over random batches; one regression test per seed
+   failure of semantics.md 12.4 (decode consulting the prefill choice, a top-k transform chosen for
+   the wrong kernel, an unimplemented extend path, a row cap). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ak_test.h"
+#include "attnkit.h"
+
+static ak_context *cpu_ctx(void) {
+    ak_context_options o;
+    memset(&o, 0, sizeof o);
+    o.backend = AK_BACKEND_CPU;
+    o.num_threads = 2;
+    ak_context *c = NULL;
+    CHECK_STATUS(ak_context_create(&o, &c), AK_OK);
+    return c;
+}
+
+/* Model-like descriptions (tools/models.h has the presets; tests stay independent of tools/). */
+static ak_plan_desc desc_of(ak_attn_kind kind) {
+    ak_plan_desc d;
+    memset(&d, 0, sizeof d);
+    d.kind = kind;
+    d.h_q = 128;
+    d.h_kv = 1;
+    d.d_qk = 576;
+    d.d_v = 512;
+    d.softmax_scale = 0.0721f;
+    d.page_size = 64;
+    switch (kind) {
+    case AK_ATTN_MLA: d.layout = AK_LAYOUT_MLA_BF16; break;
+    case AK_ATTN_DSA:
+        d.layout = AK_LAYOUT_DSA_FP8_BLOCKSCALE;
+        d.topk = 2048;
+        d.index_heads = 64;
+        break;
+    case AK_ATTN_DSV4:
+        d.h_q = 64;
+        d.d_qk = d.d_v = 512;
+        d.layout = d.extra_layout = AK_LAYOUT_DSV4_FP8_UE8M0;
+        d.page_size = 256;
+        d.extra_page_size = 64;
+        d.compress_ratio = 4;
+        d.topk = 512;
+        d.window = 128;
+        d.index_heads = 64;
+        d.has_sink = 1;
+        break;
+    case AK_ATTN_MHA:
+        d.h_q = 32;
+        d.h_kv = 8;
+        d.d_qk = d.d_v = 128;
+        d.layout = AK_LAYOUT_MHA_NHD;
+        d.page_size = 16;
+        break;
+    }
+    return d;
+}
+
+static int is_attention(ak_step_kind k) {
+    return k == AK_STEP_MLA_DENSE || k == AK_STEP_MLA_SPARSE || k == AK_STEP_SPARSE_PREFILL ||
+           k == AK_STEP_MHA;
+}
+
+static int is_decode_phase(ak_phase p) {
+    return p == AK_PHASE_DECODE || p == AK_PHASE_TARGET_VERIFY || p == AK_PHASE_DRAFT_EXTEND;
+}
+
+/* Invariants every accepted plan keeps: each non-empty request is covered by exactly one attention
+   step; attention rows add up to the batch's rows; decode-class rows never reach a prefill-only
+   kernel and their indices are PAGED; each top-k's transform matches its consumer; workspace
+   within the budget. */
+static void check_plan_invariants(const ak_plan *p, const ak_plan_desc *d, int64_t budget) {
+    int32_t n = ak_plan_step_count(p);
+    int64_t rows = 0, total = 0;
+    int *cover = (int *)calloc((size_t)(d->num_requests > 0 ? d->num_requests : 1), sizeof(int));
+    for (int32_t r = 0; r < d->num_requests; r++) total += d->q_lens[r];
+    for (int32_t i = 0; i < n; i++) {
+        ak_plan_step s;
+        CHECK_STATUS(ak_plan_step_get(p, i, &s), AK_OK);
+        CHECK(s.reason != NULL && s.reason[0] != '\0');
+        CHECK(s.kernel != NULL && s.op != NULL);
+        CHECK_MSG(s.workspace_bytes <= budget, "step %d workspace %lld > budget %lld", (int)i,
+                  (long long)s.workspace_bytes, (long long)budget);
+        if (s.kind == AK_STEP_TOPK) {
+            /* the next attention step of the same requests consumes these indices */
+            for (int32_t j = i + 1; j < n; j++) {
+                ak_plan_step a;
+                ak_plan_step_get(p, j, &a);
+                if (!is_attention(a.kind)) continue;
+                CHECK(a.req_begin == s.req_begin && a.req_end == s.req_end);
+                if (strcmp(a.kernel, "gather_sparse_prefill") == 0)
+                    CHECK_MSG(s.transform == AK_TRANSFORM_RAGGED, "gather consumer needs RAGGED");
+                else
+                    CHECK_MSG(s.transform == AK_TRANSFORM_PAGED, "%s needs PAGED", a.kernel);
+                break;
+            }
+        }
+        if (!is_attention(s.kind)) continue;
+        rows += s.rows;
+        int64_t seg_rows = 0;
+        for (int32_t r = s.req_begin; r < s.req_end; r++) {
+            cover[r]++;
+            seg_rows += d->q_lens[r];
+            if (is_decode_phase(d->phases[r])) {
+                CHECK_MSG(strcmp(s.kernel, "sparse_prefill_paged") != 0 &&
+                              strcmp(s.kernel, "gather_sparse_prefill") != 0,
+                          "decode-class request %d on prefill kernel %s", (int)r, s.kernel);
+                CHECK(s.transform != AK_TRANSFORM_RAGGED);
+            }
+        }
+        CHECK(seg_rows == s.rows);
+        CHECK(s.chunk_rows >= 1 && s.chunk_rows <= s.rows);
+    }
+    for (int32_t r = 0; r < d->num_requests; r++)
+        CHECK_MSG(cover[r] == (d->q_lens[r] > 0 ? 1 : 0), "request %d covered %d times", (int)r,
+                  cover[r]);
+    CHECK(rows == total);
+    CHECK(strlen(ak_plan_explain(p)) > 0);
+    free(cover);
+}
+
+/* Acceptance: a 16384-row extend over 65536 keys plans (no query cap) and explains its choice. */
+AK_TEST(plan_dsa_long_extend_has_no_cap) {
+    ak_context *ctx = cpu_ctx();
+    ak_plan_desc d = desc_of(AK_ATTN_DSA);
+    ak_phase ph[1] = {AK_PHASE_EXTEND};
+    int32_t q[1] = {16384}, kv[1] = {65536};
+    d.num_requests = 1, d.phases = ph, d.q_lens = q, d.kv_lens = kv;
+    ak_plan *p = NULL;
+    CHECK_STATUS(ak_plan_create(ctx, &d, &p), AK_OK);
+    if (p != NULL) {
+        check_plan_invariants(p, &d, (int64_t)256 << 20);
+        const char *e = ak_plan_explain(p);
+        CHECK(strstr(e, "candidate") != NULL && strstr(e, "chosen") != NULL);
+        CHECK(strstr(e, "cost model") != NULL);
+    }
+    ak_plan_destroy(p);
+    ak_context_destroy(ctx);
+}
+
+/* Acceptance: V4 on the 576-byte per-tensor layout is rejected, naming the supported layout. */
+AK_TEST(plan_rejects_v4_on_pertensor_layout) {
+    ak_context *ctx = cpu_ctx();
+    ak_plan_desc d = desc_of(AK_ATTN_DSV4);
+    d.layout = AK_LAYOUT_MLA_FP8_PERTENSOR;
+    ak_phase ph[1] = {AK_PHASE_DECODE};
+    int32_t q[1] = {1}, kv[1] = {4096};
+    d.num_requests = 1, d.phases = ph, d.q_lens = q, d.kv_lens = kv;
+    ak_plan *p = NULL;
+    CHECK_REJECT(ak_plan_create(ctx, &d, &p), AK_ERR_UNSUPPORTED, "DSV4_FP8_UE8M0");
+    CHECK(p == NULL);
+    ak_context_destroy(ctx);
+}
+
+/* Seed failure 1: a decode step consulted the prefill backend's choice. Decode-only batches plan
+   the same steps whatever prefill_kernel says, and decode rows in a mixed batch keep PAGED. */
+AK_TEST(regression_decode_never_reads_prefill_choice) {
+    ak_context *ctx = cpu_ctx();
+    const char *prefs[] = {NULL, "auto", "gather_sparse_prefill", "sparse_prefill_paged",
+                           "mla_decode_sparse"};
+    ak_phase ph[3] = {AK_PHASE_DECODE, AK_PHASE_TARGET_VERIFY, AK_PHASE_DRAFT_EXTEND};
+    int32_t q[3] = {1, 3, 2}, kv[3] = {9000, 5000, 70000};
+    char first[8192] = "";
+    for (size_t i = 0; i < sizeof prefs / sizeof prefs[0]; i++) {
+        ak_plan_desc d = desc_of(AK_ATTN_DSA);
+        d.num_requests = 3, d.phases = ph, d.q_lens = q, d.kv_lens = kv;
+        d.prefill_kernel = prefs[i];
+        ak_plan *p = NULL;
+        CHECK_STATUS(ak_plan_create(ctx, &d, &p), AK_OK);
+        if (p == NULL) continue;
+        char sig[8192] = "";
+        for (int32_t s = 0; s < ak_plan_step_count(p); s++) {
+            ak_plan_step st;
+            ak_plan_step_get(p, s, &st);
+            CHECK(st.transform != AK_TRANSFORM_RAGGED);
+            size_t l = strlen(sig);
+            snprintf(sig + l, sizeof sig - l, "%s/%d/%d/%d;", st.kernel, (int)st.req_begin,
+                     (int)st.req_end, (int)st.transform);
+        }
+        if (i == 0) memcpy(first, sig, sizeof sig);
+        CHECK_MSG(strcmp(first, sig) == 0, "prefill_kernel %s changed the decode plan", prefs[i]);
+        check_plan_invariants(p, &d, (int64_t)256 << 20);
+        ak_plan_destroy(p);
+    }
+    ak_context_destroy(ctx);
+}
+
+/* Seed failure 2: the top-k transform was chosen for the wrong kernel (and RAGGED offsets reached a
+   kernel with no gathered buffer). The transform always follows the consumer. */
+AK_TEST(regression_topk_transform_follows_consumer) {
+    ak_context *ctx = cpu_ctx();
+    struct {
+        const char *pref;
+        ak_index_transform want;
+    } cases[] = {{"gather_sparse_prefill", AK_TRANSFORM_RAGGED},
+                 {"sparse_prefill_paged", AK_TRANSFORM_PAGED},
+                 {"mla_decode_sparse", AK_TRANSFORM_PAGED}};
+    ak_phase ph[2] = {AK_PHASE_EXTEND, AK_PHASE_DECODE};
+    int32_t q[2] = {300, 1}, kv[2] = {6000, 6000};
+    for (size_t i = 0; i < 3; i++) {
+        ak_plan_desc d = desc_of(AK_ATTN_DSA);
+        d.num_requests = 2, d.phases = ph, d.q_lens = q, d.kv_lens = kv;
+        d.prefill_kernel = cases[i].pref;
+        ak_plan *p = NULL;
+        CHECK_STATUS(ak_plan_create(ctx, &d, &p), AK_OK);
+        if (p == NULL) continue;
+        int seen = 0;
+        for (int32_t s = 0; s < ak_plan_step_count(p); s++) {
+            ak_plan_step st;
+            ak_plan_step_get(p, s, &st);
+            if (st.kind != AK_STEP_TOPK) continue;
+            seen++;
+            CHECK(st.transform == (st.req_begin == 0 ? cases[i].want : AK_TRANSFORM_PAGED));
+        }
+        CHECK(seen == 2);
+        check_plan_invariants(p, &d, (int64_t)256 << 20);
+        ak_plan_destroy(p);
+    }
+    ak_context_destroy(ctx);
+}
+
+/* Seed failure 3: an extend path left unimplemented ("Unsupported nsa_impl"). Every kind plans
+   every phase, and every decode kernel takes extend-shaped (multi-token) rows. */
+AK_TEST(regression_every_phase_has_a_path) {
+    ak_context *ctx = cpu_ctx();
+    for (int k = 0; k <= AK_ATTN_MHA; k++)
+        for (int ph = 0; ph < AK_PHASE_COUNT_; ph++) {
+            ak_plan_desc d = desc_of((ak_attn_kind)k);
+            ak_phase phs[2] = {(ak_phase)ph, (ak_phase)ph};
+            int32_t q[2], kv[2] = {3000, 100};
+            q[0] = ph == AK_PHASE_DECODE ? 1 : ph == AK_PHASE_PREFILL ? 3000 : 4;
+            q[1] = ph == AK_PHASE_DECODE ? 1 : ph == AK_PHASE_PREFILL ? 100 : 4;
+            d.num_requests = 2, d.phases = phs, d.q_lens = q, d.kv_lens = kv;
+            ak_plan *p = NULL;
+            CHECK_STATUS(ak_plan_create(ctx, &d, &p), AK_OK);
+            if (p != NULL) check_plan_invariants(p, &d, (int64_t)256 << 20);
+            ak_plan_destroy(p);
+            /* the decode kernel named for prefill-class rows */
+            if (!is_decode_phase((ak_phase)ph) && k != AK_ATTN_MHA) {
+                d.prefill_kernel = k == AK_ATTN_MLA ? "mla_decode_dense" : "mla_decode_sparse";
+                CHECK_STATUS(ak_plan_create(ctx, &d, &p), AK_OK);
+                ak_plan_destroy(p);
+            }
+        }
+    ak_context_destroy(ctx);
+}
+
+/* Seed failure 4: a scheduler crashed past 11673 query rows. Batches at and around the shared
+   memory bounds of semantics.md 12.3 plan, in chunks, without a cap. */
+AK_TEST(regression_no_row_cap) {
+    ak_context *ctx = cpu_ctx();
+    const int32_t sizes[] = {1, 11622, 11623, 11674, 100000};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        int32_t n = sizes[i];
+        ak_phase *ph = (ak_phase *)malloc((size_t)n * sizeof *ph);
+        int32_t *q = (int32_t *)malloc((size_t)n * 4), *kv = (int32_t *)malloc((size_t)n * 4);
+        for (int32_t r = 0; r < n; r++) ph[r] = AK_PHASE_DECODE, q[r] = 1, kv[r] = 4096 + r % 7;
+        for (int k = AK_ATTN_DSA; k <= AK_ATTN_DSV4; k++) {
+            ak_plan_desc d = desc_of((ak_attn_kind)k);
+            d.num_requests = n, d.phases = ph, d.q_lens = q, d.kv_lens = kv;
+            ak_plan *p = NULL;
+            CHECK_STATUS(ak_plan_create(ctx, &d, &p), AK_OK);
+            if (p != NULL) check_plan_invariants(p, &d, (int64_t)256 << 20);
+            ak_plan_destroy(p);
+        }
+        /* the same number of rows as one extend request (prefill rows through the decode kernel) */
+        ak_plan_desc d = desc_of(AK_ATTN_DSA);
+        ak_phase e = AK_PHASE_EXTEND;
+        int32_t eq = n, ekv = n + 2049;
+        d.num_requests = 1, d.phases = &e, d.q_lens = &eq, d.kv_lens = &ekv;
+        d.prefill_kernel = "mla_decode_sparse";
+        ak_plan *p = NULL;
+        CHECK_STATUS(ak_plan_create(ctx, &d, &p), AK_OK);
+        if (p != NULL) check_plan_invariants(p, &d, (int64_t)256 << 20);
+        ak_plan_destroy(p);
+        free(ph), free(q), free(kv);
+    }
+    ak_context_destroy(ctx);
+}
+
+/* Sparse equals dense: contexts that fit in top-k use dense causal MLA (no indexer logits). */
+AK_TEST(plan_short_context_is_dense) {
+    ak_context *ctx = cpu_ctx();
+    ak_plan_desc d = desc_of(AK_ATTN_DSA);
+    ak_phase ph[2] = {AK_PHASE_EXTEND, AK_PHASE_DECODE};
+    int32_t q[2] = {1000, 1}, kv[2] = {2048, 17};
+    d.num_requests = 2, d.phases = ph, d.q_lens = q, d.kv_lens = kv;
+    ak_plan *p = NULL;
+    CHECK_STATUS(ak_plan_create(ctx, &d, &p), AK_OK);
+    for (int32_t s = 0; p != NULL && s < ak_plan_step_count(p); s++) {
+        ak_plan_step st;
+        ak_plan_step_get(p, s, &st);
+        CHECK(st.kind == AK_STEP_MLA_DENSE);
+    }
+    ak_plan_destroy(p);
+    /* a named dense decode kernel cannot serve contexts beyond top-k */
+    kv[1] = 5000;
+    d.decode_kernel = "mla_decode_dense";
+    CHECK_REJECT(ak_plan_create(ctx, &d, &p), AK_ERR_UNSUPPORTED, "mla_decode_sparse");
+    ak_context_destroy(ctx);
+}
+
+/* The workspace budget bounds every step; a budget below one row is rejected at plan time. */
+AK_TEST(plan_budget_chunks_and_rejects) {
+    ak_context *ctx = cpu_ctx();
+    ak_plan_desc d = desc_of(AK_ATTN_DSA);
+    ak_phase ph[1] = {AK_PHASE_EXTEND};
+    int32_t q[1] = {8192}, kv[1] = {131072};
+    d.num_requests = 1, d.phases = ph, d.q_lens = q, d.kv_lens = kv;
+    d.workspace_budget = (int64_t)64 << 20;
+    ak_plan *p = NULL;
+    CHECK_STATUS(ak_plan_create(ctx, &d, &p), AK_OK);
+    if (p != NULL) check_plan_invariants(p, &d, d.workspace_budget);
+    ak_plan_destroy(p);
+    d.workspace_budget = 4096;
+    CHECK_REJECT(ak_plan_create(ctx, &d, &p), AK_ERR_UNSUPPORTED, "budget");
+    ak_context_destroy(ctx);
+}
+
+/* Every (kind, layout, phase, preference) plans or is rejected at plan time with a message that
+   names the supported alternatives. */
+AK_TEST(plan_support_matrix_is_complete) {
+    ak_context *ctx = cpu_ctx();
+    const char *prefs[] = {"auto", "mla_decode_dense", "mla_decode_sparse", "sparse_prefill_paged",
+                           "gather_sparse_prefill", "mha_paged"};
+    int planned = 0, rejected = 0;
+    for (int k = 0; k <= AK_ATTN_MHA; k++)
+        for (int l = 1; l < AK_LAYOUT_END_; l++) {
+            ak_layout_traits t;
+            if (ak_layout_traits_get((ak_layout)l, &t) != AK_OK) continue;
+            for (int ph = 0; ph < AK_PHASE_COUNT_; ph++)
+                for (size_t pi = 0; pi < sizeof prefs / sizeof prefs[0]; pi++) {
+                    ak_plan_desc d = desc_of((ak_attn_kind)k);
+                    d.layout = (ak_layout)l;
+                    ak_phase phs[1] = {(ak_phase)ph};
+                    int32_t q[1] = {ph == AK_PHASE_DECODE ? 1 : ph == AK_PHASE_PREFILL ? 4000 : 3};
+                    int32_t kv[1] = {4000};
+                    d.num_requests = 1, d.phases = phs, d.q_lens = q, d.kv_lens = kv;
+                    if (is_decode_phase((ak_phase)ph)) d.decode_kernel = prefs[pi];
+                    else d.prefill_kernel = prefs[pi];
+                    ak_plan *p = NULL;
+                    ak_status s = ak_plan_create(ctx, &d, &p);
+                    if (s == AK_OK) {
+                        planned++;
+                        check_plan_invariants(p, &d, (int64_t)256 << 20);
+                    } else {
+                        rejected++;
+                        CHECK_MSG(s == AK_ERR_UNSUPPORTED, "status %s: %s", ak_status_name(s),
+                                  ak_last_error());
+                        CHECK_MSG(strstr(ak_last_error(), "supported") != NULL,
+                                  "no alternatives in: %s", ak_last_error());
+                    }
+                    ak_plan_destroy(p);
+                }
+        }
+    CHECK(planned > 0 && rejected > 0);
+    ak_context_destroy(ctx);
+}
+
+/* Property test: random mixed batches (empty requests, q 1..8192, kv 0..128k) on the planner. */
+AK_TEST(plan_random_batches) {
+    ak_context *ctx = cpu_ctx();
+    ak_rng rng;
+    ak_rng_init(&rng, ak_test_seed());
+    for (int it = 0; it < 2000; it++) {
+        int k = (int)ak_rng_range(&rng, 0, 4);
+        int32_t n = (int32_t)ak_rng_range(&rng, 0, 24);
+        ak_phase ph[24];
+        int32_t q[24], kv[24];
+        for (int32_t r = 0; r < n; r++) {
+            ph[r] = (ak_phase)ak_rng_range(&rng, 0, AK_PHASE_COUNT_);
+            int64_t L = ak_rng_range(&rng, 0, 131073);
+            int64_t Q;
+            switch (ph[r]) {
+            case AK_PHASE_PREFILL: Q = L > 8192 ? 8192 : L, L = Q; break;
+            case AK_PHASE_DECODE: Q = L > 0 ? 1 : 0; break;
+            case AK_PHASE_TARGET_VERIFY:
+            case AK_PHASE_DRAFT_EXTEND: Q = ak_rng_range(&rng, 0, 9); break;
+            default: Q = ak_rng_range(&rng, 0, 8193); break;
+            }
+            if (ak_rng_range(&rng, 0, 10) == 0) Q = 0; /* empty request */
+            if (Q > L || ph[r] == AK_PHASE_PREFILL) L = Q;
+            q[r] = (int32_t)Q, kv[r] = (int32_t)L;
+        }
+        ak_plan_desc d = desc_of((ak_attn_kind)k);
+        d.num_requests = n, d.phases = ph, d.q_lens = q, d.kv_lens = kv;
+        d.workspace_budget = ak_rng_range(&rng, 0, 2) ? 0 : ak_rng_range(&rng, 1 << 20, 1 << 28);
+        ak_plan *p = NULL;
+        ak_status s = ak_plan_create(ctx, &d, &p);
+        if (s == AK_OK) {
+            check_plan_invariants(p, &d, d.workspace_budget ? d.workspace_budget : (int64_t)256 << 20);
+        } else {
+            CHECK_MSG(s == AK_ERR_UNSUPPORTED && strstr(ak_last_error(), "budget") != NULL,
+                      "iteration %d: %s: %s", it, ak_status_name(s), ak_last_error());
+        }
+        ak_plan_destroy(p);
+    }
+    ak_context_destroy(ctx);
+}
+
+/* CUDA plans are explained from any machine; paths without CUDA kernels name the CPU backend. */
+AK_TEST(plan_cuda_target_names_cpu_backend) {
+    ak_context *ctx = cpu_ctx();
+    ak_device_info h100;
+    memset(&h100, 0, sizeof h100);
+    h100.backend = AK_BACKEND_CUDA;
+    h100.sm_count = 132;
+    h100.copy_bytes_per_s = 3e12;
+    h100.bf16_flops_per_s = 9e14;
+    for (int k = 0; k <= AK_ATTN_MHA; k++) {
+        ak_plan_desc d = desc_of((ak_attn_kind)k);
+        ak_phase ph[1] = {AK_PHASE_DECODE};
+        int32_t q[1] = {1}, kv[1] = {9000};
+        d.num_requests = 1, d.phases = ph, d.q_lens = q, d.kv_lens = kv;
+        d.target = AK_BACKEND_CUDA;
+        d.device = &h100;
+        ak_plan *p = NULL;
+        CHECK_REJECT(ak_plan_create(ctx, &d, &p), AK_ERR_UNSUPPORTED, "CPU backend");
+    }
+    ak_context_destroy(ctx);
+}
+
+AK_TEST(plan_bad_arguments) {
+    ak_context *ctx = cpu_ctx();
+    ak_plan *p = NULL;
+    ak_plan_desc d = desc_of(AK_ATTN_DSA);
+    ak_phase ph[1] = {AK_PHASE_DECODE};
+    int32_t q[1] = {1}, kv[1] = {100};
+    d.num_requests = 1, d.phases = ph, d.q_lens = q, d.kv_lens = kv;
+    CHECK_REJECT(ak_plan_create(NULL, &d, &p), AK_ERR_INVALID_ARGUMENT, "ctx");
+    CHECK_REJECT(ak_plan_create(ctx, NULL, &p), AK_ERR_INVALID_ARGUMENT, "desc");
+    CHECK_REJECT(ak_plan_create(ctx, &d, NULL), AK_ERR_INVALID_ARGUMENT, "out");
+    q[0] = 2;
+    CHECK_REJECT(ak_plan_create(ctx, &d, &p), AK_ERR_INVALID_ARGUMENT, "decode");
+    q[0] = 200;
+    ph[0] = AK_PHASE_EXTEND;
+    CHECK_REJECT(ak_plan_create(ctx, &d, &p), AK_ERR_INVALID_ARGUMENT, "q_len");
+    q[0] = 1;
+    ph[0] = (ak_phase)9;
+    CHECK_REJECT(ak_plan_create(ctx, &d, &p), AK_ERR_INVALID_ARGUMENT, "phases");
+    ph[0] = AK_PHASE_DECODE;
+    d.decode_kernel = "flashmla_kv";
+    CHECK_REJECT(ak_plan_create(ctx, &d, &p), AK_ERR_INVALID_ARGUMENT, "decode_kernel");
+    d.decode_kernel = "sparse_prefill_paged";
+    CHECK_REJECT(ak_plan_create(ctx, &d, &p), AK_ERR_UNSUPPORTED, "decode_kernel");
+    d.decode_kernel = NULL;
+    d.page_size = 32;
+    CHECK_REJECT(ak_plan_create(ctx, &d, &p), AK_ERR_UNSUPPORTED, "page_size");
+    d.page_size = 64;
+    d.h_q = 0;
+    CHECK_REJECT(ak_plan_create(ctx, &d, &p), AK_ERR_INVALID_ARGUMENT, "h_q");
+    CHECK(p == NULL);
+    ak_plan_kernel kk;
+    CHECK(ak_plan_kernel_count() > 5);
+    CHECK_STATUS(ak_plan_kernel_get(0, &kk), AK_OK);
+    CHECK_REJECT(ak_plan_kernel_get(-1, &kk), AK_ERR_INVALID_ARGUMENT, "i");
+    CHECK(ak_phase_from_name("target-verify") == AK_PHASE_TARGET_VERIFY);
+    CHECK(strcmp(ak_phase_name(AK_PHASE_EXTEND), "extend") == 0);
+    ak_context_destroy(ctx);
+}
