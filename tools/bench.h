@@ -48,6 +48,15 @@ typedef ak_status (*ak_bench_builder)(ak_context *ctx, const ak_bench_opts *o, c
 void ak_bench_fill_normal_bf16(uint16_t *dst, int64_t n, double sigma, double clamp, uint64_t seed);
 void ak_bench_fill_normal_f32(float *dst, int64_t n, double sigma, double clamp, uint64_t seed);
 
+/* Registers a family's builder; put `AK_BENCH_REGISTER(ak_bench_x)` after its definition in
+   tools/bench_<family>.c. The framework runs every registered builder. */
+void ak_bench_register(const char *family, ak_bench_builder fn);
+#define AK_BENCH_REGISTER(fn)                                                                    \
+    __attribute__((constructor)) static void ak_bench_reg_##fn(void) { ak_bench_register(#fn, fn); }
+
+/* Whether `name` is selected by the --op filter `op` (comma list; NULL or "" = all). */
+int ak_bench_wants(const char *op, const char *name);
+
 /* Builders of the op families (each in tools/bench_<family>.c). */
 ak_status ak_bench_codec(ak_context *ctx, const ak_bench_opts *o, const char *op, ak_bench_list *out);
 

@@ -37,6 +37,20 @@ typedef ak_status (*ak_check_runner)(ak_context *ref, ak_context *test, const ak
 /* Whether op `name` was selected by --op (comma list; none = all). */
 int ak_check_wants(const ak_check_report *r, const char *name);
 
+/* Registers a family's runner; put `AK_CHECK_REGISTER(ak_check_x)` after its definition in
+   tools/check_<family>.c. `attnkit check` runs every registered runner. */
+void ak_check_register(const char *family, ak_check_runner fn);
+#define AK_CHECK_REGISTER(fn)                                                                    \
+    __attribute__((constructor)) static void ak_check_reg_##fn(void) { ak_check_register(#fn, fn); }
+
+/* Comparison helpers for runners. Compare n test values against reference values with the
+   semantics.md 14.2 rule (abs or rel per element, NMSE, exact match of non-finite positions);
+   fill res (max_abs, max_rel, nmse, passed, note). With bitwise set, any bit difference fails. */
+void ak_check_compare_f32(const float *test, const float *ref, int64_t n, double abs_tol,
+                          double rel_tol, double nmse_tol, int bitwise, ak_check_result *res);
+/* Byte-exact comparison (codecs, integer ops); records the first differing offset in note. */
+void ak_check_compare_bytes(const void *test, const void *ref, size_t n, ak_check_result *res);
+
 /* Runners of the op families (each in tools/check_<family>.c). */
 ak_status ak_check_codec(ak_context *ref, ak_context *test, const ak_check_opts *o, ak_check_report *rep);
 

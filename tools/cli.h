@@ -6,6 +6,8 @@
 #include <stdint.h>
 
 int ak_cmd_layouts(int argc, char **argv); /* cmd_layouts.c */
+int ak_cmd_bench(int argc, char **argv);   /* cmd_bench.c */
+int ak_cmd_check(int argc, char **argv);   /* cmd_check.c */
 int ak_cmd_plan(int argc, char **argv);    /* cmd_plan.c */
 
 /* Shared option helpers (attnkit.c). */

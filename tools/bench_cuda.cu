@@ -1,0 +1,197 @@
+/* bench_cuda.cu -- CUDA side of `attnkit bench`: a non-default stream, the copy and bf16 GEMM
+   ceilings measured in the same run, event timing and CUDA-graph replay timing. */
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "bench_internal.h"
+#include "common/internal.h"
+
+#define BENCH_CU(call)                                                                           \
+    do {                                                                                         \
+        cudaError_t e_ = (call);                                                                 \
+        if (e_ != cudaSuccess)                                                                   \
+            return ak_fail(AK_ERR_CUDA, "bench: %s: %s", #call, cudaGetErrorString(e_));         \
+    } while (0)
+
+/* Random bf16 in [-1, 1) from a hash of the index: never zeros (zeros run faster on tensor cores). */
+__global__ void bench_fill_bf16(uint16_t *p, size_t n, unsigned long long seed) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        unsigned long long z = (i + seed) * 0x9e3779b97f4a7c15ull;
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z ^= z >> 31;
+        float u = (float)(z >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f;
+        p[i] = (uint16_t)(__float_as_uint(u) >> 16);
+    }
+}
+
+extern "C" ak_status ak_bench_cuda_setup(ak_context *ctx, void **stream) {
+    cudaStream_t s;
+    BENCH_CU(cudaSetDevice(ak_context_device(ctx).id));
+    BENCH_CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    *stream = s;
+    return ak_context_set_stream(ctx, s);
+}
+
+extern "C" void ak_bench_cuda_teardown(ak_context *ctx, void *stream) {
+    ak_context_set_stream(ctx, NULL);
+    cudaStreamDestroy((cudaStream_t)stream);
+}
+
+static ak_status time_events(cudaStream_t s, int reps, double *sec, void (*body)(void *), void *arg) {
+    cudaEvent_t a, b;
+    BENCH_CU(cudaEventCreate(&a));
+    BENCH_CU(cudaEventCreate(&b));
+    BENCH_CU(cudaEventRecord(a, s));
+    for (int i = 0; i < reps; i++) body(arg);
+    BENCH_CU(cudaEventRecord(b, s));
+    BENCH_CU(cudaEventSynchronize(b));
+    float ms = 0;
+    BENCH_CU(cudaEventElapsedTime(&ms, a, b));
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    *sec = ms * 1e-3 / reps;
+    return AK_OK;
+}
+
+typedef struct copy_arg {
+    void *dst;
+    const void *src;
+    size_t bytes;
+    cudaStream_t s;
+} copy_arg;
+static void do_copy(void *p) {
+    copy_arg *c = (copy_arg *)p;
+    cudaMemcpyAsync(c->dst, c->src, c->bytes, cudaMemcpyDeviceToDevice, c->s);
+}
+
+typedef struct gemm_arg {
+    cublasHandle_t h;
+    const void *a, *b;
+    void *c;
+    int n;
+} gemm_arg;
+static void do_gemm(void *p) {
+    gemm_arg *g = (gemm_arg *)p;
+    float alpha = 1.0f, beta = 0.0f;
+    cublasGemmEx(g->h, CUBLAS_OP_N, CUBLAS_OP_N, g->n, g->n, g->n, &alpha, g->a, CUDA_R_16BF, g->n,
+                 g->b, CUDA_R_16BF, g->n, &beta, g->c, CUDA_R_16BF, g->n, CUBLAS_COMPUTE_32F,
+                 CUBLAS_GEMM_DEFAULT);
+}
+
+extern "C" ak_status ak_bench_cuda_ceilings(ak_context *ctx, int32_t quick, double *copy_Bps,
+                                            double *gemm_flops) {
+    cudaStream_t s = (cudaStream_t)ctx->stream;
+    /* copy: 4 GiB fp32 buffer device to device (read + write counted), median of 20 after 3 */
+    size_t bytes = quick ? ((size_t)512 << 20) : ((size_t)4 << 30);
+    void *src = NULL, *dst = NULL;
+    BENCH_CU(cudaMalloc(&src, bytes));
+    BENCH_CU(cudaMalloc(&dst, bytes));
+    bench_fill_bf16<<<1024, 256, 0, s>>>((uint16_t *)src, bytes / 2, 1);
+    BENCH_CU(cudaGetLastError());
+    copy_arg ca = {dst, src, bytes, s};
+    double t[20], med, mn, rsd;
+    for (int i = 0; i < 3; i++) do_copy(&ca);
+    for (int i = 0; i < 20; i++) AK_TRY(time_events(s, 1, &t[i], do_copy, &ca));
+    ak_bench_stats(t, 20, &med, &mn, &rsd);
+    *copy_Bps = 2.0 * (double)bytes / med;
+    cudaFree(src);
+    cudaFree(dst);
+    /* bf16 GEMM 8192^3 through cuBLAS on random data, median of 20 after 3 */
+    int n = quick ? 4096 : 8192;
+    size_t mat = (size_t)n * n;
+    void *a = NULL, *b = NULL, *c = NULL;
+    BENCH_CU(cudaMalloc(&a, mat * 2));
+    BENCH_CU(cudaMalloc(&b, mat * 2));
+    BENCH_CU(cudaMalloc(&c, mat * 2));
+    bench_fill_bf16<<<1024, 256, 0, s>>>((uint16_t *)a, mat, 2);
+    bench_fill_bf16<<<1024, 256, 0, s>>>((uint16_t *)b, mat, 3);
+    BENCH_CU(cudaGetLastError());
+    gemm_arg ga;
+    if (cublasCreate(&ga.h) != CUBLAS_STATUS_SUCCESS)
+        return ak_fail(AK_ERR_CUDA, "bench: cublasCreate failed");
+    cublasSetStream(ga.h, s);
+    ga.a = a;
+    ga.b = b;
+    ga.c = c;
+    ga.n = n;
+    for (int i = 0; i < 3; i++) do_gemm(&ga);
+    for (int i = 0; i < 20; i++) AK_TRY(time_events(s, 1, &t[i], do_gemm, &ga));
+    ak_bench_stats(t, 20, &med, &mn, &rsd);
+    *gemm_flops = 2.0 * (double)n * n * n / med;
+    cublasDestroy(ga.h);
+    cudaFree(a);
+    cudaFree(b);
+    cudaFree(c);
+    BENCH_CU(cudaGetLastError());
+    return AK_OK;
+}
+
+#define GRAPH_CALLS 20
+
+extern "C" ak_status ak_bench_cuda_time(ak_context *ctx, ak_bench_case *c, int32_t quick,
+                                        double *median_s, double *min_s, double *rsd,
+                                        int32_t *samples) {
+    cudaStream_t s = (cudaStream_t)ctx->stream;
+    cudaEvent_t a, b;
+    BENCH_CU(cudaEventCreate(&a));
+    BENCH_CU(cudaEventCreate(&b));
+    double t[50];
+    int n = 0;
+    for (int w = 0; w < 5; w++) AK_TRY(c->run(ctx, c->state));
+    BENCH_CU(cudaStreamSynchronize(s));
+    if (!c->graph) {
+        int reps = quick ? 10 : 30;
+        for (n = 0; n < reps; n++) {
+            BENCH_CU(cudaEventRecord(a, s));
+            AK_TRY(c->run(ctx, c->state));
+            BENCH_CU(cudaEventRecord(b, s));
+            BENCH_CU(cudaEventSynchronize(b));
+            float ms;
+            BENCH_CU(cudaEventElapsedTime(&ms, a, b));
+            t[n] = ms * 1e-3;
+        }
+    } else {
+        /* targets.md 5.0: capture 20 back-to-back calls, replay, divide by 20 */
+        cudaGraph_t g;
+        cudaGraphExec_t ge;
+        BENCH_CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        ak_status st = AK_OK;
+        for (int i = 0; i < GRAPH_CALLS && st == AK_OK; i++) st = c->run(ctx, c->state);
+        cudaError_t ce = cudaStreamEndCapture(s, &g);
+        if (st != AK_OK) return st;
+        if (ce != cudaSuccess)
+            return ak_fail(AK_ERR_CUDA, "bench: %s: capture failed: %s", c->op, cudaGetErrorString(ce));
+        BENCH_CU(cudaGraphInstantiate(&ge, g, 0));
+        for (int w = 0; w < 3; w++) BENCH_CU(cudaGraphLaunch(ge, s));
+        int reps = quick ? 10 : 50;
+        for (n = 0; n < reps; n++) {
+            BENCH_CU(cudaEventRecord(a, s));
+            BENCH_CU(cudaGraphLaunch(ge, s));
+            BENCH_CU(cudaEventRecord(b, s));
+            BENCH_CU(cudaEventSynchronize(b));
+            float ms;
+            BENCH_CU(cudaEventElapsedTime(&ms, a, b));
+            t[n] = ms * 1e-3 / GRAPH_CALLS;
+        }
+        cudaGraphExecDestroy(ge);
+        cudaGraphDestroy(g);
+    }
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    ak_bench_stats(t, n, median_s, min_s, rsd);
+    *samples = n;
+    return AK_OK;
+}
+
+extern "C" void ak_bench_cuda_describe(ak_context *ctx, char *buf, size_t size) {
+    int dev = ak_context_device(ctx).id, sm = 0, mem = 0, drv = 0, rt = 0;
+    cudaDeviceGetAttribute(&sm, cudaDevAttrClockRate, dev);
+    cudaDeviceGetAttribute(&mem, cudaDevAttrMemoryClockRate, dev);
+    cudaDriverGetVersion(&drv);
+    cudaRuntimeGetVersion(&rt);
+    snprintf(buf, size, "max SM clock %d MHz, memory clock %d MHz, driver %d.%d, runtime %d.%d",
+             sm / 1000, mem / 1000, drv / 1000, (drv % 1000) / 10, rt / 1000, (rt % 1000) / 10);
+}
