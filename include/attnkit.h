@@ -381,7 +381,9 @@ typedef struct ak_transform {
 } ak_transform;
 
 /* out[t, j] = transform(idx[t, j]) for idx >= 0, -1 otherwise; a position past the table width
-   gives -1. idx, out [rows, k] int32 (out may alias idx). */
+   gives -1, as does (RAGGED) a position >= the request's key count cu_seqlens_k[b+1] -
+   cu_seqlens_k[b], and (PAGED) a negative table entry or a slot above 2^31 - 1.
+   idx, out [rows, k] int32 (out may alias idx). */
 AK_API ak_status ak_topk_transform(ak_context *ctx, const ak_transform *tf, const ak_tensor *idx,
                                    ak_tensor *out);
 
@@ -548,7 +550,8 @@ AK_API ak_status ak_indexer_logits_ragged(ak_context *ctx, const ak_tensor *q,
  * Paged logits over an INDEXER_FP8 cache: q [B, next_n, H, 128] e4m3, weights [B * next_n, H] f32,
  * block_table [B, max_pages] int32, context_lens [B] or [B, next_n] int32. Row (b, i) scores
  * positions p < context_len; logits [B * next_n, width] f32, column p = position p; columns
- * >= context_len are -inf when clean_logits is set, untouched otherwise.
+ * >= context_len are -inf when clean_logits is set, untouched otherwise. A position whose page is
+ * invalid or past max_pages (rule I2) gets -inf. A context_len above width is clamped to width.
  */
 AK_API ak_status ak_indexer_logits_paged(ak_context *ctx, const ak_tensor *q,
                                          const ak_tensor *weights, const ak_cache *cache,

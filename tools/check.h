@@ -53,5 +53,9 @@ void ak_check_compare_bytes(const void *test, const void *ref, size_t n, ak_chec
 
 /* Runners of the op families (each in tools/check_<family>.c). */
 ak_status ak_check_codec(ak_context *ref, ak_context *test, const ak_check_opts *o, ak_check_report *rep);
+ak_status ak_check_pagetable(ak_context *ref, ak_context *test, const ak_check_opts *o,
+                             ak_check_report *rep);
+ak_status ak_check_indexer(ak_context *ref, ak_context *test, const ak_check_opts *o,
+                           ak_check_report *rep);
 
 #endif

@@ -42,6 +42,23 @@ ak_status ak_cpu_dsv4_combine_indices(ak_context *ctx, const ak_tensor *raw_topk
                                       ak_tensor *indices, ak_tensor *lengths,
                                       ak_tensor *swa_offsets);
 
+/* Transform support shared with the fused top-k. ak_transform_check (src/pagetable.c) validates
+   the descriptor (tf NULL is accepted); ak_cpu_transform_prepare checks the values of its
+   cu_seqlens for `rows` rows; ak_cpu_transform_row maps n positions of row t (in may equal out). */
+typedef struct ak_cpu_tf {
+    ak_index_transform kind;
+    const int32_t *table;  /* [B, width] int32 */
+    int64_t table_stride, width;
+    int32_t page_size;
+    const ak_tensor *cu_q; /* [B+1] int32 or NULL */
+    const ak_tensor *cu_k; /* [B+1] int32 (RAGGED) */
+    int64_t nreq;          /* B, or -1 when nothing fixes it (NONE without cu_seqlens_q) */
+} ak_cpu_tf;
+ak_status ak_transform_check(const ak_context *ctx, const char *fn, const ak_transform *tf);
+ak_status ak_cpu_transform_prepare(const char *fn, const ak_transform *tf, ak_cpu_tf *plan);
+void ak_cpu_transform_row(const ak_cpu_tf *plan, int64_t t, const int32_t *in, int32_t *out,
+                          int64_t n);
+
 /* ---- MLA decode and sparse prefill (src/cpu/mla_decode.c, src/cpu/sparse_prefill.c) ---- */
 ak_status ak_cpu_mla_decode_workspace_size(ak_context *ctx, const ak_mla_decode_args *args,
                                            size_t *bytes);

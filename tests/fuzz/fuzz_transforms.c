@@ -1,0 +1,161 @@
+/*
+ * fuzz_transforms.c -- libFuzzer target for ak_topk_transform and the fused ak_topk: random
+ * tables, cu_seqlens and positions, including negative and overflowing values. On success every
+ * output must be -1 or the slot of a position of the row's own request (recomputed here from
+ * the definitions), and the fused top-k must equal top-k followed by the transform; on failure
+ * nothing may be written. An input starting with "REJ!" must be rejected (tests/fuzz/must-reject).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attnkit.h"
+
+#define POISON 0x5a5a5a5a
+
+typedef struct reader {
+    const uint8_t *p;
+    size_t n;
+} reader;
+
+static uint8_t rd_u8(reader *r) {
+    if (r->n == 0) return 0;
+    r->n--;
+    return *r->p++;
+}
+static int32_t rd_i32raw(reader *r) {
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++) v |= (uint32_t)rd_u8(r) << (8 * i);
+    return (int32_t)v;
+}
+/* Mostly small values, sometimes -1, any int32, or values near INT32_MAX. */
+static int32_t rd_val(reader *r) {
+    uint8_t sel = rd_u8(r);
+    if (sel < 150) return rd_u8(r);
+    if (sel < 190) return -1;
+    if (sel < 225) return rd_i32raw(r);
+    return INT32_MAX - rd_u8(r);
+}
+/* cu_seqlens: usually a valid prefix sum, sometimes raw values. */
+static void rd_cu(reader *r, int32_t *cu, int64_t n, int raw) {
+    int64_t acc = rd_u8(r) % 4;
+    for (int64_t i = 0; i < n; i++) {
+        if (raw) {
+            cu[i] = rd_val(r);
+        } else {
+            cu[i] = (int32_t)acc;
+            acc += rd_u8(r) % 9;
+        }
+    }
+}
+
+static ak_tensor t1(int32_t *p, int64_t n) {
+    int64_t s[1] = {n};
+    return ak_tensor_make(p, AK_DTYPE_I32, 1, s);
+}
+static ak_tensor t2(void *p, ak_dtype dt, int64_t a, int64_t b) {
+    int64_t s[2] = {a, b};
+    return ak_tensor_make(p, dt, 2, s);
+}
+
+/* Request of row t, from the definitions (-1: none). */
+static int64_t owner(const int32_t *cuq, int64_t b, int64_t t) {
+    if (cuq == NULL) return t < b ? t : -1;
+    for (int64_t i = 0; i < b; i++)
+        if (cuq[i] <= t && t < cuq[i + 1]) return i;
+    return -1;
+}
+
+/* Whether v is a correct output for position pos of row t. */
+static int valid_out(int kind, const int32_t *table, int64_t width, int32_t page,
+                     const int32_t *cuq, const int32_t *cuk, int64_t b, int64_t t, int32_t pos,
+                     int32_t v) {
+    if (v == -1) return 1;
+    if (pos < 0) return 0;
+    int64_t r = kind == 0 && cuq == NULL ? t : owner(cuq, b, t);
+    if (r < 0) return 0;
+    if (kind == 0) return v == pos;
+    if (kind == 2) return (int64_t)v == (int64_t)cuk[r] + pos && v < cuk[r + 1];
+    if (pos / page >= width) return 0;
+    int64_t e = table[r * width + pos / page];
+    return e >= 0 && (int64_t)v == e * page + pos % page;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    int must_reject = size >= 4 && memcmp(data, "REJ!", 4) == 0;
+    reader rd = {data + (must_reject ? 4 : 0), size - (must_reject ? 4 : 0)};
+    static const int32_t pages[7] = {1, 2, 63, 64, 65, 256, 1024};
+    int kind = rd_u8(&rd) % 3;
+    int32_t page = pages[rd_u8(&rd) % 7];
+    if (rd_u8(&rd) == 255) page = (int32_t)rd_i32raw(&rd); /* bad page sizes too */
+    int64_t b = rd_u8(&rd) % 9, width = rd_u8(&rd) % 12, rows = rd_u8(&rd) % 16;
+    int64_t k = rd_u8(&rd) % 24 + 1;
+    uint8_t flags = rd_u8(&rd);
+    int use_q = flags & 1, raw_cu = (flags >> 1) & 1, alias = (flags >> 2) & 1;
+
+    int32_t *table = calloc((size_t)(b * width + 1), 4), *cuq = calloc((size_t)b + 1, 4),
+            *cuk = calloc((size_t)b + 1, 4), *idx = calloc((size_t)(rows * k + 1), 4),
+            *out = calloc((size_t)(rows * k + 1), 4);
+    for (int64_t i = 0; i < b * width; i++) table[i] = rd_val(&rd);
+    rd_cu(&rd, cuq, b + 1, raw_cu);
+    rd_cu(&rd, cuk, b + 1, raw_cu);
+    for (int64_t i = 0; i < rows * k; i++) {
+        idx[i] = rd_val(&rd);
+        if (rd.n && rd_u8(&rd) < 40) idx[i] = (int32_t)(rd_u8(&rd) * (int64_t)page / 8);
+    }
+
+    ak_context *ctx = NULL;
+    ak_context_options o = {AK_BACKEND_CPU, 2, 0, NULL};
+    if (ak_context_create(&o, &ctx) != AK_OK) abort();
+    ak_tensor tt = t2(table, AK_DTYPE_I32, b, width), tq = t1(cuq, b + 1), tk = t1(cuk, b + 1),
+              ti = t2(idx, AK_DTYPE_I32, rows, k), to = t2(alias ? idx : out, AK_DTYPE_I32, rows, k);
+    ak_transform tf = {(ak_index_transform)kind, &tt, page, use_q ? &tq : NULL, &tk};
+    int32_t *keep = malloc((size_t)(rows * k + 1) * 4);
+    memcpy(keep, idx, (size_t)(rows * k) * 4);
+    for (int64_t i = 0; i < rows * k && !alias; i++) out[i] = POISON;
+    ak_status s = ak_topk_transform(ctx, &tf, &ti, &to);
+    const int32_t *res = alias ? idx : out;
+    if (must_reject && s == AK_OK) abort();
+    for (int64_t i = 0; i < rows * k; i++) {
+        if (s != AK_OK) {
+            if (res[i] != (alias ? keep[i] : POISON)) abort(); /* written on failure */
+        } else if (!valid_out(kind, table, width, page, use_q ? cuq : NULL, cuk, b, i / k, keep[i],
+                              res[i])) {
+            abort();
+        }
+    }
+
+    /* fused top-k == top-k then transform, positions distinct and in range */
+    if (s == AK_OK && rows > 0) {
+        int64_t lw = rd_u8(&rd) % 48 + 1;
+        float *logits = malloc((size_t)(rows * lw) * 4);
+        int32_t *lens = malloc((size_t)rows * 4), *pos = malloc((size_t)(rows * k) * 4),
+                *fused = malloc((size_t)(rows * k) * 4), *after = malloc((size_t)(rows * k) * 4);
+        for (int64_t i = 0; i < rows * lw; i++) {
+            uint8_t v = rd_u8(&rd);
+            logits[i] = v == 255 ? NAN : v == 254 ? INFINITY : v == 253 ? -INFINITY : (float)(v % 16);
+        }
+        for (int64_t i = 0; i < rows; i++) lens[i] = rd_val(&rd);
+        ak_tensor tl = t2(logits, AK_DTYPE_F32, rows, lw), tn = t1(lens, rows),
+                  tp = t2(pos, AK_DTYPE_I32, rows, k), tfu = t2(fused, AK_DTYPE_I32, rows, k),
+                  ta = t2(after, AK_DTYPE_I32, rows, k);
+        if (ak_topk(ctx, &tl, &tn, NULL, (int32_t)k, 1, NULL, &tp) != AK_OK) abort();
+        if (ak_topk(ctx, &tl, &tn, NULL, (int32_t)k, 0, &tf, &tfu) != AK_OK) abort();
+        if (ak_topk_transform(ctx, &tf, &tp, &ta) != AK_OK) abort();
+        if (memcmp(fused, after, (size_t)(rows * k) * 4) != 0) abort();
+        for (int64_t t = 0; t < rows; t++) {
+            int64_t len = lens[t] < 0 ? 0 : lens[t] > lw ? lw : lens[t];
+            int64_t want = len < k ? len : k;
+            for (int64_t j = 0; j < k; j++) {
+                int32_t p = pos[t * k + j];
+                if (j < want ? (p < 0 || p >= len || (j > 0 && p <= pos[t * k + j - 1])) : p != -1)
+                    abort();
+            }
+        }
+        free(logits), free(lens), free(pos), free(fused), free(after);
+    }
+    ak_context_destroy(ctx);
+    free(table), free(cuq), free(cuk), free(idx), free(out), free(keep);
+    return 0;
+}
