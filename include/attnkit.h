@@ -443,7 +443,7 @@ typedef struct ak_mla_decode_args {
     /* both */
     const ak_tensor *attn_sink;         /* [h_q] f32, optional */
     ak_tensor *out;                     /* [b, s_q, h_q, 512] bf16 or f32 */
-    ak_tensor *lse;                     /* [b, s_q, h_q] f32, natural log, optional */
+    ak_tensor *lse;                     /* [b, s_q, h_q] f32, natural log, optional, any strides */
 } ak_mla_decode_args;
 
 /* Workspace bytes for these shapes (depends on shapes only, never on lengths or indices). */

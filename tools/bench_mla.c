@@ -1,0 +1,437 @@
+/*
+ * bench_mla.c -- `attnkit bench` cases for MLA decode (sparse and dense) and sparse prefill, with the
+ * shapes of targets.md 2 and 5 (FlashMLA's anchor harness): sparse decode picks topk distinct random
+ * tokens of a 32k-token context per request and query row; dense decode reads s_k tokens through a
+ * random page permutation; sparse prefill gathers from a flat bf16 KV. Data is random, generated on
+ * the host and uploaded, so the same cases run on every backend. The CPU backend is far slower, so
+ * on it batches (and prefill query counts) are scaled down; the shape text says so.
+ * FLOPs and bytes follow targets.md 3.1 and 3.2.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+#include "devmem.h"
+#include "mla_data.h"
+
+#define MLA_TRY(expr)                                                                             \
+    do {                                                                                          \
+        ak_status mla_try_s_ = (expr);                                                            \
+        if (mla_try_s_ != AK_OK) return mla_try_s_;                                               \
+    } while (0)
+
+typedef struct mla_bench {
+    void *q, *pool, *idx, *extra_pool, *extra_idx, *out, *lse, *ml, *bt, *seq, *kv, *ws;
+    ak_tensor tq, tidx, textra_idx, tout, tlse, tml, tbt, tseq, tkv;
+    ak_cache cache, extra;
+    ak_mla_decode_args dec;
+    ak_sparse_prefill_args pre;
+    size_t ws_bytes;
+} mla_bench;
+
+static void mla_bench_destroy(ak_context *ctx, void *state) {
+    mla_bench *s = (mla_bench *)state;
+    if (s == NULL) return;
+    void *bufs[] = {s->q, s->pool, s->idx, s->extra_pool, s->extra_idx, s->out, s->lse, s->ml,
+                    s->bt, s->seq, s->kv, s->ws};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ak_dev_free(ctx, bufs[i]);
+    free(s);
+}
+
+static ak_status run_decode(ak_context *ctx, void *state) {
+    mla_bench *s = (mla_bench *)state;
+    return ak_mla_decode(ctx, &s->dec, s->ws, s->ws_bytes);
+}
+
+static ak_status run_prefill(ak_context *ctx, void *state) {
+    mla_bench *s = (mla_bench *)state;
+    return ak_sparse_prefill(ctx, &s->pre, s->ws, s->ws_bytes);
+}
+
+/* Device copy of host data; NULL (and AK_ERR_OUT_OF_MEMORY) on failure. */
+static void *upload(ak_context *ctx, const void *host, size_t bytes, ak_status *st) {
+    void *p = ak_dev_clone(ctx, host, bytes);
+    if (p == NULL && *st == AK_OK) *st = AK_ERR_OUT_OF_MEMORY;
+    return p;
+}
+
+static void *alloc_dev(ak_context *ctx, size_t bytes, ak_status *st) {
+    void *p = ak_dev_alloc(ctx, bytes > 0 ? bytes : 64);
+    if (p == NULL && *st == AK_OK) *st = AK_ERR_OUT_OF_MEMORY;
+    return p;
+}
+
+/* A pool of num_pages random pages on the context's device. Up to 64 random pages are generated
+   and tiled over the pool (the pool stays far larger than any cache; values need not be unique). */
+static ak_status pool_make(ak_context *ctx, ak_layout l, int32_t num_pages, int32_t P,
+                           uint64_t seed, void **dev, ak_cache *c) {
+    int64_t stride = 0;
+    ak_status st = ak_layout_page_bytes(l, P, &stride);
+    if (st != AK_OK) return st;
+    int32_t tile = num_pages < 64 ? num_pages : 64;
+    uint8_t *img = calloc((size_t)(tile * stride), 1);
+    if (img == NULL) return AK_ERR_OUT_OF_MEMORY;
+    for (int64_t s = 0; s < (int64_t)tile * P; s++) ak_mla_data_token(img, l, stride, P, s, seed);
+    *dev = ak_dev_alloc(ctx, (size_t)(num_pages * stride));
+    if (*dev == NULL) st = AK_ERR_OUT_OF_MEMORY;
+    for (int32_t p = 0; p < num_pages && st == AK_OK; p += tile) {
+        int32_t n = num_pages - p < tile ? num_pages - p : tile;
+        st = ak_dev_upload(ctx, (uint8_t *)*dev + (int64_t)p * stride, img, (size_t)(n * stride));
+    }
+    free(img);
+    if (st != AK_OK) return st;
+    st = ak_cache_init(c, l, *dev, num_pages, P);
+    c->device = ak_context_device(ctx);
+    return st;
+}
+
+/* Queries the workspace, allocates it and hands the case to the list; a backend without a kernel
+   for the case (AK_ERR_UNSUPPORTED) drops it. */
+static ak_status finish_case(ak_context *ctx, ak_bench_list *out, ak_bench_case *bc,
+                             mla_bench *s, int decode) {
+    ak_status st = decode ? ak_mla_decode_workspace_size(ctx, &s->dec, &s->ws_bytes)
+                          : ak_sparse_prefill_workspace_size(ctx, &s->pre, &s->ws_bytes);
+    if (st == AK_ERR_UNSUPPORTED) {
+        mla_bench_destroy(ctx, s);
+        return AK_OK;
+    }
+    if (st == AK_OK) s->ws = alloc_dev(ctx, s->ws_bytes, &st);
+    if (st != AK_OK) {
+        mla_bench_destroy(ctx, s);
+        return st;
+    }
+    bc->state = s;
+    bc->destroy = mla_bench_destroy;
+    bc->run = decode ? run_decode : run_prefill;
+    bc->graph = decode;
+    st = ak_bench_add(out, bc);
+    if (st != AK_OK) mla_bench_destroy(ctx, s);
+    return st;
+}
+
+typedef struct sparse_shape {
+    int64_t b, s_q, h_q;
+} sparse_shape;
+
+/* Sparse decode: main list of topk tokens (V3.2: random distinct among 32k per request; V4: the
+   128-token window, newest first, of a request's two 256-token SWA pages) plus, for V4, the C4
+   list of extra_topk random distinct compressed tokens (8k per request on 64-token pages). */
+static ak_status add_sparse_decode(ak_context *ctx, const ak_bench_opts *o, ak_bench_list *out,
+                                   const ak_model *m, sparse_shape sh, const char *note) {
+    ak_status st = AK_OK;
+    int v4 = m->kind == AK_MODEL_DSV4;
+    int64_t b = sh.b, s_q = sh.s_q, h_q = sh.h_q, rows = b * s_q;
+    int32_t d_qk = m->d_qk, P = m->page_size;
+    int32_t topk = v4 ? m->window : m->topk, extra_topk = v4 ? m->topk : 0;
+    int32_t ctx_tokens = v4 ? 2 * P : 32768, extra_ctx = 32768 / 4;
+    uint64_t seed = o->seed ^ 0x6d6c61ull, rs = seed;
+    mla_bench *s = calloc(1, sizeof *s);
+    if (s == NULL) return AK_ERR_OUT_OF_MEMORY;
+
+    st = pool_make(ctx, m->layout, (int32_t)(b * ctx_tokens / P), P, seed, &s->pool, &s->cache);
+    if (st == AK_OK && v4)
+        st = pool_make(ctx, m->extra_layout, (int32_t)(b * extra_ctx / m->extra_page_size),
+                       m->extra_page_size, seed + 1, &s->extra_pool, &s->extra);
+    int32_t *idx = malloc((size_t)(rows * topk) * 4);
+    int32_t *eidx = malloc((size_t)(rows * (extra_topk > 0 ? extra_topk : 1)) * 4);
+    int32_t *perm = malloc((size_t)32768 * 4);
+    uint8_t *seen = calloc((size_t)32768, 1);
+    uint16_t *q = malloc((size_t)(rows * h_q * d_qk) * 2);
+    double unique = 0;
+    if (idx == NULL || eidx == NULL || perm == NULL || seen == NULL || q == NULL)
+        st = AK_ERR_OUT_OF_MEMORY;
+    for (int64_t r = 0; r < b && st == AK_OK; r++) {
+        memset(seen, 0, 32768);
+        int32_t start = (int32_t)(ak_mla_rand(&rs) % (uint64_t)ctx_tokens);
+        for (int64_t i = 0; i < s_q; i++) {
+            int32_t *row = idx + (r * s_q + i) * topk;
+            if (v4) /* window: newest first, inside the request's pages */
+                for (int32_t j = 0; j < topk; j++)
+                    row[j] = (int32_t)(r * ctx_tokens) +
+                             (start + ctx_tokens - j + (int32_t)i) % ctx_tokens;
+            else
+                ak_mla_data_distinct(row, topk, ctx_tokens, perm, &rs);
+            for (int32_t j = 0; j < topk; j++) {
+                int32_t pos = v4 ? row[j] - (int32_t)(r * ctx_tokens) : row[j];
+                if (!v4) row[j] += (int32_t)(r * ctx_tokens);
+                unique += !seen[pos];
+                seen[pos] = 1;
+            }
+        }
+        if (v4) {
+            memset(seen, 0, 32768);
+            for (int64_t i = 0; i < s_q; i++) {
+                int32_t *row = eidx + (r * s_q + i) * extra_topk;
+                ak_mla_data_distinct(row, extra_topk, extra_ctx, perm, &rs);
+                for (int32_t j = 0; j < extra_topk; j++) {
+                    unique += !seen[row[j]];
+                    seen[row[j]] = 1;
+                    row[j] += (int32_t)(r * extra_ctx);
+                }
+            }
+        }
+    }
+    if (st == AK_OK) {
+        ak_mla_data_bf16(q, rows * h_q * d_qk, seed + 2);
+        s->q = upload(ctx, q, (size_t)(rows * h_q * d_qk) * 2, &st);
+        s->idx = upload(ctx, idx, (size_t)(rows * topk) * 4, &st);
+        if (v4) s->extra_idx = upload(ctx, eidx, (size_t)(rows * extra_topk) * 4, &st);
+        s->out = alloc_dev(ctx, (size_t)(rows * h_q * 512) * 2, &st);
+        s->lse = alloc_dev(ctx, (size_t)(rows * h_q) * 4, &st);
+    }
+    free(idx);
+    free(eidx);
+    free(perm);
+    free(seen);
+    free(q);
+    if (st != AK_OK) {
+        mla_bench_destroy(ctx, s);
+        return st;
+    }
+    int64_t shq[4] = {b, s_q, h_q, d_qk}, shi[3] = {b, s_q, topk}, she[3] = {b, s_q, extra_topk};
+    int64_t sho[4] = {b, s_q, h_q, 512};
+    s->tq = ak_dev_tensor(ctx, s->q, AK_DTYPE_BF16, 4, shq);
+    s->tidx = ak_dev_tensor(ctx, s->idx, AK_DTYPE_I32, 3, shi);
+    s->textra_idx = ak_dev_tensor(ctx, s->extra_idx, AK_DTYPE_I32, 3, she);
+    s->tout = ak_dev_tensor(ctx, s->out, AK_DTYPE_BF16, 4, sho);
+    s->tlse = ak_dev_tensor(ctx, s->lse, AK_DTYPE_F32, 3, sho);
+    s->dec.q = &s->tq;
+    s->dec.cache = &s->cache;
+    s->dec.softmax_scale = m->softmax_scale;
+    s->dec.indices = &s->tidx;
+    if (v4) {
+        s->dec.extra_cache = &s->extra;
+        s->dec.extra_indices = &s->textra_idx;
+    }
+    s->dec.out = &s->tout;
+    s->dec.lse = &s->tlse;
+
+    ak_bench_case bc;
+    memset(&bc, 0, sizeof bc);
+    snprintf(bc.op, sizeof bc.op, "mla_decode_sparse");
+    ak_layout_traits lt;
+    ak_layout_traits_get(m->layout, &lt);
+    if (v4)
+        snprintf(bc.shape, sizeof bc.shape,
+                 "%s b %lld s_q %lld h_q %lld window %d (P %d) + extra %d (P %d) %s%s", m->name,
+                 (long long)b, (long long)s_q, (long long)h_q, topk, P, extra_topk,
+                 m->extra_page_size, lt.name, note);
+    else
+        snprintf(bc.shape, sizeof bc.shape, "%s b %lld s_q %lld h_q %lld topk %d ctx 32k (P %d) %s%s",
+                 m->name, (long long)b, (long long)s_q, (long long)h_q, topk, P, lt.name, note);
+    double keys = (double)rows * (topk + extra_topk);
+    bc.flops = 2.0 * (double)h_q * keys * (d_qk + 512);
+    bc.bytes_kv = keys * lt.bytes_per_token;
+    bc.bytes_total = unique * lt.bytes_per_token + (double)rows * h_q * (d_qk * 2 + 512 * 2 + 4) +
+                     keys * 4;
+    return finish_case(ctx, out, &bc, s, 1);
+}
+
+/* Dense decode over s_k tokens per request through a random page permutation (non-causal). */
+static ak_status add_dense_decode(ak_context *ctx, const ak_bench_opts *o, ak_bench_list *out,
+                                  const ak_model *m, sparse_shape sh, int32_t s_k,
+                                  const char *note) {
+    ak_status st = AK_OK;
+    int64_t b = sh.b, s_q = sh.s_q, h_q = sh.h_q, rows = b * s_q;
+    int32_t P = m->page_size, d_qk = m->d_qk, width = (s_k + P - 1) / P;
+    int32_t pages = (int32_t)(b * width);
+    uint64_t seed = o->seed ^ 0x64656eull, rs = seed;
+    mla_bench *s = calloc(1, sizeof *s);
+    if (s == NULL) return AK_ERR_OUT_OF_MEMORY;
+    st = pool_make(ctx, m->layout, pages, P, seed, &s->pool, &s->cache);
+    int32_t *bt = malloc((size_t)pages * 4), *perm = malloc((size_t)pages * 4);
+    int32_t *seq = malloc((size_t)b * 4);
+    uint16_t *q = malloc((size_t)(rows * h_q * d_qk) * 2);
+    if (bt == NULL || perm == NULL || seq == NULL || q == NULL) st = AK_ERR_OUT_OF_MEMORY;
+    if (st == AK_OK) {
+        ak_mla_data_distinct(bt, pages, pages, perm, &rs);
+        for (int64_t r = 0; r < b; r++) seq[r] = s_k;
+        ak_mla_data_bf16(q, rows * h_q * d_qk, seed + 2);
+        s->q = upload(ctx, q, (size_t)(rows * h_q * d_qk) * 2, &st);
+        s->bt = upload(ctx, bt, (size_t)pages * 4, &st);
+        s->seq = upload(ctx, seq, (size_t)b * 4, &st);
+        s->out = alloc_dev(ctx, (size_t)(rows * h_q * 512) * 2, &st);
+        s->lse = alloc_dev(ctx, (size_t)(rows * h_q) * 4, &st);
+    }
+    free(bt);
+    free(perm);
+    free(seq);
+    free(q);
+    if (st != AK_OK) {
+        mla_bench_destroy(ctx, s);
+        return st;
+    }
+    int64_t shq[4] = {b, s_q, h_q, d_qk}, shb[2] = {b, width}, sho[4] = {b, s_q, h_q, 512};
+    s->tq = ak_dev_tensor(ctx, s->q, AK_DTYPE_BF16, 4, shq);
+    s->tbt = ak_dev_tensor(ctx, s->bt, AK_DTYPE_I32, 2, shb);
+    s->tseq = ak_dev_tensor(ctx, s->seq, AK_DTYPE_I32, 1, shb);
+    s->tout = ak_dev_tensor(ctx, s->out, AK_DTYPE_BF16, 4, sho);
+    s->tlse = ak_dev_tensor(ctx, s->lse, AK_DTYPE_F32, 3, sho);
+    s->dec.q = &s->tq;
+    s->dec.cache = &s->cache;
+    s->dec.softmax_scale = m->softmax_scale;
+    s->dec.block_table = &s->tbt;
+    s->dec.seq_lens = &s->tseq;
+    s->dec.out = &s->tout;
+    s->dec.lse = &s->tlse;
+
+    ak_bench_case bc;
+    memset(&bc, 0, sizeof bc);
+    snprintf(bc.op, sizeof bc.op, "mla_decode_dense");
+    ak_layout_traits lt;
+    ak_layout_traits_get(m->layout, &lt);
+    snprintf(bc.shape, sizeof bc.shape, "%s b %lld s_q %lld h_q %lld s_k %d (P %d) %s%s", m->name,
+             (long long)b, (long long)s_q, (long long)h_q, s_k, P, lt.name, note);
+    bc.flops = 2.0 * (double)h_q * (double)rows * s_k * (d_qk + 512);
+    bc.bytes_kv = (double)b * s_k * lt.bytes_per_token;
+    bc.bytes_total = bc.bytes_kv + (double)rows * h_q * (d_qk * 2 + 512 * 2 + 4) +
+                     (double)pages * 4 + (double)b * 4;
+    return finish_case(ctx, out, &bc, s, 1);
+}
+
+typedef struct prefill_shape {
+    int64_t s_q, s_kv, h_q;
+    int32_t topk;
+} prefill_shape;
+
+/* Sparse prefill, flat bf16 KV of s_kv rows, topk distinct random rows per query. */
+static ak_status add_sparse_prefill(ak_context *ctx, const ak_bench_opts *o, ak_bench_list *out,
+                                    const ak_model *m, prefill_shape sh, const char *note) {
+    ak_status st = AK_OK;
+    int64_t s_q = sh.s_q, s_kv = sh.s_kv, h_q = sh.h_q;
+    int32_t d_qk = m->d_qk, topk = sh.topk;
+    uint64_t seed = o->seed ^ 0x707265ull, rs = seed;
+    mla_bench *s = calloc(1, sizeof *s);
+    if (s == NULL) return AK_ERR_OUT_OF_MEMORY;
+    uint16_t *kv = malloc((size_t)(s_kv * d_qk) * 2), *q = malloc((size_t)(s_q * h_q * d_qk) * 2);
+    int32_t *idx = malloc((size_t)(s_q * topk) * 4), *perm = malloc((size_t)s_kv * 4);
+    uint8_t *seen = calloc((size_t)s_kv, 1);
+    double unique = 0;
+    if (kv == NULL || q == NULL || idx == NULL || perm == NULL || seen == NULL)
+        st = AK_ERR_OUT_OF_MEMORY;
+    if (st == AK_OK) {
+        ak_mla_data_bf16(kv, s_kv * d_qk, seed + 1);
+        ak_mla_data_bf16(q, s_q * h_q * d_qk, seed + 2);
+        for (int64_t t = 0; t < s_q; t++) {
+            ak_mla_data_distinct(idx + t * topk, topk, (int32_t)s_kv, perm, &rs);
+            for (int32_t j = 0; j < topk; j++) {
+                unique += !seen[idx[t * topk + j]];
+                seen[idx[t * topk + j]] = 1;
+            }
+        }
+        s->kv = upload(ctx, kv, (size_t)(s_kv * d_qk) * 2, &st);
+        s->q = upload(ctx, q, (size_t)(s_q * h_q * d_qk) * 2, &st);
+        s->idx = upload(ctx, idx, (size_t)(s_q * topk) * 4, &st);
+        s->out = alloc_dev(ctx, (size_t)(s_q * h_q * 512) * 2, &st);
+        s->lse = alloc_dev(ctx, (size_t)(s_q * h_q) * 4, &st);
+        s->ml = alloc_dev(ctx, (size_t)(s_q * h_q) * 4, &st);
+    }
+    free(kv);
+    free(q);
+    free(idx);
+    free(perm);
+    free(seen);
+    if (st != AK_OK) {
+        mla_bench_destroy(ctx, s);
+        return st;
+    }
+    int64_t shq[3] = {s_q, h_q, d_qk}, shk[2] = {s_kv, d_qk}, shi[2] = {s_q, topk};
+    int64_t sho[3] = {s_q, h_q, 512};
+    s->tq = ak_dev_tensor(ctx, s->q, AK_DTYPE_BF16, 3, shq);
+    s->tkv = ak_dev_tensor(ctx, s->kv, AK_DTYPE_BF16, 2, shk);
+    s->tidx = ak_dev_tensor(ctx, s->idx, AK_DTYPE_I32, 2, shi);
+    s->tout = ak_dev_tensor(ctx, s->out, AK_DTYPE_BF16, 3, sho);
+    s->tlse = ak_dev_tensor(ctx, s->lse, AK_DTYPE_F32, 2, sho);
+    s->tml = ak_dev_tensor(ctx, s->ml, AK_DTYPE_F32, 2, sho);
+    s->pre.q = &s->tq;
+    s->pre.kv = &s->tkv;
+    s->pre.indices = &s->tidx;
+    s->pre.softmax_scale = m->softmax_scale;
+    s->pre.out = &s->tout;
+    s->pre.lse = &s->tlse;
+    s->pre.max_logits = &s->tml;
+
+    ak_bench_case bc;
+    memset(&bc, 0, sizeof bc);
+    snprintf(bc.op, sizeof bc.op, "sparse_prefill");
+    snprintf(bc.shape, sizeof bc.shape, "%s s_q %lld s_kv %lld h_q %lld topk %d d_qk %d flat bf16%s",
+             m->name, (long long)s_q, (long long)s_kv, (long long)h_q, topk, d_qk, note);
+    bc.flops = 2.0 * (double)h_q * (double)s_q * topk * (d_qk + 512);
+    bc.bytes_kv = 0;
+    bc.bytes_total = unique * d_qk * 2 + (double)s_q * h_q * (d_qk * 2 + 512 * 2 + 8) +
+                     (double)s_q * topk * 4;
+    return finish_case(ctx, out, &bc, s, 0);
+}
+
+ak_status ak_bench_mla(ak_context *ctx, const ak_bench_opts *o, const char *op,
+                       ak_bench_list *out) {
+    int cpu = ak_context_backend(ctx) == AK_BACKEND_CPU;
+    const char *cpu_note = cpu ? " (CPU: batch scaled down from the GPU shapes)" : "";
+    const ak_model *models[3];
+    int nm = 0;
+    if (o->model != NULL) {
+        models[nm++] = o->model;
+    } else { /* default: V3.2 sparse decode and prefill, V3 dense decode, V4-Flash */
+        models[nm++] = ak_model_find("dsv32");
+        models[nm++] = ak_model_find("dsv3");
+        models[nm++] = ak_model_find("dsv4-flash");
+    }
+    for (int k = 0; k < nm; k++) {
+        const ak_model *m = models[k];
+        if (m == NULL) continue;
+        int sparse = m->kind == AK_MODEL_DSA || m->kind == AK_MODEL_DSV4;
+        if (sparse && ak_bench_wants(op, "mla_decode_sparse")) {
+            static const sparse_shape gpu_dsa[] = {{128, 1, 128}, {128, 1, 64}, {128, 1, 32},
+                                                   {128, 1, 16},  {32, 1, 16},  {8, 1, 16},
+                                                   {8, 1, 128},   {1, 1, 128},  {1, 1, 16},
+                                                   {128, 2, 128}};
+            static const sparse_shape gpu_v4[] = {{128, 1, 0}, {128, 2, 0}, {8, 1, 0}, {1, 1, 0}};
+            static const sparse_shape cpu_dsa[] = {{8, 1, 128}, {8, 1, 16}};
+            static const sparse_shape cpu_v4[] = {{8, 1, 0}};
+            static const sparse_shape quick[] = {{1, 1, 0}};
+            int dsa = m->kind == AK_MODEL_DSA;
+            const sparse_shape *list = dsa ? gpu_dsa : gpu_v4;
+            size_t n = dsa ? sizeof gpu_dsa / sizeof gpu_dsa[0] : sizeof gpu_v4 / sizeof gpu_v4[0];
+            if (cpu) {
+                list = dsa ? cpu_dsa : cpu_v4;
+                n = dsa ? 2 : 1;
+            }
+            if (o->quick) {
+                list = quick;
+                n = 1;
+            }
+            for (size_t i = 0; i < n; i++) {
+                sparse_shape sh = list[i];
+                if (sh.h_q == 0) sh.h_q = m->h_q; /* the model's own head count */
+                MLA_TRY(add_sparse_decode(ctx, o, out, m, sh, cpu_note));
+            }
+        }
+        if (m->kind == AK_MODEL_MLA_DENSE && ak_bench_wants(op, "mla_decode_dense")) {
+            static const sparse_shape gpu[] = {{128, 1, 128}, {128, 1, 16}, {64, 1, 32},
+                                               {8, 1, 128},   {1, 1, 128},  {128, 2, 128}};
+            static const sparse_shape cpu_list[] = {{2, 1, 128}, {2, 1, 16}};
+            static const sparse_shape quick[] = {{1, 1, 128}};
+            const sparse_shape *list = o->quick ? quick : cpu ? cpu_list : gpu;
+            size_t n = o->quick ? 1 : cpu ? 2 : sizeof gpu / sizeof gpu[0];
+            for (size_t i = 0; i < n; i++)
+                MLA_TRY(add_dense_decode(ctx, o, out, m, list[i], o->quick ? 1024 : 8192,
+                                                cpu_note));
+        }
+        if (sparse && ak_bench_wants(op, "sparse_prefill")) {
+            int v4 = m->kind == AK_MODEL_DSV4;
+            /* GPU shapes of targets.md 5.1; the CPU keeps the KV size and top-k but few queries */
+            prefill_shape gpu_dsa[] = {{4096, 32768, 128, 2048}, {4096, 8192, 128, 2048},
+                                       {4096, 32768, 16, 2048}};
+            prefill_shape gpu_v4[] = {{4096, 32768, m->h_q, m->topk}};
+            prefill_shape one = {o->quick ? 4 : 32, 32768, m->h_q, m->topk};
+            const prefill_shape *list = cpu || o->quick ? &one : v4 ? gpu_v4 : gpu_dsa;
+            size_t n = cpu || o->quick ? 1 : v4 ? 1 : 3;
+            const char *pnote = cpu ? " (CPU: s_q scaled down from 4096)" : "";
+            for (size_t i = 0; i < n; i++)
+                MLA_TRY(add_sparse_prefill(ctx, o, out, m, list[i], pnote));
+        }
+    }
+    return AK_OK;
+}
+AK_BENCH_REGISTER(ak_bench_mla)

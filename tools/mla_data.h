@@ -1,0 +1,22 @@
+/* mla_data.h -- random MLA cache records and index lists for `attnkit bench` and `attnkit check`
+   (host images, uploaded with devmem.h). Written from layouts.md 2.1-2.4 without the cache writer,
+   so the tools do not depend on it. */
+#ifndef AK_TOOLS_MLA_DATA_H
+#define AK_TOOLS_MLA_DATA_H
+
+#include <stdint.h>
+
+#include "attnkit.h"
+
+/* Small deterministic generator (splitmix64). */
+uint64_t ak_mla_rand(uint64_t *state);
+/* Writes a random valid record for token `slot` of a host pool image: bf16 values in [-1, 1),
+   e4m3 bytes of magnitude 2^-3..3.75 (never NaN), power-of-two scales 2^-1..2^-3. */
+void ak_mla_data_token(uint8_t *pool, ak_layout layout, int64_t page_stride, int32_t page_size,
+                       int64_t slot, uint64_t seed);
+/* Random bf16 values in [-1, 1). */
+void ak_mla_data_bf16(uint16_t *dst, int64_t n, uint64_t seed);
+/* k distinct random values of [0, n) into out (k <= n); perm [n] is scratch. */
+void ak_mla_data_distinct(int32_t *out, int32_t k, int32_t n, int32_t *perm, uint64_t *state);
+
+#endif
