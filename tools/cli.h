@@ -9,6 +9,7 @@ int ak_cmd_layouts(int argc, char **argv); /* cmd_layouts.c */
 int ak_cmd_bench(int argc, char **argv);   /* cmd_bench.c */
 int ak_cmd_check(int argc, char **argv);   /* cmd_check.c */
 int ak_cmd_plan(int argc, char **argv);    /* cmd_plan.c */
+int ak_cmd_run(int argc, char **argv);     /* cmd_run.c */
 
 /* Shared option helpers (attnkit.c). */
 int ak_cli_has_flag(int argc, char **argv, const char *flag);

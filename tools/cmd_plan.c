@@ -206,6 +206,8 @@ int ak_cmd_plan(int argc, char **argv) {
                 ak_json_object_end(&j);
             }
             ak_json_array_end(&j);
+            size_t ws = 0;
+            if (ak_plan_workspace_size(plan, &ws) == AK_OK) ak_json_int(&j, "workspace_bytes", (int64_t)ws);
             ak_json_str(&j, "explain", ak_plan_explain(plan));
         }
         ak_json_object_end(&j);
