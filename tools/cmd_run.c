@@ -275,12 +275,12 @@ static int reference_row(sim *s, const req *r, int64_t pos, const uint16_t *q_ro
             if (logit[j] > mx) mx = logit[j];
         }
         double sum = 0;
-        for (int64_t j = 0; j < nk; j++) sum += exp(logit[j] - mx);
+        for (int64_t j = 0; j < nk; j++) sum += (logit[j] = exp(logit[j] - mx)); /* now weights */
         double denom = sum + (sink != NULL && nk > 0 ? exp((double)sink[h] - mx) : 0.0);
+        int64_t vs = d->kind == AK_ATTN_MHA ? dv : dq;
         for (int32_t e = 0; e < dv; e++) {
             double o = 0;
-            for (int64_t j = 0; j < nk; j++)
-                o += exp(logit[j] - mx) * (double)V[(j * hk + g) * (d->kind == AK_ATTN_MHA ? dv : dq) + e];
+            for (int64_t j = 0; j < nk; j++) o += logit[j] * (double)V[(j * hk + g) * vs + e];
             o = nk > 0 ? o / denom : 0.0;
             double gv = out_f32 ? (double)got[(int64_t)h * dv + e] : 0.0;
             double err = fabs(gv - o);
