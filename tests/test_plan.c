@@ -461,3 +461,281 @@ AK_TEST(plan_bad_arguments) {
     CHECK(strcmp(ak_phase_name(AK_PHASE_EXTEND), "extend") == 0);
     ak_context_destroy(ctx);
 }
+
+/* ---- plan and run: every path gives what the direct ops give ------------------------------------ */
+
+#define FX_MAXR 8
+
+typedef struct fx {
+    ak_context *ctx;
+    ak_plan_desc d;
+    ak_cache main, extra, index;
+    void *mbuf, *vbuf, *ebuf, *ibuf;
+    int32_t n, max_pages;
+    ak_phase ph[FX_MAXR];
+    int32_t q[FX_MAXR], kv[FX_MAXR];
+    int32_t *bt;     /* [n, max_pages] */
+    int64_t T;
+    uint16_t *qb;    /* [T, h_q, d_qk] bf16 */
+    uint8_t *iq;     /* [T, H, 128] e4m3 */
+    float *iw, *sink;
+    ak_rng rng;
+} fx;
+
+static uint16_t to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static float urand(ak_rng *r) { return (float)(ak_rng_uniform(r) * 2.0 - 1.0); }
+
+static void *pool(const ak_cache *c, int64_t *bytes) {
+    int64_t b = 0, vb = 0;
+    ak_cache_bytes(c, &b, &vb);
+    *bytes = b;
+    void *p = malloc((size_t)b + 64);
+    if (p != NULL) memset(p, 0xff, (size_t)b); /* NaN bytes: unused slots must never be read */
+    return p;
+}
+
+static void fx_write(fx *f, const ak_cache *c, int32_t page_size, int32_t r, int64_t count,
+                     int32_t width, int rope) {
+    for (int64_t p = 0; p < count; p++) {
+        float row[576];
+        for (int32_t e = 0; e < width; e++) row[e] = urand(&f->rng);
+        int32_t slot = f->bt[r * f->max_pages + p / page_size] * page_size + (int32_t)(p % page_size);
+        ak_tensor sl = ak_tensor_make(&slot, AK_DTYPE_I32, 1, (int64_t[]){1});
+        ak_tensor no = ak_tensor_make(row, AK_DTYPE_F32, 2, (int64_t[]){1, width - rope});
+        ak_tensor ro = ak_tensor_make(row + width - rope, AK_DTYPE_F32, 2, (int64_t[]){1, rope});
+        CHECK_STATUS(ak_cache_write(f->ctx, c, &no, rope ? &ro : NULL, &sl, AK_QUANT_DEFAULT), AK_OK);
+    }
+}
+
+static void fx_init(fx *f, ak_plan_desc d, int32_t n, const ak_phase *ph, const int32_t *q,
+                    const int32_t *kv) {
+    memset(f, 0, sizeof *f);
+    f->ctx = cpu_ctx();
+    f->d = d;
+    f->n = n;
+    ak_rng_init(&f->rng, ak_test_seed() ^ (uint64_t)d.kind * 7919u);
+    int32_t maxkv = 1;
+    for (int32_t r = 0; r < n; r++) {
+        f->ph[r] = ph[r], f->q[r] = q[r], f->kv[r] = kv[r];
+        f->T += q[r];
+        if (kv[r] > maxkv) maxkv = kv[r];
+    }
+    f->max_pages = (maxkv + d.page_size - 1) / d.page_size + 1;
+    int32_t pages = n * f->max_pages;
+    f->bt = (int32_t *)malloc((size_t)pages * 4);
+    for (int32_t i = 0; i < pages; i++) f->bt[i] = pages - 1 - i; /* pages in reverse order */
+    int64_t b;
+    char probe[64];
+    if (d.kind == AK_ATTN_MHA) {
+        CHECK_STATUS(ak_cache_init_mha(&f->main, d.layout, AK_DTYPE_BF16, probe, probe, pages,
+                                       d.page_size, d.h_kv, d.d_qk, d.d_v), AK_OK);
+        int64_t vb = 0;
+        ak_cache_bytes(&f->main, &b, &vb);
+        f->mbuf = malloc((size_t)b), f->vbuf = malloc((size_t)vb);
+        f->main.data = f->mbuf, f->main.v_data = f->vbuf;
+        for (int32_t r = 0; r < n; r++)
+            for (int64_t p = 0; p < kv[r]; p++) {
+                float k[8 * 128], v[8 * 128];
+                for (int32_t e = 0; e < d.h_kv * d.d_qk; e++) k[e] = urand(&f->rng), v[e] = urand(&f->rng);
+                int32_t slot = f->bt[r * f->max_pages + p / d.page_size] * d.page_size +
+                               (int32_t)(p % d.page_size);
+                ak_tensor sl = ak_tensor_make(&slot, AK_DTYPE_I32, 1, (int64_t[]){1});
+                ak_tensor kt = ak_tensor_make(k, AK_DTYPE_F32, 3, (int64_t[]){1, d.h_kv, d.d_qk});
+                ak_tensor vt = ak_tensor_make(v, AK_DTYPE_F32, 3, (int64_t[]){1, d.h_kv, d.d_v});
+                CHECK_STATUS(ak_mha_cache_write(f->ctx, &f->main, &kt, &vt, &sl), AK_OK);
+            }
+    } else {
+        CHECK_STATUS(ak_cache_init(&f->main, d.layout, probe, pages, d.page_size), AK_OK);
+        f->mbuf = pool(&f->main, &b);
+        f->main.data = f->mbuf;
+        for (int32_t r = 0; r < n; r++) fx_write(f, &f->main, d.page_size, r, kv[r], d.d_qk, 64);
+        int c4 = d.kind == AK_ATTN_DSV4 && d.compress_ratio;
+        if (c4) {
+            CHECK_STATUS(ak_cache_init(&f->extra, d.extra_layout, probe, pages, d.extra_page_size), AK_OK);
+            f->ebuf = pool(&f->extra, &b);
+            f->extra.data = f->ebuf;
+            for (int32_t r = 0; r < n; r++)
+                fx_write(f, &f->extra, d.extra_page_size, r, kv[r] / d.compress_ratio, 512, 64);
+        }
+        if (d.kind == AK_ATTN_DSA || (c4 && d.compress_ratio == 4)) {
+            CHECK_STATUS(ak_cache_init(&f->index, AK_LAYOUT_INDEXER_FP8, probe, pages, 64), AK_OK);
+            f->ibuf = pool(&f->index, &b);
+            f->index.data = f->ibuf;
+            for (int32_t r = 0; r < n; r++)
+                fx_write(f, &f->index, 64, r, d.kind == AK_ATTN_DSA ? kv[r] : kv[r] / 4, 128, 0);
+        }
+    }
+    int32_t H = d.index_heads > 0 ? d.index_heads : 1;
+    int64_t T = f->T > 0 ? f->T : 1;
+    f->qb = (uint16_t *)malloc((size_t)T * d.h_q * d.d_qk * 2);
+    f->iq = (uint8_t *)malloc((size_t)T * H * 128);
+    f->iw = (float *)malloc((size_t)T * H * 4);
+    f->sink = (float *)malloc((size_t)d.h_q * 4);
+    for (int64_t i = 0; i < f->T * d.h_q * d.d_qk; i++) f->qb[i] = to_bf16(urand(&f->rng));
+    for (int64_t i = 0; i < f->T * H * 128; i++)
+        f->iq[i] = (uint8_t)(ak_rng_range(&f->rng, 0, 0x50) | (ak_rng_range(&f->rng, 0, 2) << 7));
+    for (int64_t i = 0; i < f->T * H; i++) f->iw[i] = urand(&f->rng) * 0.05f;
+    for (int32_t h = 0; h < d.h_q; h++) f->sink[h] = urand(&f->rng);
+}
+
+static void fx_free(fx *f) {
+    free(f->mbuf), free(f->vbuf), free(f->ebuf), free(f->ibuf), free(f->bt);
+    free(f->qb), free(f->iq), free(f->iw), free(f->sink);
+    ak_context_destroy(f->ctx);
+}
+
+/* Plans with the given preferences and budget, runs, returns out [T, h_q, d_v] f32 (malloc'd), or
+   NULL when the plan was rejected (the rejection must then be AK_ERR_UNSUPPORTED, at plan time). */
+static float *fx_run(fx *f, const char *prefill, const char *decode, int64_t budget) {
+    ak_plan_desc d = f->d;
+    d.num_requests = f->n, d.phases = f->ph, d.q_lens = f->q, d.kv_lens = f->kv;
+    d.prefill_kernel = prefill, d.decode_kernel = decode, d.workspace_budget = budget;
+    ak_plan *p = NULL;
+    ak_status s = ak_plan_create(f->ctx, &d, &p);
+    if (s != AK_OK) {
+        CHECK_MSG(s == AK_ERR_UNSUPPORTED, "%s/%s: %s", prefill, decode, ak_last_error());
+        return NULL;
+    }
+    int64_t T = f->T;
+    int32_t H = d.index_heads > 0 ? d.index_heads : 1;
+    float *out = (float *)malloc((size_t)(T > 0 ? T : 1) * d.h_q * d.d_v * 4);
+    float *lse = (float *)malloc((size_t)(T > 0 ? T : 1) * d.h_q * 4);
+    ak_poison(out, (size_t)T * d.h_q * d.d_v * 4, AK_DTYPE_F32);
+    ak_tensor q = ak_tensor_make(f->qb, AK_DTYPE_BF16, 3, (int64_t[]){T, d.h_q, d.d_qk});
+    ak_tensor o = ak_tensor_make(out, AK_DTYPE_F32, 3, (int64_t[]){T, d.h_q, d.d_v});
+    ak_tensor l = ak_tensor_make(lse, AK_DTYPE_F32, 2, (int64_t[]){T, d.h_q});
+    ak_tensor bt = ak_tensor_make(f->bt, AK_DTYPE_I32, 2, (int64_t[]){f->n, f->max_pages});
+    ak_tensor sl = ak_tensor_make(f->kv, AK_DTYPE_I32, 1, (int64_t[]){f->n});
+    ak_tensor iq = ak_tensor_make(f->iq, AK_DTYPE_E4M3, 3, (int64_t[]){T, H, 128});
+    ak_tensor iw = ak_tensor_make(f->iw, AK_DTYPE_F32, 2, (int64_t[]){T, H});
+    ak_tensor sk = ak_tensor_make(f->sink, AK_DTYPE_F32, 1, (int64_t[]){d.h_q});
+    ak_plan_io io;
+    memset(&io, 0, sizeof io);
+    io.q = &q, io.out = &o, io.lse = &l, io.cache = &f->main, io.block_table = &bt, io.seq_lens = &sl;
+    if (f->ebuf) io.extra_cache = &f->extra;
+    if (f->ibuf) io.index_cache = &f->index, io.index_q = &iq, io.index_weights = &iw;
+    if (d.has_sink) io.attn_sink = &sk;
+    size_t wsb = 0;
+    CHECK_STATUS(ak_plan_workspace_size(p, &wsb), AK_OK);
+    void *ws = malloc(wsb + 1);
+    CHECK_STATUS(ak_plan_run(f->ctx, p, &io, ws, wsb), AK_OK);
+    /* one byte short is refused before anything runs */
+    if (wsb > 0) CHECK_REJECT(ak_plan_run(f->ctx, p, &io, ws, wsb - 1), AK_ERR_WORKSPACE_TOO_SMALL, "workspace");
+    for (int64_t i = 0; i < T * d.h_q * d.d_v; i++)
+        if (out[i] != out[i]) {
+            CHECK_MSG(0, "%s/%s: output %lld not written", prefill, decode, (long long)i);
+            break;
+        }
+    free(ws), free(lse);
+    ak_plan_destroy(p);
+    return out;
+}
+
+static void fx_compare(const char *what, const fx *f, const float *got, const float *ref) {
+    int64_t n = f->T * f->d.h_q * f->d.d_v;
+    double *r = (double *)malloc((size_t)(n > 0 ? n : 1) * sizeof(double));
+    for (int64_t i = 0; i < n; i++) r[i] = ref[i];
+    /* Two fp32 CPU paths over the same dequantized keys and the same key sets: they differ only
+       in summation order (tiles, chunks, key order), a few fp32 ulps of outputs of magnitude ~1. */
+    ak_tol tol = {1e-5, 1e-4, 1e-9, 1e-9};
+    ak_compare(what, got, r, n, tol);
+    free(r);
+}
+
+/* DSA: every prefill and decode preference, with and without a tight budget (chunking), gives the
+   auto plan's output; short contexts through the sparse kernel equal the dense path. */
+AK_TEST(plan_run_dsa_paths_agree) {
+    ak_plan_desc d = desc_of(AK_ATTN_DSA);
+    d.h_q = 4, d.topk = 64, d.index_heads = 4;
+    ak_phase ph[7] = {AK_PHASE_DECODE, AK_PHASE_DECODE, AK_PHASE_TARGET_VERIFY, AK_PHASE_EXTEND,
+                      AK_PHASE_PREFILL, AK_PHASE_EXTEND, AK_PHASE_DRAFT_EXTEND};
+    int32_t q[7] = {1, 1, 3, 50, 30, 0, 2}, kv[7] = {300, 40, 200, 250, 30, 10, 60};
+    fx f;
+    fx_init(&f, d, 7, ph, q, kv);
+    float *ref = fx_run(&f, "auto", "auto", 0);
+    const char *pre[] = {"sparse_prefill_paged", "gather_sparse_prefill", "mla_decode_sparse"};
+    for (int i = 0; i < 3 && ref; i++) {
+        float *o = fx_run(&f, pre[i], "mla_decode_sparse", 0);
+        if (o) fx_compare(pre[i], &f, o, ref);
+        free(o);
+        o = fx_run(&f, pre[i], "auto", 24 * 1024); /* a few rows per chunk */
+        if (o) fx_compare(pre[i], &f, o, ref);
+        free(o);
+    }
+    free(ref);
+    fx_free(&f);
+}
+
+/* The plan's dense MLA and MHA paths equal one direct op call over the same batch. */
+AK_TEST(plan_run_matches_direct_ops) {
+    for (int k = 0; k < 2; k++) {
+        ak_plan_desc d = desc_of(k == 0 ? AK_ATTN_MLA : AK_ATTN_MHA);
+        if (k == 0) d.h_q = 4, d.layout = AK_LAYOUT_MLA_FP8_PERTENSOR;
+        ak_phase ph[3] = {AK_PHASE_EXTEND, AK_PHASE_EXTEND, AK_PHASE_EXTEND};
+        int32_t q[3] = {5, 5, 5}, kv[3] = {90, 37, 5};
+        fx f;
+        fx_init(&f, d, 3, ph, q, kv);
+        float *got = fx_run(&f, "auto", "auto", 0);
+        int64_t n = f.T * d.h_q * d.d_v;
+        float *ref = (float *)malloc((size_t)n * 4);
+        ak_poison(ref, (size_t)n * 4, AK_DTYPE_F32);
+        ak_tensor bt = ak_tensor_make(f.bt, AK_DTYPE_I32, 2, (int64_t[]){3, f.max_pages});
+        ak_tensor sl = ak_tensor_make(f.kv, AK_DTYPE_I32, 1, (int64_t[]){3});
+        size_t wsb = 0;
+        void *ws = NULL;
+        if (k == 0) {
+            ak_tensor q4 = ak_tensor_make(f.qb, AK_DTYPE_BF16, 4, (int64_t[]){3, 5, d.h_q, 576});
+            ak_tensor o4 = ak_tensor_make(ref, AK_DTYPE_F32, 4, (int64_t[]){3, 5, d.h_q, 512});
+            ak_mla_decode_args a;
+            memset(&a, 0, sizeof a);
+            a.q = &q4, a.cache = &f.main, a.softmax_scale = d.softmax_scale, a.block_table = &bt;
+            a.seq_lens = &sl, a.causal = 1, a.out = &o4;
+            CHECK_STATUS(ak_mla_decode_workspace_size(f.ctx, &a, &wsb), AK_OK);
+            ws = malloc(wsb + 1);
+            CHECK_STATUS(ak_mla_decode(f.ctx, &a, ws, wsb), AK_OK);
+        } else {
+            int32_t cu[4] = {0, 5, 10, 15};
+            ak_tensor cut = ak_tensor_make(cu, AK_DTYPE_I32, 1, (int64_t[]){4});
+            ak_tensor q3 = ak_tensor_make(f.qb, AK_DTYPE_BF16, 3, (int64_t[]){15, d.h_q, d.d_qk});
+            ak_tensor o3 = ak_tensor_make(ref, AK_DTYPE_F32, 3, (int64_t[]){15, d.h_q, d.d_v});
+            ak_mha_args a;
+            memset(&a, 0, sizeof a);
+            a.q = &q3, a.cu_seqlens_q = &cut, a.cache = &f.main, a.block_table = &bt, a.seq_lens = &sl;
+            a.softmax_scale = d.softmax_scale, a.causal = 1, a.window_left = -1, a.out = &o3;
+            CHECK_STATUS(ak_mha_workspace_size(f.ctx, &a, &wsb), AK_OK);
+            ws = malloc(wsb + 1);
+            CHECK_STATUS(ak_mha(f.ctx, &a, ws, wsb), AK_OK);
+        }
+        if (got) fx_compare(k == 0 ? "mla dense" : "mha", &f, got, ref);
+        free(ws), free(ref), free(got);
+        fx_free(&f);
+    }
+}
+
+/* DeepSeek V4 (C4, C128 and SWA-only layers): chunked runs equal unchunked ones, and a prefill
+   request equals the same tokens planned as verify-shaped decode rows. */
+AK_TEST(plan_run_dsv4_layers) {
+    const int32_t ratios[3] = {4, 128, 0};
+    for (int i = 0; i < 3; i++) {
+        ak_plan_desc d = desc_of(AK_ATTN_DSV4);
+        d.h_q = 4, d.topk = 16, d.window = 16, d.index_heads = 4;
+        d.compress_ratio = ratios[i];
+        d.extra_page_size = ratios[i] ? 256 / ratios[i] : 0;
+        if (!ratios[i]) d.extra_layout = AK_LAYOUT_INVALID;
+        ak_phase ph[4] = {AK_PHASE_DECODE, AK_PHASE_EXTEND, AK_PHASE_TARGET_VERIFY, AK_PHASE_PREFILL};
+        int32_t q[4] = {1, 20, 3, 40}, kv[4] = {600, 300, 520, 40};
+        fx f;
+        fx_init(&f, d, 4, ph, q, kv);
+        float *ref = fx_run(&f, "auto", "auto", 0);
+        float *o = fx_run(&f, "auto", "auto", 16 * 1024);
+        if (ref && o) fx_compare("dsv4 chunked", &f, o, ref);
+        free(o), free(ref);
+        fx_free(&f);
+    }
+}
