@@ -370,6 +370,15 @@ static void evaluate(ak_plan *p, const costmodel *m, const ak_plan_seg *s, segca
             if (c->chunk < 1) c->chunk = 1;
         }
     }
+    if (c->path == AK_PATH_DSA_GATHER && c->feasible) {
+        /* every further row chunk of a request gathers its context again */
+        double again = 0;
+        for (int32_t r = s->r0; r < s->r1; r++) {
+            int64_t chunks = (p->q_lens[r] + c->chunk - 1) / c->chunk;
+            if (chunks > 1) again += (double)(chunks - 1) * p->kv_lens[r] * (bpt + bf + 4.0);
+        }
+        if (again > 0) cost_pass(m, &c->c, again, 0.0);
+    }
 }
 
 static int64_t seg_ws(const segcand *c, const ak_plan_seg *s) {
