@@ -91,7 +91,7 @@ static ak_tensor t3(void *p, ak_dtype dt, int64_t a, int64_t b, int64_t c) {
 }
 
 static int fail(const char *what) {
-    fprintf(stderr, "attnkit run: %s: %s: %s\n", what, ak_status_name(AK_ERR_INTERNAL), ak_last_error());
+    fprintf(stderr, "attnkit run: %s failed: %s\n", what, ak_last_error());
     return 1;
 }
 
@@ -118,7 +118,7 @@ static int write_tokens(sim *s, req *r, int64_t from, int64_t to) {
     int32_t dq = s->d.d_qk, rope = 64;
     float *rows = (float *)malloc((size_t)n * (size_t)dq * 4);
     int32_t *slots = (int32_t *)malloc((size_t)n * 4);
-    if (rows == NULL || slots == NULL) return fail("out of memory");
+    if (rows == NULL || slots == NULL) return fail("host allocation");
     for (int64_t i = 0; i < n * dq; i++) rows[i] = rnd_f(s);
     for (int64_t i = 0; i < n; i++) slots[i] = slot_of(s, r, from + i);
     ak_tensor sl = t1(slots, AK_DTYPE_I32, n);
@@ -127,7 +127,7 @@ static int write_tokens(sim *s, req *r, int64_t from, int64_t to) {
         int32_t hk = s->d.h_kv, D = s->d.d_qk;
         float *v = (float *)malloc((size_t)n * hk * D * 4);
         float *k = (float *)malloc((size_t)n * hk * D * 4);
-        if (v == NULL || k == NULL) return fail("out of memory");
+        if (v == NULL || k == NULL) return fail("host allocation");
         for (int64_t i = 0; i < n * hk * D; i++) k[i] = rnd_f(s), v[i] = rnd_f(s);
         ak_tensor kt = t3(k, AK_DTYPE_F32, n, hk, D), vt = t3(v, AK_DTYPE_F32, n, hk, D);
         ak_status st = ak_mha_cache_write(s->ctx, &s->main, &kt, &vt, &sl);
@@ -202,7 +202,7 @@ static int reference_row(sim *s, const req *r, int64_t pos, const uint16_t *q_ro
     int32_t *slots = (int32_t *)malloc((size_t)(pos + 1) * 4);
     int32_t *eslots = NULL;
     int64_t n = 0, ne = 0;
-    if (slots == NULL) return fail("out of memory");
+    if (slots == NULL) return fail("host allocation");
     int sparse = d->kind == AK_ATTN_DSA && pos + 1 > d->topk;
     if (d->kind == AK_ATTN_DSV4) {
         for (int64_t j = 0; j < d->window && pos - j >= 0; j++) slots[n++] = slot_of(s, r, pos - j);
@@ -219,7 +219,7 @@ static int reference_row(sim *s, const req *r, int64_t pos, const uint16_t *q_ro
         float *lg = (float *)malloc((size_t)width * 4);
         int32_t *sel = (int32_t *)malloc((size_t)k * 4);
         int32_t *bt = (int32_t *)malloc((size_t)s->max_pages * 4);
-        if (lg == NULL || sel == NULL || bt == NULL) return fail("out of memory");
+        if (lg == NULL || sel == NULL || bt == NULL) return fail("host allocation");
         memcpy(bt, r->pages, (size_t)s->max_pages * 4);
         int64_t shq[4] = {1, 1, d->index_heads, 128};
         ak_tensor qt = ak_tensor_make((void *)iq, AK_DTYPE_E4M3, 4, shq);
@@ -232,7 +232,7 @@ static int reference_row(sim *s, const req *r, int64_t pos, const uint16_t *q_ro
         int64_t *cnt = &n;
         if (d->kind == AK_ATTN_DSV4) {
             eslots = (int32_t *)malloc((size_t)k * 4);
-            if (eslots == NULL) return fail("out of memory");
+            if (eslots == NULL) return fail("host allocation");
             dst = eslots;
             cnt = &ne;
         }
@@ -242,14 +242,14 @@ static int reference_row(sim *s, const req *r, int64_t pos, const uint16_t *q_ro
     } else if (d->kind == AK_ATTN_DSV4 && d->compress_ratio == 128) {
         int64_t nc = (pos + 1) / 128;
         eslots = (int32_t *)malloc((size_t)(nc > 0 ? nc : 1) * 4);
-        if (eslots == NULL) return fail("out of memory");
+        if (eslots == NULL) return fail("host allocation");
         for (int64_t c = 0; c < nc; c++) eslots[ne++] = r->pages[c / EP] * EP + (int32_t)(c % EP);
     }
     int64_t nk = n + ne;
     int32_t hk = d->kind == AK_ATTN_MHA ? d->h_kv : 1;
     float *K = (float *)malloc((size_t)(nk > 0 ? nk : 1) * hk * dq * 4);
     float *V = d->kind == AK_ATTN_MHA ? (float *)malloc((size_t)(nk > 0 ? nk : 1) * hk * dv * 4) : K;
-    if (K == NULL || V == NULL) return fail("out of memory");
+    if (K == NULL || V == NULL) return fail("host allocation");
     if (d->kind == AK_ATTN_MHA) {
         ak_tensor sl = t1(slots, AK_DTYPE_I32, n), kt = t3(K, AK_DTYPE_F32, n, hk, dq), vt = t3(V, AK_DTYPE_F32, n, hk, dv);
         TRY(ak_mha_cache_gather(s->ctx, &s->main, &sl, &kt, &vt), "reference gather");
@@ -262,7 +262,7 @@ static int reference_row(sim *s, const req *r, int64_t pos, const uint16_t *q_ro
         }
     }
     double *logit = (double *)malloc((size_t)(nk > 0 ? nk : 1) * sizeof(double));
-    if (logit == NULL) return fail("out of memory");
+    if (logit == NULL) return fail("host allocation");
     int bad = 0;
     for (int32_t h = 0; h < hq; h++) {
         int32_t g = h / (hq / hk);
@@ -333,7 +333,7 @@ static int run_step(sim *s, int step, int verbose, double *secs, int64_t *tokens
     size_t wsb = 0;
     TRY(ak_plan_workspace_size(plan, &wsb), "ak_plan_workspace_size");
     void *ws = malloc(wsb ? wsb : 1);
-    if (!q || !out || !lse || !iq || !iw || !sink || !bt || !seq || !ws) return fail("out of memory");
+    if (!q || !out || !lse || !iq || !iw || !sink || !bt || !seq || !ws) return fail("host allocation");
     for (int64_t i = 0; i < T * hq * dq; i++) q[i] = f32_to_bf16(rnd_f(s));
     /* e4m3 bytes with exponent field <= 9 and a random sign: finite, |x| < 8 */
     for (int64_t i = 0; i < T * H * 128; i++) iq[i] = (uint8_t)((rnd(s) % 0x50) | (rnd(s) & 0x80));
@@ -549,7 +549,7 @@ int ak_cmd_run(int argc, char **argv) {
         }
     }
     s.free_pages = (int32_t *)malloc((size_t)s.num_pages * 4);
-    if (rc == 0 && (s.main_buf == NULL || s.free_pages == NULL)) rc = fail("out of memory");
+    if (rc == 0 && (s.main_buf == NULL || s.free_pages == NULL)) rc = fail("host allocation");
     if (rc == 0) {
         /* unused pages hold NaN bytes: a kernel reading outside its keys shows up in the checks */
         memset(s.main_buf, 0xff, (size_t)bytes);
@@ -571,8 +571,12 @@ int ak_cmd_run(int argc, char **argv) {
     }
     double total_s = 0, t_begin = now_s();
     int64_t total_tok = 0;
-    int failed = 0, verbose = 1;
+    int failed = 0, verbose = 1, tty = isatty(1);
     for (int step = 0; step < steps && rc == 0; step++) {
+        if (tty && step > 0) { /* progress while the step runs; its figures line replaces it */
+            printf("step %3d/%d: writing, planning, running, checking ...\r", step, steps);
+            fflush(stdout);
+        }
         double secs = 0;
         int64_t tok = 0;
         int r = run_step(&s, step, verbose, &secs, &tok);
