@@ -582,7 +582,8 @@ AK_API ak_status ak_topk(ak_context *ctx, const ak_tensor *logits, const ak_tens
  * was chosen (docs/planner.md lists the rules). Every rejection happens here, with AK_ERR_UNSUPPORTED
  * and a message naming the option and the supported alternatives; ak_plan_run never rejects a
  * request the plan accepted. A plan may be run for any number of steps whose batch has the same
- * phases and query lengths; kv lengths are read from io->seq_lens at run time.
+ * phases and query lengths; kv lengths are read from io->seq_lens at run time and may be anything
+ * from q_len up to the planned kv_len (which sized the workspace).
  */
 typedef enum ak_attn_kind {
     AK_ATTN_MLA = 0,  /* DeepSeek V2/V3 dense MLA (d_qk 576, d_v 512) */

@@ -85,8 +85,7 @@ static ak_status call_meta(call *c, arena *a, int64_t first) {
     if (c->seq == NULL || c->row_ctx == NULL || c->cu_q == NULL) return no_space("row metadata");
     for (int32_t i = 0; i < c->b; i++) {
         int32_t r = c->r + i, q = c->p->q_lens[r];
-        int64_t kv = seq_lens[r * st];
-        if (kv < q) kv = q; /* a shorter length than the plan's rows masks nothing: rows see >= 1 */
+        int64_t kv = seq_lens[r * st]; /* q <= kv <= planned kv (check_io) */
         c->seq[i] = (int32_t)(kv - q + first + c->sq);
         c->cu_q[i] = i * c->sq;
         for (int32_t j = 0; j < c->sq; j++)
@@ -427,6 +426,17 @@ static ak_status check_io(const ak_plan *p, ak_context *ctx, const ak_plan_io *i
         return ak_fail(AK_ERR_INVALID_ARGUMENT,
                        "%s: the plan converts to %s: io.convert_cache of that layout is required", fn,
                        ak_layout_name(p->convert_to));
+    /* Values: every planned request's kv length within [q_len, planned kv_len], which sized the
+       logits widths and workspaces (checked before any op runs, so nothing is written). */
+    const int32_t *sl = (const int32_t *)io->seq_lens->data;
+    for (int32_t r = 0; r < d->num_requests && ctx->backend == AK_BACKEND_CPU; r++) {
+        int32_t v = sl[r * io->seq_lens->strides[0]];
+        if (p->q_lens[r] > 0 && (v < p->q_lens[r] || v > p->kv_lens[r]))
+            return ak_fail(AK_ERR_INVALID_ARGUMENT,
+                           "%s: io.seq_lens[%d] = %d, expected %d..%d (q_len .. the planned kv_len); "
+                           "plan again for longer contexts",
+                           fn, (int)r, (int)v, (int)p->q_lens[r], (int)p->kv_lens[r]);
+    }
     if (ctx->backend != AK_BACKEND_CPU)
         return ak_fail(AK_ERR_MISUSE,
                        "%s: plan built for %s runs on a CPU context here; the CUDA run path "

@@ -590,8 +590,9 @@ static void fx_free(fx *f) {
     ak_context_destroy(f->ctx);
 }
 
-/* Plans with the given preferences and budget, runs, returns out [T, h_q, d_v] f32 (malloc'd), or
-   NULL when the plan was rejected (the rejection must then be AK_ERR_UNSUPPORTED, at plan time). */
+/* Plans with the given preferences and budget, runs, returns out [T, h_q, d_v] f32 followed by lse
+   [T, h_q] f32 in one malloc'd array, or NULL when the plan was rejected (the rejection must then
+   be AK_ERR_UNSUPPORTED, at plan time). */
 static float *fx_run(fx *f, const char *prefill, const char *decode, int64_t budget) {
     ak_plan_desc d = f->d;
     d.num_requests = f->n, d.phases = f->ph, d.q_lens = f->q, d.kv_lens = f->kv;
@@ -604,9 +605,9 @@ static float *fx_run(fx *f, const char *prefill, const char *decode, int64_t bud
     }
     int64_t T = f->T;
     int32_t H = d.index_heads > 0 ? d.index_heads : 1;
-    float *out = (float *)malloc((size_t)(T > 0 ? T : 1) * d.h_q * d.d_v * 4);
-    float *lse = (float *)malloc((size_t)(T > 0 ? T : 1) * d.h_q * 4);
-    ak_poison(out, (size_t)T * d.h_q * d.d_v * 4, AK_DTYPE_F32);
+    float *out = (float *)malloc((size_t)(T > 0 ? T : 1) * d.h_q * (d.d_v + 1) * 4);
+    float *lse = out + T * d.h_q * d.d_v;
+    ak_poison(out, (size_t)T * d.h_q * (d.d_v + 1) * 4, AK_DTYPE_F32);
     ak_tensor q = ak_tensor_make(f->qb, AK_DTYPE_BF16, 3, (int64_t[]){T, d.h_q, d.d_qk});
     ak_tensor o = ak_tensor_make(out, AK_DTYPE_F32, 3, (int64_t[]){T, d.h_q, d.d_v});
     ak_tensor l = ak_tensor_make(lse, AK_DTYPE_F32, 2, (int64_t[]){T, d.h_q});
@@ -627,18 +628,23 @@ static float *fx_run(fx *f, const char *prefill, const char *decode, int64_t bud
     CHECK_STATUS(ak_plan_run(f->ctx, p, &io, ws, wsb), AK_OK);
     /* one byte short is refused before anything runs */
     if (wsb > 0) CHECK_REJECT(ak_plan_run(f->ctx, p, &io, ws, wsb - 1), AK_ERR_WORKSPACE_TOO_SMALL, "workspace");
-    for (int64_t i = 0; i < T * d.h_q * d.d_v; i++)
+    for (int64_t i = 0; i < T * d.h_q * (d.d_v + 1); i++)
         if (out[i] != out[i]) {
             CHECK_MSG(0, "%s/%s: output %lld not written", prefill, decode, (long long)i);
             break;
         }
-    free(ws), free(lse);
+    /* io values outside the plan are refused before anything runs */
+    int32_t keep = f->kv[0];
+    f->kv[0] = keep + 1;
+    CHECK_REJECT(ak_plan_run(f->ctx, p, &io, ws, wsb), AK_ERR_INVALID_ARGUMENT, "seq_lens");
+    f->kv[0] = keep;
+    free(ws);
     ak_plan_destroy(p);
     return out;
 }
 
 static void fx_compare(const char *what, const fx *f, const float *got, const float *ref) {
-    int64_t n = f->T * f->d.h_q * f->d.d_v;
+    int64_t n = f->T * f->d.h_q * (f->d.d_v + 1); /* out, then lse */
     double *r = (double *)malloc((size_t)(n > 0 ? n : 1) * sizeof(double));
     for (int64_t i = 0; i < n; i++) r[i] = ref[i];
     /* Two fp32 CPU paths over the same dequantized keys and the same key sets: they differ only
@@ -682,9 +688,10 @@ AK_TEST(plan_run_matches_direct_ops) {
         fx f;
         fx_init(&f, d, 3, ph, q, kv);
         float *got = fx_run(&f, "auto", "auto", 0);
-        int64_t n = f.T * d.h_q * d.d_v;
+        int64_t n = f.T * d.h_q * (d.d_v + 1);
         float *ref = (float *)malloc((size_t)n * 4);
         ak_poison(ref, (size_t)n * 4, AK_DTYPE_F32);
+        float *ref_lse = ref + f.T * d.h_q * d.d_v;
         ak_tensor bt = ak_tensor_make(f.bt, AK_DTYPE_I32, 2, (int64_t[]){3, f.max_pages});
         ak_tensor sl = ak_tensor_make(f.kv, AK_DTYPE_I32, 1, (int64_t[]){3});
         size_t wsb = 0;
@@ -695,7 +702,8 @@ AK_TEST(plan_run_matches_direct_ops) {
             ak_mla_decode_args a;
             memset(&a, 0, sizeof a);
             a.q = &q4, a.cache = &f.main, a.softmax_scale = d.softmax_scale, a.block_table = &bt;
-            a.seq_lens = &sl, a.causal = 1, a.out = &o4;
+            ak_tensor l3 = ak_tensor_make(ref_lse, AK_DTYPE_F32, 3, (int64_t[]){3, 5, d.h_q});
+            a.seq_lens = &sl, a.causal = 1, a.out = &o4, a.lse = &l3;
             CHECK_STATUS(ak_mla_decode_workspace_size(f.ctx, &a, &wsb), AK_OK);
             ws = malloc(wsb + 1);
             CHECK_STATUS(ak_mla_decode(f.ctx, &a, ws, wsb), AK_OK);
@@ -707,7 +715,9 @@ AK_TEST(plan_run_matches_direct_ops) {
             ak_mha_args a;
             memset(&a, 0, sizeof a);
             a.q = &q3, a.cu_seqlens_q = &cut, a.cache = &f.main, a.block_table = &bt, a.seq_lens = &sl;
+            ak_tensor l2 = ak_tensor_make(ref_lse, AK_DTYPE_F32, 2, (int64_t[]){15, d.h_q});
             a.softmax_scale = d.softmax_scale, a.causal = 1, a.window_left = -1, a.out = &o3;
+            a.lse = &l2;
             CHECK_STATUS(ak_mha_workspace_size(f.ctx, &a, &wsb), AK_OK);
             ws = malloc(wsb + 1);
             CHECK_STATUS(ak_mha(f.ctx, &a, ws, wsb), AK_OK);
