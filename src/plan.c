@@ -255,6 +255,7 @@ typedef struct segcand {
     char why[160];         /* why infeasible */
     cost c, c_index;       /* total; its indexer + top-k part */
     int64_t per_row, fixed, chunk;
+    double kv_sum, keys, idx_pairs; /* cost-model inputs, shown by explain */
 } segcand;
 
 static int32_t lay_bpt(ak_layout l) {
@@ -308,6 +309,9 @@ static void evaluate(ak_plan *p, const costmodel *m, const ak_plan_seg *s, segca
         }
     }
     int64_t width = s->width;
+    c->kv_sum = kv_sum;
+    c->keys = (c->path == AK_PATH_MHA || c->path == AK_PATH_MLA_DENSE) ? keys_dense : keys_sparse;
+    c->idx_pairs = idx_pairs;
     switch (c->path) {
     case AK_PATH_MHA:
         /* GQA kernels read each request's K/V once for all its rows (rows share a tile). */
@@ -780,7 +784,7 @@ static ak_status plan_segment(ak_plan *p, const costmodel *m, ak_plan_seg *s, in
         if (keep != 0) c[0] = c[keep];
         n = 1;
     }
-    int best = -1;
+    int best = -1, shown = 0;
     ak_status first_err = AK_OK;
     char err[512] = "";
     for (int i = 0; i < n; i++) {
@@ -801,6 +805,10 @@ static ak_status plan_segment(ak_plan *p, const costmodel *m, ak_plan_seg *s, in
         }
         evaluate(p, m, s, &c[i], budget);
         p->convert_to = saved;
+        if (!shown++)
+            say(p, "  inputs: %lld rows, %.0f cached tokens, %.0f (row, key) attention pairs, %.0f "
+               "indexer pairs\n",
+            (long long)s->rows, c[i].kv_sum, c[i].keys, c[i].idx_pairs);
         say(p, "  candidate %-22s %s: bytes %.3e, FLOPs %.3e -> %.3e s", k_kernels[c[i].attn].pub.name,
             transform_name(c[i].tf), c[i].c.bytes, c[i].c.flops, c[i].c.secs);
         if (!c[i].feasible)
