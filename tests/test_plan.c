@@ -749,3 +749,37 @@ AK_TEST(plan_run_dsv4_layers) {
         fx_free(&f);
     }
 }
+
+/* auto follows the cost model with the device's constants: on a memory-bound device, gathering
+   once pays off when rows * topk selections dwarf the context (long extend), and reading the cache
+   directly wins when few rows select from a long context. */
+AK_TEST(plan_auto_follows_cost_model) {
+    ak_context *ctx = cpu_ctx();
+    ak_device_info dev;
+    memset(&dev, 0, sizeof dev);
+    dev.backend = AK_BACKEND_CPU;
+    dev.copy_bytes_per_s = 1e12;
+    dev.bf16_flops_per_s = 1e16;
+    struct {
+        int32_t q, kv;
+        const char *want;
+    } cases[] = {{8000, 10000, "gather_sparse_prefill"}, {16, 65536, "sparse_prefill_paged"}};
+    for (int i = 0; i < 2; i++) {
+        ak_plan_desc d = desc_of(AK_ATTN_DSA);
+        ak_phase ph = AK_PHASE_EXTEND;
+        d.num_requests = 1, d.phases = &ph, d.q_lens = &cases[i].q, d.kv_lens = &cases[i].kv;
+        d.device = &dev;
+        ak_plan *p = NULL;
+        CHECK_STATUS(ak_plan_create(ctx, &d, &p), AK_OK);
+        int found = 0;
+        for (int32_t s = 0; p != NULL && s < ak_plan_step_count(p); s++) {
+            ak_plan_step st;
+            ak_plan_step_get(p, s, &st);
+            if (st.kind == AK_STEP_SPARSE_PREFILL) found = strcmp(st.kernel, cases[i].want) == 0;
+        }
+        CHECK_MSG(found, "q %d kv %d: expected %s\n%s", (int)cases[i].q, (int)cases[i].kv,
+                  cases[i].want, ak_plan_explain(p));
+        ak_plan_destroy(p);
+    }
+    ak_context_destroy(ctx);
+}
