@@ -10,7 +10,8 @@
  *     invalid slots give zeros; round-trip error within one e4m3 half step;
  *   - every conversion of the matrix (bytes exact where lossless, oracle bytes where lossy), the
  *     V4 256 -> 64 page split byte by byte (layouts.md 6.3) and back, touched-pages form,
- *     unsupported pairs; bitwise identical results with 1 and 2 threads; the cache audit.
+ *     unsupported pairs; bitwise identical results with 1 and 2 threads; the cache audit;
+ *   - every finite bf16 value through the e4m3 writer (multiply and division paths) vs the oracle.
  *
  * Bad inputs (each CHECK_REJECT'd below; status, and the word the detail line must contain):
  *   ak_cache_write   ctx NULL                                  INVALID_ARGUMENT  "ctx"
@@ -950,5 +951,42 @@ AK_TEST(bad_inputs) {
 
     free(before); free(pb);
     pool_free(&p); pool_free(&v4); pool_free(&ix); pool_free(&b); pool_free(&small);
+    ak_context_destroy(ctx);
+}
+
+/* Every finite bf16 value through the per-tensor writer (k_scale 1: the multiply path; k_scale
+   0.75: the division path) against the oracle's grid search: the e4m3 rounding, ties, the
+   subnormal grid and saturation, value by value. */
+AK_TEST(e4m3_writer_every_bf16_value) {
+    ak_context *ctx = cpu_ctx(2);
+    const int64_t rows = 65536 / 576 + 1;
+    uint16_t *in = (uint16_t *)malloc(2 * (size_t)(rows * 576));
+    int32_t *slots = (int32_t *)malloc(4 * (size_t)rows);
+    for (int64_t i = 0; i < rows * 576; i++) {
+        uint16_t h = (uint16_t)(i & 0xffff);
+        in[i] = (h & 0x7f80) == 0x7f80 ? 0 : h; /* non-finite patterns replaced by 0 */
+    }
+    for (int64_t r = 0; r < rows; r++) slots[r] = (int32_t)r;
+    const float scales[2] = {1.0f, 0.75f};
+    for (int k = 0; k < 2; k++) {
+        pool p = pool_make(AK_LAYOUT_MLA_FP8_PERTENSOR, (int32_t)rows, 1, 0);
+        p.c.k_scale = scales[k];
+        ak_tensor tn = ak_tensor_make(in, AK_DTYPE_BF16, 2, (int64_t[]){rows, 512});
+        tn.strides[0] = 576;
+        ak_tensor tr = ak_tensor_make(in + 512, AK_DTYPE_BF16, 2, (int64_t[]){rows, 64});
+        tr.strides[0] = 576;
+        ak_tensor ts = ak_tensor_make(slots, AK_DTYPE_I32, 1, (int64_t[]){rows});
+        CHECK_STATUS(ak_cache_write(ctx, &p.c, &tn, &tr, &ts, AK_QUANT_DEFAULT), AK_OK);
+        int64_t bad = 0;
+        for (int64_t i = 0; i < rows * 576; i++) {
+            uint8_t want = orc_e4m3_div(orc_bf16(in[i]), scales[k]);
+            if (p.mem[i] != want && bad++ < 3)
+                CHECK_MSG(0, "k_scale %g: bf16 0x%04x -> 0x%02x, oracle 0x%02x", (double)scales[k],
+                          in[i], p.mem[i], want);
+        }
+        pool_free(&p);
+    }
+    free(in);
+    free(slots);
     ak_context_destroy(ctx);
 }

@@ -6,6 +6,7 @@
  * Every op checks the values inside its tensors (slots, page ids, finiteness) in a first pass and
  * writes nothing when one is bad; the second pass runs in parallel over rows or source pages, and
  * each output byte has exactly one writer, so results do not depend on the thread count.
+ * IEEE arithmetic is required (no -ffast-math): quotients and the e4m3 rounding trick rely on it.
  */
 #include "common/internal.h"
 #include "common/kv_access.h"
@@ -69,9 +70,43 @@ static float amax_of(const float *x, int32_t n) {
     return m;
 }
 
-/* IEEE fp32 division (never a reciprocal multiply), saturating RNE to e4m3 (rule F1). */
+/* ak_f32_to_e4m3 without branches, so the loops vectorize (RNE, saturating to +-448, NaN to
+   0x7f); checked equal to it on every fp32 bit pattern. Normals round on the float bits;
+   subnormals (below 2^-6) round |x| * 2^9 to an integer by adding 2^23 (exact: |x| * 2^9 <= 8,
+   and the default rounding mode is to nearest-even). */
+static inline uint8_t e4m3_enc(float x) {
+    int32_t u = (int32_t)ak_f32_bits(x); /* signed lanes: SSE2 has no unsigned compares */
+    int32_t sign = (u >> 24) & 0x80, a = u & 0x7fffffff;
+    int32_t cn = ((a + 0x7ffff + ((a >> 20) & 1)) >> 20) - 960; /* (exp - 120) << 3 | mantissa */
+    int32_t as = a < 0x3c800000 ? a : 0x3c800000; /* keeps the float path in [0, 8] */
+    /* |x| 2^9 + 2^23 rounds to an integer (ulp 1); its low mantissa bits are that integer */
+    int32_t cs = (int32_t)ak_f32_bits(ak_f32_from_bits((uint32_t)as) * 512.0f + 8388608.0f) - 0x4b000000;
+    /* selects as masks: a branch would keep the float ops conditional, which -ftrapping-math
+       forbids the vectorizer to speculate */
+    int32_t sub = -(int32_t)(a < 0x3c800000), sat = -(int32_t)(a > 0x43e00000),
+            nan = -(int32_t)(a > 0x7f800000);
+    int32_t c = (cs & sub) | (cn & ~sub);
+    c = (0x7e & sat) | (c & ~sat);
+    c = (0x7f & nan) | (c & ~nan);
+    return (uint8_t)(sign | c);
+}
+
+/* q = e4m3(x / s) with an IEEE fp32 quotient. For a power-of-two s the product x * (1/s) is the
+   same correctly rounded value as x / s, and much cheaper. */
 static void quant_e4m3(const float *x, int32_t n, float s, uint8_t *q) {
-    for (int32_t i = 0; i < n; i++) q[i] = ak_f32_to_e4m3(x[i] / s);
+    uint32_t sb = ak_f32_bits(s);
+    int pow2 = (sb & 0x7fffffu) == 0 && ((sb >> 23) & 0xffu) > 1u && ((sb >> 23) & 0xffu) < 253u;
+    float inv = 1.0f / s;
+    int32_t i = 0;
+    /* blocks of 16 with a fixed trip count, which -O2 vectorizes */
+    if (pow2) {
+        for (; i + 16 <= n; i += 16)
+            for (int32_t k = 0; k < 16; k++) q[i + k] = e4m3_enc(x[i + k] * inv);
+    } else {
+        for (; i + 16 <= n; i += 16)
+            for (int32_t k = 0; k < 16; k++) q[i + k] = e4m3_enc(x[i + k] / s);
+    }
+    for (; i < n; i++) q[i] = e4m3_enc(pow2 ? x[i] * inv : x[i] / s);
 }
 
 static uint8_t ue8m0_clamp(int32_t k) { /* 2^k as a UE8M0 byte, kept in [1, 254] (rule F2) */
@@ -205,9 +240,50 @@ static int64_t payload_bytes(const ak_cache *c) {
 
 static int is_mha(ak_layout l) { return l == AK_LAYOUT_MHA_NHD || l == AK_LAYOUT_MHA_HND; }
 
-/* Dequantizes one token of an MLA layout into x[d_qk] f32 (kv_access.h, layouts.md 4). */
-static void dec_mla(const ak_cache *c, int64_t stride, int32_t slot, float *x) {
-    ak_kv_decode_mla(c, stride, slot, x);
+/* Dequantizes one token of an MLA layout into x[d_qk] f32 with the arithmetic of
+   ak_kv_decode_mla (kv_access.h, layouts.md 4), reading e4m3 values from a 256-entry table. */
+static void dec_mla(const ak_cache *c, int64_t stride, int32_t slot, const float *lut, float *x) {
+    uint8_t *p[2];
+    int32_t len[2];
+    token_pieces(c, stride, slot, p, len);
+    switch (c->layout) {
+    case AK_LAYOUT_MLA_BF16: {
+        const ak_rec_mla_bf16 *r = (const ak_rec_mla_bf16 *)p[0];
+        for (int d = 0; d < 512; d++) x[d] = ak_bf16_to_f32(r->nope[d]);
+        for (int d = 0; d < 64; d++) x[512 + d] = ak_bf16_to_f32(r->rope[d]);
+        break;
+    }
+    case AK_LAYOUT_MLA_FP8_PERTENSOR: {
+        float s = ak_kv_k_scale(c);
+        for (int d = 0; d < 576; d++) x[d] = lut[p[0][d]] * s;
+        break;
+    }
+    case AK_LAYOUT_DSA_FP8_BLOCKSCALE: {
+        const ak_rec_dsa656 *r = (const ak_rec_dsa656 *)p[0];
+        for (int i = 0; i < 4; i++) {
+            float s = r->scale[i];
+            for (int d = 128 * i; d < 128 * i + 128; d++)
+                x[d] = ak_bf16_to_f32(ak_f32_to_bf16(lut[r->nope[d]] * s));
+        }
+        for (int d = 0; d < 64; d++) x[512 + d] = ak_bf16_to_f32(r->rope[d]);
+        break;
+    }
+    case AK_LAYOUT_DSV4_FP8_UE8M0: {
+        const ak_rec_dsv4_data *r = (const ak_rec_dsv4_data *)p[0];
+        for (int j = 0; j < 7; j++) {
+            float s = ak_ue8m0_to_f32(p[1][j]);
+            for (int d = 64 * j; d < 64 * j + 64; d++) x[d] = lut[r->nope[d]] * s;
+        }
+        for (int d = 0; d < 64; d++) x[448 + d] = ak_bf16_to_f32(r->rope[d]);
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+static void e4m3_table(float *lut) {
+    for (int b = 0; b < 256; b++) lut[b] = ak_e4m3_to_f32((uint8_t)b);
 }
 
 /* ---- write ------------------------------------------------------------------------------------------ */
@@ -373,6 +449,7 @@ typedef struct gather_job {
     int64_t stride;
     const ak_tensor *slots, *out, *out_scale, *v_out;
     int64_t n, cap;
+    float lut[256]; /* e4m3 byte -> f32 */
 } gather_job;
 
 static void gather_rows(void *arg, int64_t item, int32_t thread) {
@@ -399,7 +476,7 @@ static void gather_rows(void *arg, int64_t item, int32_t thread) {
         } else if (c->layout == AK_LAYOUT_INDEXER_FP8) {
             float s;
             const uint8_t *q = ak_kv_indexer_fp8(c, j->stride, slot, &s);
-            for (int d = 0; d < 128; d++) x[d] = ak_e4m3_to_f32(q[d]) * s;
+            for (int d = 0; d < 128; d++) x[d] = j->lut[q[d]] * s;
         } else if (c->layout == AK_LAYOUT_INDEXER_FP4) {
             uint8_t *p[2];
             int32_t len[2];
@@ -410,7 +487,7 @@ static void gather_rows(void *arg, int64_t item, int32_t thread) {
                        ak_ue8m0_to_f32(p[1][d >> 5]);
             }
         } else {
-            dec_mla(c, j->stride, slot, x);
+            dec_mla(c, j->stride, slot, j->lut, x);
         }
         store_f32(o->data, o->dtype, off, w, x);
     }
@@ -446,7 +523,8 @@ static void mha_gather_rows(void *arg, int64_t item, int32_t thread) {
 ak_status ak_cpu_cache_gather(ak_context *ctx, const ak_cache *cache, const ak_tensor *slots,
                               ak_tensor *out, ak_tensor *out_scale) {
     gather_job j = {cache, ak_cache_stride(cache), slots, out, out_scale, NULL,
-                    slots->shape[0], ak_cache_capacity(cache)};
+                    slots->shape[0], ak_cache_capacity(cache), {0}};
+    e4m3_table(j.lut);
     int64_t items = (j.n + ROWS_PER_ITEM - 1) / ROWS_PER_ITEM;
     ak_parallel_for(ctx, items, is_mha(cache->layout) ? mha_gather_rows : gather_rows, &j);
     return AK_OK;
@@ -455,7 +533,7 @@ ak_status ak_cpu_cache_gather(ak_context *ctx, const ak_cache *cache, const ak_t
 ak_status ak_cpu_mha_cache_gather(ak_context *ctx, const ak_cache *cache, const ak_tensor *slots,
                                   ak_tensor *k_out, ak_tensor *v_out) {
     gather_job j = {cache, ak_cache_stride(cache), slots, k_out, NULL, v_out,
-                    slots->shape[0], ak_cache_capacity(cache)};
+                    slots->shape[0], ak_cache_capacity(cache), {0}};
     ak_parallel_for(ctx, (j.n + ROWS_PER_ITEM - 1) / ROWS_PER_ITEM, mha_gather_rows, &j);
     return AK_OK;
 }
@@ -476,6 +554,7 @@ typedef struct conv_job {
     conv_kind kind;
     ak_quant_rule rule;
     int64_t *first_bad;     /* [items] first non-finite slot per item, -1 = none */
+    float lut[256];         /* e4m3 byte -> f32 */
 } conv_job;
 
 static int32_t job_page(const conv_job *j, int64_t item) {
@@ -580,7 +659,7 @@ static void conv_token(const conv_job *j, int32_t slot) {
         return;
     }
     float x[576];
-    dec_mla(s, j->s_stride, slot, x);
+    dec_mla(s, j->s_stride, slot, j->lut, x);
     switch (d->layout) {
     case AK_LAYOUT_MLA_BF16: enc_mla_bf16(dp[0], x); break;
     case AK_LAYOUT_MLA_FP8_PERTENSOR: enc_mla_fp8pt(dp[0], x, ak_kv_k_scale(d)); break;
@@ -614,6 +693,7 @@ ak_status ak_cpu_cache_convert(ak_context *ctx, const ak_cache *src, const ak_ca
     j.pages = pages;
     j.rule = rule;
     j.first_bad = NULL;
+    e4m3_table(j.lut);
     if (is_mha(src->layout)) j.kind = CONV_MHA;
     else if (src->layout == dst->layout) j.kind = CONV_COPY;
     else if (src->layout == AK_LAYOUT_MLA_FP8_PERTENSOR && dst->layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE)
