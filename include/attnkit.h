@@ -392,7 +392,8 @@ AK_API ak_status ak_topk_transform(ak_context *ctx, const ak_transform *tf, cons
  * pos = seq_lens[b] - 1 when cu_seqlens_q is NULL, else rows cu_seqlens_q[b] .. [b+1] at
  * pos = seq_lens[b] - q_len_b + i. indices [rows, window] int32, newest first
  * (indices[t, j] = slot of position pos - j, -1 when pos - j < 0); lengths [rows] int32 =
- * min(pos + 1, window). The slot of a position comes from table/page_size as in PAGED.
+ * min(pos + 1, window). The slot of a position comes from table/page_size as in PAGED. A row
+ * with pos < 0 (a padding request with seq_len 0) is all -1 with length 0.
  */
 AK_API ak_status ak_dsv4_swa_indices(ak_context *ctx, const ak_tensor *seq_lens,
                                      const ak_tensor *cu_seqlens_q, const ak_tensor *table,
@@ -409,6 +410,8 @@ AK_API ak_status ak_dsv4_swa_indices(ak_context *ctx, const ak_tensor *seq_lens,
  *   indices [T, W] int32 with W >= topk + window (W = align_up(topk + window, 128) is customary),
  *   -1 padded; lengths [T] int32 = topk_len + swa_len; swa_offsets [B+1] int32 optional output,
  *   the exclusive prefix sum of gather_len = min(seq_len, q_len + window - 1).
+ * A raw entry that is negative or not causally visible (>= (pos + 1) / ratio) becomes -1 in
+ * place. seq_len < q_len, or c_max < seq_len / ratio, is AK_ERR_INVALID_ARGUMENT.
  */
 AK_API ak_status ak_dsv4_combine_indices(ak_context *ctx, const ak_tensor *raw_topk,
                                          const ak_tensor *seq_lens, const ak_tensor *cu_seqlens_q,
@@ -565,7 +568,8 @@ AK_API ak_status ak_indexer_logits_paged(ak_context *ctx, const ak_tensor *q,
  * order; len > k gives k distinct positions whose logits are >= every other (order unspecified;
  * deterministic = 1 breaks ties by the smaller position and sorts the output ascending by
  * position). NaN ranks below -inf. The transform (NULL = none) is fused: out [rows, k] int32
- * receives transformed indices. Never writes into logits.
+ * receives transformed indices. Never writes into logits. k is 1..2048; row_starts must lie in
+ * [0, width]; a length above the row's window is clamped to it.
  */
 AK_API ak_status ak_topk(ak_context *ctx, const ak_tensor *logits, const ak_tensor *lengths,
                          const ak_tensor *row_starts, int32_t k, int32_t deterministic,

@@ -31,8 +31,8 @@ static ak_status check_heads(const char *fn, const char *arg, int64_t h) {
 }
 
 static ak_status no_cuda(const char *fn) {
-    return ak_fail(AK_ERR_UNSUPPORTED, "%s: no CUDA kernel for this op yet; run it on a CPU context",
-                   fn);
+    return ak_fail(AK_ERR_UNSUPPORTED,
+                   "%s: no CUDA kernel for this op yet; run it on a CPU context", fn);
 }
 
 ak_status ak_indexer_logits_ragged(ak_context *ctx, const ak_tensor *q, const ak_tensor *weights,
@@ -64,7 +64,8 @@ ak_status ak_indexer_logits_ragged(ak_context *ctx, const ak_tensor *q, const ak
     if (!compressed && logits->shape[1] < k->shape[0])
         return ak_fail(AK_ERR_INVALID_ARGUMENT,
                        "%s: logits: width %lld < S_kv %lld; with compressed = 0 column j holds "
-                       "key j", fn, (long long)logits->shape[1], (long long)k->shape[0]);
+                       "key j",
+                       fn, (long long)logits->shape[1], (long long)k->shape[0]);
     if (k->shape[0] > INT32_MAX)
         return ak_fail(AK_ERR_INVALID_ARGUMENT, "%s: k: S_kv is %lld, expected <= 2^31 - 1", fn,
                        (long long)k->shape[0]);
@@ -119,8 +120,8 @@ ak_status ak_topk(ak_context *ctx, const ak_tensor *logits, const ak_tensor *len
     AK_TRY(check_t(ctx, fn, "logits", "[rows, width]", logits, 2, d2, AK_DTYPE_F32));
     int64_t rows = logits->shape[0];
     if (logits->shape[1] > INT32_MAX)
-        return ak_fail(AK_ERR_INVALID_ARGUMENT, "%s: logits: width %lld, expected <= 2^31 - 1",
-                       fn, (long long)logits->shape[1]);
+        return ak_fail(AK_ERR_INVALID_ARGUMENT, "%s: logits: width %lld, expected <= 2^31 - 1", fn,
+                       (long long)logits->shape[1]);
     int64_t dr[1] = {rows};
     AK_TRY(check_t(ctx, fn, "lengths", "[rows]", lengths, 1, dr, AK_DTYPE_I32));
     if (row_starts != NULL)

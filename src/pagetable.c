@@ -39,8 +39,8 @@ static ak_status check_token_table_args(const ak_context *ctx, const char *fn,
     if (kv_start != NULL) AK_TRY(check_i32(ctx, fn, "kv_start", "[B]", kv_start, 1, bd));
     AK_TRY(check_page_size(fn, page_size));
     if (seq_lens->shape[0] > INT32_MAX)
-        return ak_fail(AK_ERR_INVALID_ARGUMENT, "%s: seq_lens: B is %lld, expected <= 2^31 - 1",
-                       fn, (long long)seq_lens->shape[0]);
+        return ak_fail(AK_ERR_INVALID_ARGUMENT, "%s: seq_lens: B is %lld, expected <= 2^31 - 1", fn,
+                       (long long)seq_lens->shape[0]);
     *b = seq_lens->shape[0];
     return AK_OK;
 }
@@ -52,8 +52,8 @@ ak_status ak_block_table_build(ak_context *ctx, const ak_tensor *req_to_token,
     const char *fn = "ak_block_table_build";
     AK_TRY(ak_check_context(ctx, fn));
     int64_t b = 0;
-    AK_TRY(check_token_table_args(ctx, fn, req_to_token, req_ids, kv_start, seq_lens, page_size,
-                                  &b));
+    AK_TRY(
+        check_token_table_args(ctx, fn, req_to_token, req_ids, kv_start, seq_lens, page_size, &b));
     int64_t dims[2] = {b, -1};
     AK_TRY(check_i32(ctx, fn, "block_table", "[B, max_pages]", block_table, 2, dims));
     return AK_DISPATCH(ctx,
@@ -69,8 +69,8 @@ ak_status ak_csr_build(ak_context *ctx, const ak_tensor *req_to_token, const ak_
     const char *fn = "ak_csr_build";
     AK_TRY(ak_check_context(ctx, fn));
     int64_t b = 0;
-    AK_TRY(check_token_table_args(ctx, fn, req_to_token, req_ids, kv_start, seq_lens, page_size,
-                                  &b));
+    AK_TRY(
+        check_token_table_args(ctx, fn, req_to_token, req_ids, kv_start, seq_lens, page_size, &b));
     int64_t dp[1] = {b + 1}, di[1] = {-1}, dl[1] = {b};
     AK_TRY(check_i32(ctx, fn, "kv_indptr", "[B+1]", kv_indptr, 1, dp));
     AK_TRY(check_i32(ctx, fn, "kv_indices", "[capacity]", kv_indices, 1, di));
@@ -128,8 +128,8 @@ ak_status ak_topk_transform(ak_context *ctx, const ak_transform *tf, const ak_te
     if (idx->data == out->data && idx->strides[0] != out->strides[0])
         return ak_fail(AK_ERR_INVALID_ARGUMENT,
                        "%s: out aliases idx with row stride %lld != %lld; an aliased out must "
-                       "have idx's strides", fn, (long long)out->strides[0],
-                       (long long)idx->strides[0]);
+                       "have idx's strides",
+                       fn, (long long)out->strides[0], (long long)idx->strides[0]);
     return AK_DISPATCH(ctx, ak_cpu_topk_transform(ctx, tf, idx, out),
                        ak_cuda_topk_transform(ctx, tf, idx, out));
 }
@@ -178,8 +178,7 @@ ak_status ak_dsv4_swa_indices(ak_context *ctx, const ak_tensor *seq_lens,
 ak_status ak_dsv4_combine_indices(ak_context *ctx, const ak_tensor *raw_topk,
                                   const ak_tensor *seq_lens, const ak_tensor *cu_seqlens_q,
                                   int32_t ratio, int32_t topk, int32_t c_max, int32_t window,
-                                  ak_tensor *indices, ak_tensor *lengths,
-                                  ak_tensor *swa_offsets) {
+                                  ak_tensor *indices, ak_tensor *lengths, ak_tensor *swa_offsets) {
     const char *fn = "ak_dsv4_combine_indices";
     AK_TRY(ak_check_context(ctx, fn));
     AK_TRY(check_v4_rows(ctx, fn, seq_lens, cu_seqlens_q));
@@ -217,11 +216,10 @@ ak_status ak_dsv4_combine_indices(ak_context *ctx, const ak_tensor *raw_topk,
         int64_t ds[1] = {seq_lens->shape[0] + 1};
         AK_TRY(check_i32(ctx, fn, "swa_offsets", "[B+1]", swa_offsets, 1, ds));
     }
-    return AK_DISPATCH(ctx,
-                       ak_cpu_dsv4_combine_indices(ctx, raw_topk, seq_lens, cu_seqlens_q, ratio,
-                                                   topk, c_max, window, indices, lengths,
-                                                   swa_offsets),
-                       ak_cuda_dsv4_combine_indices(ctx, raw_topk, seq_lens, cu_seqlens_q,
-                                                    ratio, topk, c_max, window, indices, lengths,
-                                                    swa_offsets));
+    return AK_DISPATCH(
+        ctx,
+        ak_cpu_dsv4_combine_indices(ctx, raw_topk, seq_lens, cu_seqlens_q, ratio, topk, c_max,
+                                    window, indices, lengths, swa_offsets),
+        ak_cuda_dsv4_combine_indices(ctx, raw_topk, seq_lens, cu_seqlens_q, ratio, topk, c_max,
+                                     window, indices, lengths, swa_offsets));
 }

@@ -32,10 +32,12 @@ static uint8_t rand_e4m3(ak_rng *r) {
                      ak_rng_range(r, 0, 8));
 }
 static void fill_e4m3(ak_rng *r, uint8_t *p, int64_t n) {
-    for (int64_t i = 0; i < n; i++) p[i] = rand_e4m3(r);
+    for (int64_t i = 0; i < n; i++)
+        p[i] = rand_e4m3(r);
 }
 static void fill_w(ak_rng *r, float *w, int64_t n) {
-    for (int64_t i = 0; i < n; i++) w[i] = (float)(ak_rng_normal(r) * 0.1);
+    for (int64_t i = 0; i < n; i++)
+        w[i] = (float)(ak_rng_normal(r) * 0.1);
 }
 static ak_tensor tmake(void *p, ak_dtype dt, int32_t nd, int64_t a, int64_t b, int64_t c,
                        int64_t d) {
@@ -51,7 +53,8 @@ static void ragged_case(ak_rng *r, ak_context **ctx, int64_t s, int64_t skv, int
     fill_e4m3(r, q, s * h * D);
     fill_e4m3(r, k, skv * D);
     fill_w(r, w, s * h);
-    for (int64_t j = 0; j < skv; j++) ksc[j] = (float)(0.01 + ak_rng_uniform(r));
+    for (int64_t j = 0; j < skv; j++)
+        ksc[j] = (float)(0.01 + ak_rng_uniform(r));
     int64_t maxw = 0;
     for (int64_t i = 0; i < s; i++) {
         ks[i] = (int32_t)ak_rng_range(r, 0, skv + 1);
@@ -65,19 +68,25 @@ static void ragged_case(ak_rng *r, ak_context **ctx, int64_t s, int64_t skv, int
     for (int64_t i = 0; i < s; i++)
         for (int64_t c = 0; c < width; c++) {
             int64_t key = compressed ? ks[i] + c : c;
-            ref[i * width + c] = (key >= ks[i] && key < ke[i])
-                                     ? orc_indexer_logit(q + i * h * D, w + i * h, h, k + key * D, ksc[key])
-                                     : clean ? -INFINITY : NAN; /* untouched poison */
+            ref[i * width + c] =
+                (key >= ks[i] && key < ke[i])
+                    ? orc_indexer_logit(q + i * h * D, w + i * h, h, k + key * D, ksc[key])
+                : clean ? -INFINITY
+                        : NAN; /* untouched poison */
         }
-    ak_tensor tq = tmake(q, AK_DTYPE_E4M3, 3, s, h, D, 0), tw = tmake(w, AK_DTYPE_F32, 2, s, h, 0, 0),
-              tk = tmake(k, AK_DTYPE_E4M3, 2, skv, D, 0, 0), tsc = tmake(ksc, AK_DTYPE_F32, 1, skv, 0, 0, 0),
-              tks = tmake(ks, AK_DTYPE_I32, 1, s, 0, 0, 0), tke = tmake(ke, AK_DTYPE_I32, 1, s, 0, 0, 0);
+    ak_tensor tq = tmake(q, AK_DTYPE_E4M3, 3, s, h, D, 0),
+              tw = tmake(w, AK_DTYPE_F32, 2, s, h, 0, 0),
+              tk = tmake(k, AK_DTYPE_E4M3, 2, skv, D, 0, 0),
+              tsc = tmake(ksc, AK_DTYPE_F32, 1, skv, 0, 0, 0),
+              tks = tmake(ks, AK_DTYPE_I32, 1, s, 0, 0, 0),
+              tke = tmake(ke, AK_DTYPE_I32, 1, s, 0, 0, 0);
     for (int c = 0; c < 2; c++) {
         out[c] = malloc((size_t)(s * width) * 4);
         ak_poison(out[c], (size_t)(s * width) * 4, AK_DTYPE_F32);
         ak_tensor tl = tmake(out[c], AK_DTYPE_F32, 2, s, width, 0, 0);
         CHECK_STATUS(ak_indexer_logits_ragged(ctx[c], &tq, &tw, &tk, &tsc, &tks, &tke, compressed,
-                                              clean, &tl), AK_OK);
+                                              clean, &tl),
+                     AK_OK);
         ak_compare(compressed ? "ragged compressed" : "ragged", out[c], ref, s * width, k_tol);
     }
     CHECK_MSG(memcmp(out[0], out[1], (size_t)(s * width) * 4) == 0,
@@ -105,15 +114,17 @@ static void paged_case(ak_rng *r, ak_context **ctx, int64_t b, int64_t next_n, i
     memset(pool, 0x7f, (size_t)num_pages * PAGE_BYTES); /* NaN everywhere not written */
     int32_t *bt = malloc((size_t)(b * max_pages) * 4);
     int32_t *perm = malloc((size_t)num_pages * 4);
-    for (int32_t i = 0; i < num_pages; i++) perm[i] = i;
+    for (int32_t i = 0; i < num_pages; i++)
+        perm[i] = i;
     for (int32_t i = num_pages - 1; i > 0; i--) {
         int32_t j = (int32_t)ak_rng_range(r, 0, i + 1), t = perm[i];
         perm[i] = perm[j], perm[j] = t;
     }
     int64_t nl = per_row_len ? b * next_n : b;
     int32_t *lens = malloc((size_t)nl * 4);
-    for (int64_t i = 0; i < nl; i++) lens[i] = (int32_t)ak_rng_range(r, 0, max_pages * PAGE + 40);
-    lens[0] = 0; /* context_len 0 */
+    for (int64_t i = 0; i < nl; i++)
+        lens[i] = (int32_t)ak_rng_range(r, 0, max_pages * PAGE + 40);
+    lens[0] = 0;                                     /* context_len 0 */
     if (nl > 1) lens[nl - 1] = (int32_t)width + 100; /* clamped to the width */
     static const int32_t bad[] = {-1, -7, 12, 2147480000};
     for (int64_t i = 0; i < b * max_pages; i++) {
@@ -151,7 +162,8 @@ static void paged_case(ak_rng *r, ak_context **ctx, int64_t b, int64_t next_n, i
                     const uint8_t *page = pool + (int64_t)id * PAGE_BYTES;
                     float sc;
                     memcpy(&sc, page + PAGE * D + (p % PAGE) * 4, 4);
-                    v = orc_indexer_logit(q + row * h * D, w + row * h, h, page + (p % PAGE) * D, sc);
+                    v = orc_indexer_logit(q + row * h * D, w + row * h, h, page + (p % PAGE) * D,
+                                          sc);
                 }
             }
             ref[row * width + p] = v;
@@ -169,12 +181,14 @@ static void paged_case(ak_rng *r, ak_context **ctx, int64_t b, int64_t next_n, i
         out[c] = malloc((size_t)(rows * width) * 4);
         ak_poison(out[c], (size_t)(rows * width) * 4, AK_DTYPE_F32);
         ak_tensor tl = tmake(out[c], AK_DTYPE_F32, 2, rows, width, 0, 0);
-        CHECK_STATUS(ak_indexer_logits_paged(ctx[c], &tq, &tw, &cache, &tb, &tc, clean, &tl), AK_OK);
+        CHECK_STATUS(ak_indexer_logits_paged(ctx[c], &tq, &tw, &cache, &tb, &tc, clean, &tl),
+                     AK_OK);
         ak_compare("paged", out[c], ref, rows * width, k_tol);
     }
     CHECK_MSG(memcmp(out[0], out[1], (size_t)(rows * width) * 4) == 0,
               "paged logits differ between 1 and 2 threads");
-    free(pool), free(bt), free(perm), free(lens), free(q), free(w), free(ref), free(out[0]), free(out[1]);
+    free(pool), free(bt), free(perm), free(lens), free(q), free(w), free(ref), free(out[0]),
+        free(out[1]);
 }
 
 AK_TEST(indexer_paged) {
@@ -194,9 +208,12 @@ AK_TEST(indexer_rejects) {
     static uint8_t q[2 * 4 * D], k[10 * D], pool[2 * PAGE_BYTES];
     static float w[2 * 4], ksc[10], logits[2 * 16];
     int32_t ks[2] = {0, 2}, ke[2] = {5, 11}, bt[2] = {0, 1}, cl[2] = {3, 4};
-    ak_tensor tq = tmake(q, AK_DTYPE_E4M3, 3, 2, 4, D, 0), tw = tmake(w, AK_DTYPE_F32, 2, 2, 4, 0, 0),
-              tk = tmake(k, AK_DTYPE_E4M3, 2, 10, D, 0, 0), tsc = tmake(ksc, AK_DTYPE_F32, 1, 10, 0, 0, 0),
-              tks = tmake(ks, AK_DTYPE_I32, 1, 2, 0, 0, 0), tke = tmake(ke, AK_DTYPE_I32, 1, 2, 0, 0, 0),
+    ak_tensor tq = tmake(q, AK_DTYPE_E4M3, 3, 2, 4, D, 0),
+              tw = tmake(w, AK_DTYPE_F32, 2, 2, 4, 0, 0),
+              tk = tmake(k, AK_DTYPE_E4M3, 2, 10, D, 0, 0),
+              tsc = tmake(ksc, AK_DTYPE_F32, 1, 10, 0, 0, 0),
+              tks = tmake(ks, AK_DTYPE_I32, 1, 2, 0, 0, 0),
+              tke = tmake(ke, AK_DTYPE_I32, 1, 2, 0, 0, 0),
               tl = tmake(logits, AK_DTYPE_F32, 2, 2, 16, 0, 0);
     CHECK_REJECT(ak_indexer_logits_ragged(ctx, &tq, &tw, &tk, &tsc, &tks, &tke, 0, 1, &tl),
                  AK_ERR_INVALID_ARGUMENT, "ke[1]");
@@ -227,7 +244,8 @@ AK_TEST(indexer_rejects) {
 
     ak_cache cache;
     CHECK_STATUS(ak_cache_init(&cache, AK_LAYOUT_INDEXER_FP8, pool, 2, PAGE), AK_OK);
-    ak_tensor pq = tmake(q, AK_DTYPE_E4M3, 4, 2, 1, 4, D), tb = tmake(bt, AK_DTYPE_I32, 2, 2, 1, 0, 0),
+    ak_tensor pq = tmake(q, AK_DTYPE_E4M3, 4, 2, 1, 4, D),
+              tb = tmake(bt, AK_DTYPE_I32, 2, 2, 1, 0, 0),
               tc = tmake(cl, AK_DTYPE_I32, 1, 2, 0, 0, 0);
     CHECK_STATUS(ak_indexer_logits_paged(ctx, &pq, &tw, &cache, &tb, &tc, 1, &tl), AK_OK);
     ak_cache wrong = cache;

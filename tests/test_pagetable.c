@@ -29,11 +29,13 @@ static ak_tensor t2(int32_t *p, int64_t a, int64_t b) {
 }
 static int32_t *ialloc(int64_t n) {
     int32_t *p = (int32_t *)malloc((size_t)(n > 0 ? n : 1) * sizeof(int32_t));
-    for (int64_t i = 0; i < n; i++) p[i] = POISON_I32;
+    for (int64_t i = 0; i < n; i++)
+        p[i] = POISON_I32;
     return p;
 }
 static void poison(int32_t *p, int64_t n) {
-    for (int64_t i = 0; i < n; i++) p[i] = POISON_I32;
+    for (int64_t i = 0; i < n; i++)
+        p[i] = POISON_I32;
 }
 static int same(const int32_t *a, const int32_t *b, int64_t n, const char *what) {
     for (int64_t i = 0; i < n; i++)
@@ -64,7 +66,8 @@ static pool pool_make(ak_rng *r, int64_t b, int32_t page, int32_t max_len, int64
     p.req_ids = ialloc(b);
     p.kv_start = ialloc(b);
     p.seq_lens = ialloc(b);
-    for (int64_t i = 0; i < b; i++) p.req_ids[i] = (int32_t)(p.rows - 1 - i); /* reversed rows */
+    for (int64_t i = 0; i < b; i++)
+        p.req_ids[i] = (int32_t)(p.rows - 1 - i); /* reversed rows */
     for (int64_t i = 0; i < b; i++) {
         int64_t len = ak_rng_range(r, 0, 4) == 0 ? 0 : ak_rng_range(r, 1, max_len + 1);
         p.seq_lens[i] = (int32_t)len;
@@ -116,8 +119,8 @@ AK_TEST(block_table_all_page_sizes) {
 AK_TEST(block_table_defaults_and_rejects) {
     ak_context *ctx = ctx_make(2);
     /* two requests, rows 0 and 1, page size 4, no req_ids / kv_start */
-    int32_t r2t[2 * 8] = {8, 9, 10, 11, 4, 5, 6, 7, /* request 0: pages 2, 1 */
-                          0, 1, 2, -1, -1, -1, -1, -1};
+    int32_t r2t[2 * 8] = {8, 9, 10, 11, 4,  5,  6,  7, /* request 0: pages 2, 1 */
+                          0, 1, 2,  -1, -1, -1, -1, -1};
     int32_t sl[2] = {6, 3}, bt[2 * 3];
     ak_tensor tr = t2(r2t, 2, 8), ts = t1(sl, 2), tb = t2(bt, 2, 3);
     CHECK_STATUS(ak_block_table_build(ctx, &tr, NULL, NULL, &ts, 4, &tb), AK_OK);
@@ -165,7 +168,8 @@ AK_TEST(block_table_defaults_and_rejects) {
     int32_t neg[2] = {-5, 0};
     ak_tensor tn = t1(neg, 2);
     CHECK_STATUS(ak_block_table_build(ctx, &tr, NULL, NULL, &tn, 4, &tb), AK_OK);
-    for (int i = 0; i < 6; i++) CHECK(bt[i] == -1);
+    for (int i = 0; i < 6; i++)
+        CHECK(bt[i] == -1);
     ak_context_destroy(ctx);
 }
 
@@ -177,7 +181,8 @@ AK_TEST(csr_all_page_sizes) {
         int32_t P = k_page_sizes[ps];
         pool p = pool_make(&r, 6, P, P * 4 + 3, 2147483647LL / P);
         int64_t cap = 0;
-        for (int64_t i = 0; i < p.b; i++) cap += (p.seq_lens[i] + P - 1) / P;
+        for (int64_t i = 0; i < p.b; i++)
+            cap += (p.seq_lens[i] + P - 1) / P;
         cap += 5;
         int32_t *rp = ialloc(p.b + 1), *ri = ialloc(cap), *rl = ialloc(p.b);
         int32_t *gp = ialloc(p.b + 1), *gi = ialloc(cap), *gl = ialloc(p.b);
@@ -211,7 +216,7 @@ static void fill_idx(ak_rng *r, int32_t *idx, int64_t n, int64_t max_pos) {
     static const int32_t odd[] = {-1, -2, -123456, INT32_MIN, INT32_MAX, 2147480000, 114514};
     for (int64_t i = 0; i < n; i++)
         idx[i] = ak_rng_range(r, 0, 6) == 0 ? odd[ak_rng_range(r, 0, 7)]
-                                             : (int32_t)ak_rng_range(r, 0, max_pos);
+                                            : (int32_t)ak_rng_range(r, 0, max_pos);
 }
 
 AK_TEST(transforms_against_oracle) {
@@ -225,8 +230,10 @@ AK_TEST(transforms_against_oracle) {
         for (int64_t i = 0; i < b * width; i++) {
             int64_t u = ak_rng_range(&r, 0, 10);
             /* valid ids, -1, other negatives, and page ids whose slots overflow int32 */
-            table[i] = u < 6 ? (int32_t)ak_rng_range(&r, 0, 2147483647LL / P)
-                             : u < 8 ? -1 : u < 9 ? -77 : INT32_MAX - 3;
+            table[i] = u < 6   ? (int32_t)ak_rng_range(&r, 0, 2147483647LL / P)
+                       : u < 8 ? -1
+                       : u < 9 ? -77
+                               : INT32_MAX - 3;
         }
         cuq[0] = 0;
         cuk[0] = (int32_t)ak_rng_range(&r, 0, 50);
@@ -241,7 +248,8 @@ AK_TEST(transforms_against_oracle) {
         for (int kind = 0; kind < 3; kind++)
             for (int with_q = 0; with_q < 2; with_q++) {
                 ak_transform tf = {(ak_index_transform)kind, &tt, P, with_q ? &tq : NULL, &tk};
-                orc_transform(kind, table, b, width, P, with_q ? cuq : NULL, cuk, idx, rows, k, ref);
+                orc_transform(kind, table, b, width, P, with_q ? cuq : NULL, cuk, idx, rows, k,
+                              ref);
                 for (int c = 0; c < 2; c++) {
                     poison(got, rows * k);
                     CHECK_STATUS(ak_topk_transform(ctx[c], &tf, &ti, &to), AK_OK);
@@ -279,7 +287,8 @@ AK_TEST(transform_corners_and_rejects) {
     int32_t two[12] = {0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5}, out2[12];
     ak_tensor t2i = t2(two, 2, 6), t2o = t2(out2, 2, 6);
     CHECK_STATUS(ak_topk_transform(ctx, &tf, &t2i, &t2o), AK_OK);
-    for (int j = 0; j < 6; j++) CHECK(out2[6 + j] == -1 && out2[j] == 192 + j);
+    for (int j = 0; j < 6; j++)
+        CHECK(out2[6 + j] == -1 && out2[j] == 192 + j);
     /* bad inputs */
     CHECK_REJECT(ak_topk_transform(ctx, NULL, &ti, &to), AK_ERR_INVALID_ARGUMENT, "tf");
     ak_transform bad = tf;
@@ -329,8 +338,9 @@ AK_TEST(swa_indices_against_oracle) {
             for (int c = 0; c < 2; c++) {
                 poison(gi, rows * window);
                 poison(gl, rows);
-                CHECK_STATUS(ak_dsv4_swa_indices(ctx[c], &ts, with_q ? &tq : NULL, &tt, P, window,
-                                                 &ti, &tl), AK_OK);
+                CHECK_STATUS(
+                    ak_dsv4_swa_indices(ctx[c], &ts, with_q ? &tq : NULL, &tt, P, window, &ti, &tl),
+                    AK_OK);
                 same(gi, ri, rows * window, "swa indices");
                 same(gl, rl, rows, "swa lengths");
             }
@@ -444,5 +454,26 @@ AK_TEST(combine_rejects) {
     ak_tensor tl_bad = t1(len, 1);
     CHECK_REJECT(ak_dsv4_combine_indices(ctx, NULL, &ts, &tq, 4, 4, 4, 128, &ti, &tl_bad, NULL),
                  AK_ERR_INVALID_ARGUMENT, "lengths");
+    ak_context_destroy(ctx);
+}
+
+AK_TEST(combine_decode_rows_without_cu_seqlens) {
+    ak_context *ctx = ctx_make(2);
+    /* one row per request (q_len 1), C4 dense positions, W = 256 */
+    int32_t sl[3] = {5, 300, 1}, c_max = 75, topk = 64, window = 128;
+    int64_t w = 256, rows = 4; /* one padding row */
+    int32_t ri[4 * 256], rl[4], ro[4], gi[4 * 256], gl[4], go[4];
+    orc_combine(NULL, sl, NULL, 3, 4, topk, c_max, window, ri, w, rl, rows, ro);
+    ak_tensor ts = t1(sl, 3), ti = t2(gi, rows, w), tl = t1(gl, rows), to = t1(go, 4);
+    poison(gi, rows * w);
+    CHECK_STATUS(
+        ak_dsv4_combine_indices(ctx, NULL, &ts, NULL, 4, topk, c_max, window, &ti, &tl, &to),
+        AK_OK);
+    same(gi, ri, rows * w, "decode combined indices");
+    same(gl, rl, rows, "decode combined lengths");
+    same(go, ro, 4, "decode swa_offsets");
+    /* request 1 at pos 299: 64 compressed entries (75 visible, topk 64), then 128 window rows */
+    CHECK(gl[1] == 64 + 128 && gi[1 * 256] == 75 && gi[1 * 256 + 64] == 3 * 75 + 5);
+    CHECK(gl[3] == 0 && gi[3 * 256] == -1);
     ak_context_destroy(ctx);
 }

@@ -36,20 +36,26 @@ static ak_tensor tf2(float *p, int64_t a, int64_t b) {
 static void fill_logits(ak_rng *r, float *x, int64_t n, int ties) {
     for (int64_t i = 0; i < n; i++) {
         int64_t u = ak_rng_range(r, 0, 100);
-        if (u == 0) x[i] = NAN;
-        else if (u == 1) x[i] = -INFINITY;
-        else if (u == 2) x[i] = INFINITY;
-        else if (u == 3) x[i] = -0.0f;
-        else if (ties) x[i] = (float)ak_rng_range(r, -20, 20) * 0.5f;
-        else x[i] = (float)ak_rng_normal(r);
+        if (u == 0)
+            x[i] = NAN;
+        else if (u == 1)
+            x[i] = -INFINITY;
+        else if (u == 2)
+            x[i] = INFINITY;
+        else if (u == 3)
+            x[i] = -0.0f;
+        else if (ties)
+            x[i] = (float)ak_rng_range(r, -20, 20) * 0.5f;
+        else
+            x[i] = (float)ak_rng_normal(r);
     }
 }
 
 /* Runs top-k on both contexts and compares each row with the oracle (plus the transform). */
 static void run_case(ak_context **ctx, float *logits, int64_t rows, int64_t width, int32_t *lens,
                      int32_t *starts, int32_t k, const ak_transform *tf, int tf_kind,
-                     const int32_t *table, int64_t tb, int64_t tw, int32_t page,
-                     const int32_t *cuq, const int32_t *cuk, const char *what) {
+                     const int32_t *table, int64_t tb, int64_t tw, int32_t page, const int32_t *cuq,
+                     const int32_t *cuk, const char *what) {
     int32_t *ref = (int32_t *)malloc((size_t)(rows * k) * 4);
     int32_t *pos = (int32_t *)malloc((size_t)(rows * k) * 4);
     int32_t *got = (int32_t *)malloc((size_t)(rows * k) * 4);
@@ -58,8 +64,10 @@ static void run_case(ak_context **ctx, float *logits, int64_t rows, int64_t widt
         if (len > width - s) len = width - s;
         orc_topk(logits + t * width + s, len, k, pos + t * k);
     }
-    if (tf) orc_transform(tf_kind, table, tb, tw, page, cuq, cuk, pos, rows, k, ref);
-    else memcpy(ref, pos, (size_t)(rows * k) * 4);
+    if (tf)
+        orc_transform(tf_kind, table, tb, tw, page, cuq, cuk, pos, rows, k, ref);
+    else
+        memcpy(ref, pos, (size_t)(rows * k) * 4);
     size_t lb = (size_t)(rows * width) * 4;
     float *keep = (float *)malloc(lb);
     memcpy(keep, logits, lb);
@@ -67,7 +75,8 @@ static void run_case(ak_context **ctx, float *logits, int64_t rows, int64_t widt
               to = ti2(got, rows, k);
     for (int c = 0; c < 2; c++)
         for (int det = 0; det < 2; det++) {
-            for (int64_t i = 0; i < rows * k; i++) got[i] = POISON_I32;
+            for (int64_t i = 0; i < rows * k; i++)
+                got[i] = POISON_I32;
             CHECK_STATUS(ak_topk(ctx[c], &tl, &tn, starts ? &ts : NULL, k, det, tf, &to), AK_OK);
             /* the CPU default mode is the deterministic algorithm too */
             for (int64_t i = 0; i < rows * k; i++)
@@ -88,14 +97,16 @@ AK_TEST(topk_short_rows_positional) {
     int64_t rows = 6, width = 40;
     float x[6 * 40];
     fill_logits(&r, x, rows * width, 0);
-    for (int i = 0; i < 40; i++) x[i] = NAN; /* garbage inside a short window is ignored */
+    for (int i = 0; i < 40; i++)
+        x[i] = NAN;                             /* garbage inside a short window is ignored */
     int32_t lens[6] = {0, -7, 1, 16, 15, 1000}; /* 1000 clamps to the width 40 > k */
     run_case(ctx, x, rows, width, lens, NULL, 16, NULL, 0, NULL, 0, 0, 1, NULL, NULL, "short");
     int32_t got[6 * 16];
     ak_tensor tl = tf2(x, rows, width), tn = ti1(lens, rows), to = ti2(got, rows, 16);
     CHECK_STATUS(ak_topk(ctx[1], &tl, &tn, NULL, 16, 1, NULL, &to), AK_OK);
     CHECK(got[0] == -1 && got[16] == -1 && got[32] == 0 && got[33] == -1);
-    for (int j = 0; j < 16; j++) CHECK(got[48 + j] == j);
+    for (int j = 0; j < 16; j++)
+        CHECK(got[48 + j] == j);
     CHECK(got[64 + 14] == 14 && got[64 + 15] == -1);
     ak_context_destroy(ctx[0]);
     ak_context_destroy(ctx[1]);
@@ -160,7 +171,8 @@ AK_TEST(topk_fused_transforms) {
     float *x = (float *)malloc((size_t)(rows * width) * 4);
     fill_logits(&r, x, rows * width, 1);
     int32_t lens[8], cuq[4] = {0, 3, 3, 6}, cuk[4] = {0, 700, 700, 1100}; /* an empty request */
-    for (int64_t t = 0; t < rows; t++) lens[t] = (int32_t)ak_rng_range(&r, 0, width + 1);
+    for (int64_t t = 0; t < rows; t++)
+        lens[t] = (int32_t)ak_rng_range(&r, 0, width + 1);
     const int32_t pages[3] = {1, 64, 256};
     for (int pi = 0; pi < 3; pi++) {
         int32_t P = pages[pi];

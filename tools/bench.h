@@ -61,5 +61,7 @@ int ak_bench_wants(const char *op, const char *name);
 ak_status ak_bench_codec(ak_context *ctx, const ak_bench_opts *o, const char *op, ak_bench_list *out);
 ak_status ak_bench_mla(ak_context *ctx, const ak_bench_opts *o, const char *op, ak_bench_list *out);
 ak_status ak_bench_mha(ak_context *ctx, const ak_bench_opts *o, const char *op, ak_bench_list *out);
+ak_status ak_bench_pagetable(ak_context *ctx, const ak_bench_opts *o, const char *op,
+                             ak_bench_list *out);
 
 #endif

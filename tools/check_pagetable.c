@@ -12,15 +12,15 @@
 #include "check.h"
 #include "devmem.h"
 
-#define CK_TRY(expr)                                                                              \
-    do {                                                                                          \
-        ak_status ck_s_ = (expr);                                                                 \
-        if (ck_s_ != AK_OK) return ck_s_;                                                         \
+#define CK_TRY(expr)                                                                               \
+    do {                                                                                           \
+        ak_status ck_s_ = (expr);                                                                  \
+        if (ck_s_ != AK_OK) return ck_s_;                                                          \
     } while (0)
 
 /* One host buffer staged on a context: inputs are copied, outputs are filled with 0x5a. */
 typedef struct ck_buf {
-    void *host;       /* inputs: the data; outputs: receives the result */
+    void *host; /* inputs: the data; outputs: receives the result */
     int32_t ndim;
     int64_t shape[2];
     int32_t out;
@@ -72,7 +72,9 @@ static void ck_report(ak_check_report *rep, const char *op, const char *shape, a
                  ak_status_name(st), ak_last_error());
     } else {
         for (int i = 0; i < n && res.passed; i++)
-            if (ref[i].out) ak_check_compare_bytes(test[i].host, ref[i].host, (size_t)ck_numel(&ref[i]) * 4, &res);
+            if (ref[i].out)
+                ak_check_compare_bytes(test[i].host, ref[i].host, (size_t)ck_numel(&ref[i]) * 4,
+                                       &res);
         if (res.passed) snprintf(res.note, sizeof res.note, "exact");
     }
     ak_check_report_add(rep, &res);
@@ -89,7 +91,8 @@ static ck_pool ck_pool_make(uint64_t *rng, int64_t b, int32_t page, int32_t max_
     p.r2t = (int32_t *)malloc((size_t)(b * max_len) * 4);
     p.lens = (int32_t *)malloc((size_t)b * 4);
     int64_t pages_per = (max_len + page - 1) / page, next = 0;
-    for (int64_t i = 0; i < b * max_len; i++) p.r2t[i] = -1;
+    for (int64_t i = 0; i < b * max_len; i++)
+        p.r2t[i] = -1;
     for (int64_t r = 0; r < b; r++) {
         p.lens[r] = r % 5 == 3 ? 0 : (int32_t)(ck_next(rng) % (uint64_t)(max_len + 1));
         for (int64_t pos = 0; pos < p.lens[r]; pos++) {
@@ -117,12 +120,17 @@ static ak_status check_builders(ak_context *ref, ak_context *test, const ak_chec
         if (ak_check_wants(rep, "block_table")) {
             snprintf(shape, sizeof shape, "B %lld, page %d, max_pages %lld", (long long)b, (int)P,
                      (long long)mp);
-            int32_t *o1 = (int32_t *)malloc((size_t)(b * mp) * 4), *o2 = (int32_t *)malloc((size_t)(b * mp) * 4);
-            ck_buf br[3] = {{pool.r2t, 2, {b, max_len}, 0}, {pool.lens, 1, {b}, 0}, {o1, 2, {b, mp}, 1}};
-            ck_buf bt[3] = {{pool.r2t, 2, {b, max_len}, 0}, {pool.lens, 1, {b}, 0}, {o2, 2, {b, mp}, 1}};
+            int32_t *o1 = (int32_t *)malloc((size_t)(b * mp) * 4),
+                    *o2 = (int32_t *)malloc((size_t)(b * mp) * 4);
+            ck_buf br[3] = {
+                {pool.r2t, 2, {b, max_len}, 0}, {pool.lens, 1, {b}, 0}, {o1, 2, {b, mp}, 1}};
+            ck_buf bt[3] = {
+                {pool.r2t, 2, {b, max_len}, 0}, {pool.lens, 1, {b}, 0}, {o2, 2, {b, mp}, 1}};
             ak_status sr = ck_stage(ref, br, 3), st = ck_stage(test, bt, 3);
-            if (sr == AK_OK) sr = ak_block_table_build(ref, &br[0].t, NULL, NULL, &br[1].t, P, &br[2].t);
-            if (st == AK_OK) st = ak_block_table_build(test, &bt[0].t, NULL, NULL, &bt[1].t, P, &bt[2].t);
+            if (sr == AK_OK)
+                sr = ak_block_table_build(ref, &br[0].t, NULL, NULL, &br[1].t, P, &br[2].t);
+            if (st == AK_OK)
+                st = ak_block_table_build(test, &bt[0].t, NULL, NULL, &bt[1].t, P, &bt[2].t);
             sr = ck_fetch_free(ref, br, 3, sr);
             st = ck_fetch_free(test, bt, 3, st);
             ck_report(rep, "block_table", shape, sr, st, br, bt, 3);
@@ -132,20 +140,30 @@ static ak_status check_builders(ak_context *ref, ak_context *test, const ak_chec
             snprintf(shape, sizeof shape, "B %lld, page %d, capacity %lld", (long long)b, (int)P,
                      (long long)cap);
             int32_t *h[6];
-            for (int i = 0; i < 6; i++) h[i] = (int32_t *)malloc((size_t)cap * 4);
-            ck_buf br[5] = {{pool.r2t, 2, {b, max_len}, 0}, {pool.lens, 1, {b}, 0},
-                            {h[0], 1, {b + 1}, 1}, {h[1], 1, {cap}, 1}, {h[2], 1, {b}, 1}};
-            ck_buf bt[5] = {{pool.r2t, 2, {b, max_len}, 0}, {pool.lens, 1, {b}, 0},
-                            {h[3], 1, {b + 1}, 1}, {h[4], 1, {cap}, 1}, {h[5], 1, {b}, 1}};
+            for (int i = 0; i < 6; i++)
+                h[i] = (int32_t *)malloc((size_t)cap * 4);
+            ck_buf br[5] = {{pool.r2t, 2, {b, max_len}, 0},
+                            {pool.lens, 1, {b}, 0},
+                            {h[0], 1, {b + 1}, 1},
+                            {h[1], 1, {cap}, 1},
+                            {h[2], 1, {b}, 1}};
+            ck_buf bt[5] = {{pool.r2t, 2, {b, max_len}, 0},
+                            {pool.lens, 1, {b}, 0},
+                            {h[3], 1, {b + 1}, 1},
+                            {h[4], 1, {cap}, 1},
+                            {h[5], 1, {b}, 1}};
             ak_status sr = ck_stage(ref, br, 5), st = ck_stage(test, bt, 5);
             if (sr == AK_OK)
-                sr = ak_csr_build(ref, &br[0].t, NULL, NULL, &br[1].t, P, &br[2].t, &br[3].t, &br[4].t);
+                sr = ak_csr_build(ref, &br[0].t, NULL, NULL, &br[1].t, P, &br[2].t, &br[3].t,
+                                  &br[4].t);
             if (st == AK_OK)
-                st = ak_csr_build(test, &bt[0].t, NULL, NULL, &bt[1].t, P, &bt[2].t, &bt[3].t, &bt[4].t);
+                st = ak_csr_build(test, &bt[0].t, NULL, NULL, &bt[1].t, P, &bt[2].t, &bt[3].t,
+                                  &bt[4].t);
             sr = ck_fetch_free(ref, br, 5, sr);
             st = ck_fetch_free(test, bt, 5, st);
             ck_report(rep, "csr", shape, sr, st, br, bt, 5);
-            for (int i = 0; i < 6; i++) free(h[i]);
+            for (int i = 0; i < 6; i++)
+                free(h[i]);
         }
         free(pool.r2t), free(pool.lens);
     }
@@ -170,13 +188,21 @@ static ak_status check_transform(ak_context *ref, ak_context *test, const ak_che
             }
             int32_t *idx = (int32_t *)malloc((size_t)(rows * k) * 4);
             for (int64_t i = 0; i < rows * k; i++)
-                idx[i] = ck_next(&rng) % 8 == 0 ? odd[ck_next(&rng) % 5]
-                                                 : (int32_t)(ck_next(&rng) % (uint64_t)(width * P + 100));
-            int32_t *o1 = (int32_t *)malloc((size_t)(rows * k) * 4), *o2 = (int32_t *)malloc((size_t)(rows * k) * 4);
-            ck_buf br[5] = {{table, 2, {b, width}, 0}, {cuq, 1, {b + 1}, 0}, {cuk, 1, {b + 1}, 0},
-                            {idx, 2, {rows, k}, 0}, {o1, 2, {rows, k}, 1}};
-            ck_buf bt[5] = {{table, 2, {b, width}, 0}, {cuq, 1, {b + 1}, 0}, {cuk, 1, {b + 1}, 0},
-                            {idx, 2, {rows, k}, 0}, {o2, 2, {rows, k}, 1}};
+                idx[i] = ck_next(&rng) % 8 == 0
+                             ? odd[ck_next(&rng) % 5]
+                             : (int32_t)(ck_next(&rng) % (uint64_t)(width * P + 100));
+            int32_t *o1 = (int32_t *)malloc((size_t)(rows * k) * 4),
+                    *o2 = (int32_t *)malloc((size_t)(rows * k) * 4);
+            ck_buf br[5] = {{table, 2, {b, width}, 0},
+                            {cuq, 1, {b + 1}, 0},
+                            {cuk, 1, {b + 1}, 0},
+                            {idx, 2, {rows, k}, 0},
+                            {o1, 2, {rows, k}, 1}};
+            ck_buf bt[5] = {{table, 2, {b, width}, 0},
+                            {cuq, 1, {b + 1}, 0},
+                            {cuk, 1, {b + 1}, 0},
+                            {idx, 2, {rows, k}, 0},
+                            {o2, 2, {rows, k}, 1}};
             ak_status sr = ck_stage(ref, br, 5), st = ck_stage(test, bt, 5);
             ak_transform tr = {(ak_index_transform)kind, &br[0].t, P, &br[1].t, &br[2].t};
             ak_transform tt = {(ak_index_transform)kind, &bt[0].t, P, &bt[1].t, &bt[2].t};
@@ -216,22 +242,32 @@ static ak_status check_v4(ak_context *ref, ak_context *test, const ak_check_opts
             for (int64_t i = 0; i < b * width; i++)
                 table[i] = ck_next(&rng) % 11 == 0 ? -1 : (int32_t)(ck_next(&rng) % 5000);
             int32_t *h[4];
-            for (int i = 0; i < 4; i++) h[i] = (int32_t *)malloc((size_t)(rows * 128) * 4);
-            ck_buf br[5] = {{sl, 1, {b}, 0}, {cuq, 1, {b + 1}, 0}, {table, 2, {b, width}, 0},
-                            {h[0], 2, {rows, 128}, 1}, {h[1], 1, {rows}, 1}};
-            ck_buf bt[5] = {{sl, 1, {b}, 0}, {cuq, 1, {b + 1}, 0}, {table, 2, {b, width}, 0},
-                            {h[2], 2, {rows, 128}, 1}, {h[3], 1, {rows}, 1}};
+            for (int i = 0; i < 4; i++)
+                h[i] = (int32_t *)malloc((size_t)(rows * 128) * 4);
+            ck_buf br[5] = {{sl, 1, {b}, 0},
+                            {cuq, 1, {b + 1}, 0},
+                            {table, 2, {b, width}, 0},
+                            {h[0], 2, {rows, 128}, 1},
+                            {h[1], 1, {rows}, 1}};
+            ck_buf bt[5] = {{sl, 1, {b}, 0},
+                            {cuq, 1, {b + 1}, 0},
+                            {table, 2, {b, width}, 0},
+                            {h[2], 2, {rows, 128}, 1},
+                            {h[3], 1, {rows}, 1}};
             ak_status sr = ck_stage(ref, br, 5), st = ck_stage(test, bt, 5);
             if (sr == AK_OK)
-                sr = ak_dsv4_swa_indices(ref, &br[0].t, &br[1].t, &br[2].t, P, 128, &br[3].t, &br[4].t);
+                sr = ak_dsv4_swa_indices(ref, &br[0].t, &br[1].t, &br[2].t, P, 128, &br[3].t,
+                                         &br[4].t);
             if (st == AK_OK)
-                st = ak_dsv4_swa_indices(test, &bt[0].t, &bt[1].t, &bt[2].t, P, 128, &bt[3].t, &bt[4].t);
+                st = ak_dsv4_swa_indices(test, &bt[0].t, &bt[1].t, &bt[2].t, P, 128, &bt[3].t,
+                                         &bt[4].t);
             sr = ck_fetch_free(ref, br, 5, sr);
             st = ck_fetch_free(test, bt, 5, st);
             snprintf(shape, sizeof shape, "B %lld, rows %lld, page %d, window 128", (long long)b,
                      (long long)rows, (int)P);
             ck_report(rep, "swa_indices", shape, sr, st, br, bt, 5);
-            for (int i = 0; i < 4; i++) free(h[i]);
+            for (int i = 0; i < 4; i++)
+                free(h[i]);
             free(table);
         }
     }
@@ -246,10 +282,11 @@ static ak_status check_v4(ak_context *ref, ak_context *test, const ak_check_opts
             for (int64_t i = 0; i < rows * rk; i++)
                 raw[i] = (int32_t)(ck_next(&rng) % (uint64_t)(c_max + 2)) - 1;
             int32_t *h[6];
-            for (int i = 0; i < 6; i++) h[i] = (int32_t *)malloc((size_t)(rows * w + b + 1) * 4);
-            ck_buf br[6] = {{raw, 2, {rows, rk}, 0}, {sl, 1, {b}, 0}, {cuq, 1, {b + 1}, 0},
+            for (int i = 0; i < 6; i++)
+                h[i] = (int32_t *)malloc((size_t)(rows * w + b + 1) * 4);
+            ck_buf br[6] = {{raw, 2, {rows, rk}, 0}, {sl, 1, {b}, 0},      {cuq, 1, {b + 1}, 0},
                             {h[0], 2, {rows, w}, 1}, {h[1], 1, {rows}, 1}, {h[2], 1, {b + 1}, 1}};
-            ck_buf bt[6] = {{raw, 2, {rows, rk}, 0}, {sl, 1, {b}, 0}, {cuq, 1, {b + 1}, 0},
+            ck_buf bt[6] = {{raw, 2, {rows, rk}, 0}, {sl, 1, {b}, 0},      {cuq, 1, {b + 1}, 0},
                             {h[3], 2, {rows, w}, 1}, {h[4], 1, {rows}, 1}, {h[5], 1, {b + 1}, 1}};
             ak_status sr = ck_stage(ref, br, 6), st = ck_stage(test, bt, 6);
             const ak_tensor *rr = ratio == 4 ? &br[0].t : NULL, *rt = ratio == 4 ? &bt[0].t : NULL;
@@ -262,9 +299,11 @@ static ak_status check_v4(ak_context *ref, ak_context *test, const ak_check_opts
             sr = ck_fetch_free(ref, br, 6, sr);
             st = ck_fetch_free(test, bt, 6, st);
             snprintf(shape, sizeof shape, "B %lld, rows %lld, ratio %d, topk %d, c_max %d, W %lld",
-                     (long long)b, (long long)rows, (int)ratio, (int)topk, (int)c_max, (long long)w);
+                     (long long)b, (long long)rows, (int)ratio, (int)topk, (int)c_max,
+                     (long long)w);
             ck_report(rep, "combine_indices", shape, sr, st, br, bt, 6);
-            for (int i = 0; i < 6; i++) free(h[i]);
+            for (int i = 0; i < 6; i++)
+                free(h[i]);
             free(raw);
         }
     }

@@ -10,18 +10,20 @@
 #include "common/kv_access.h"
 #include "cpu/cpu.h"
 
-#define IDX_D 128        /* index_head_dim */
+#define IDX_D 128 /* index_head_dim */
 #define IDX_MAX_HEADS 64
-#define IDX_CHUNK 1024   /* output columns per work item */
+#define IDX_CHUNK 1024 /* output columns per work item */
 #define IDX_LANES 16
 
 /* sum_d q[d] * k[d] over 128 dims in IDX_LANES lanes, then a fixed pairwise tree. */
 static inline float idx_dot(const float *q, const float *k) {
     float lane[IDX_LANES] = {0};
     for (int d = 0; d < IDX_D; d += IDX_LANES)
-        for (int l = 0; l < IDX_LANES; l++) lane[l] += q[d + l] * k[d + l];
+        for (int l = 0; l < IDX_LANES; l++)
+            lane[l] += q[d + l] * k[d + l];
     for (int w = IDX_LANES / 2; w > 0; w /= 2)
-        for (int l = 0; l < w; l++) lane[l] += lane[l + w];
+        for (int l = 0; l < w; l++)
+            lane[l] += lane[l + w];
     return lane[0];
 }
 
@@ -40,13 +42,15 @@ static inline float idx_logit(const float *q, const float *w, int32_t h, const f
 static void idx_load_q(const uint8_t *q, int64_t qs_h, const float *w, int32_t h, float *qf,
                        float *wf) {
     for (int32_t i = 0; i < h; i++) {
-        for (int d = 0; d < IDX_D; d++) qf[i * IDX_D + d] = ak_e4m3_to_f32(q[i * qs_h + d]);
+        for (int d = 0; d < IDX_D; d++)
+            qf[i * IDX_D + d] = ak_e4m3_to_f32(q[i * qs_h + d]);
         wf[i] = w[i];
     }
 }
 
 static inline void idx_decode_k(const uint8_t *k, float *kf) {
-    for (int d = 0; d < IDX_D; d++) kf[d] = ak_e4m3_to_f32(k[d]);
+    for (int d = 0; d < IDX_D; d++)
+        kf[d] = ak_e4m3_to_f32(k[d]);
 }
 
 /* ---- ragged --------------------------------------------------------------------------------- */
@@ -82,11 +86,11 @@ static void ragged_item(void *arg, int64_t item, int32_t thread) {
     }
 }
 
-ak_status ak_cpu_indexer_logits_ragged(ak_context *ctx, const ak_tensor *q, const ak_tensor *weights,
-                                       const ak_tensor *k, const ak_tensor *k_scale,
-                                       const ak_tensor *ks, const ak_tensor *ke,
-                                       int32_t compressed, int32_t clean_logits,
-                                       ak_tensor *logits) {
+ak_status ak_cpu_indexer_logits_ragged(ak_context *ctx, const ak_tensor *q,
+                                       const ak_tensor *weights, const ak_tensor *k,
+                                       const ak_tensor *k_scale, const ak_tensor *ks,
+                                       const ak_tensor *ke, int32_t compressed,
+                                       int32_t clean_logits, ak_tensor *logits) {
     const char *fn = "ak_indexer_logits_ragged";
     int64_t s = q->shape[0], skv = k->shape[0], width = logits->shape[1];
     for (int64_t i = 0; i < s; i++) {
@@ -100,11 +104,14 @@ ak_status ak_cpu_indexer_logits_ragged(ak_context *ctx, const ak_tensor *q, cons
         if (compressed && e - a > width)
             return ak_fail(AK_ERR_INVALID_ARGUMENT,
                            "%s: ke[%lld] - ks[%lld] = %lld is wider than the compressed logits "
-                           "width %lld", fn, (long long)i, (long long)i, (long long)(e - a),
-                           (long long)width);
+                           "width %lld",
+                           fn, (long long)i, (long long)i, (long long)(e - a), (long long)width);
     }
-    ragged_job j = {q, weights, k, k_scale, ks, ke, compressed, clean_logits, logits,
-                    (width + IDX_CHUNK - 1) / IDX_CHUNK};
+    ragged_job j = {q,          weights,
+                    k,          k_scale,
+                    ks,         ke,
+                    compressed, clean_logits,
+                    logits,     (width + IDX_CHUNK - 1) / IDX_CHUNK};
     ak_parallel_for(ctx, s * j.chunks, ragged_item, &j);
     return AK_OK;
 }
@@ -119,7 +126,7 @@ typedef struct paged_job {
     const ak_tensor *block_table;  /* [B, max_pages] int32 */
     const ak_tensor *context_lens; /* [B] or [B, next_n] int32 */
     int32_t clean;
-    ak_tensor *logits;             /* [B * next_n, width] f32 */
+    ak_tensor *logits; /* [B * next_n, width] f32 */
     int64_t chunks;
 } paged_job;
 
@@ -135,8 +142,8 @@ static void paged_item(void *arg, int64_t item, int32_t thread) {
                j->q->strides[2], (const float *)j->weights->data + r * j->weights->strides[0], h,
                qf, wf);
     const ak_tensor *cl = j->context_lens;
-    int64_t len = cl->ndim == 1 ? ak_i32_at(cl, b)
-                                : ((const int32_t *)cl->data)[b * cl->strides[0] + i];
+    int64_t len =
+        cl->ndim == 1 ? ak_i32_at(cl, b) : ((const int32_t *)cl->data)[b * cl->strides[0] + i];
     if (len < 0) len = 0;
     if (len > width) len = width; /* a length above the row width is clamped */
     const int32_t *bt = (const int32_t *)j->block_table->data + b * j->block_table->strides[0];
@@ -166,8 +173,15 @@ ak_status ak_cpu_indexer_logits_paged(ak_context *ctx, const ak_tensor *q, const
                                       const ak_tensor *context_lens, int32_t clean_logits,
                                       ak_tensor *logits) {
     int64_t width = logits->shape[1];
-    paged_job j = {q, weights, cache, ak_cache_stride(cache), block_table, context_lens,
-                   clean_logits, logits, (width + IDX_CHUNK - 1) / IDX_CHUNK};
+    paged_job j = {q,
+                   weights,
+                   cache,
+                   ak_cache_stride(cache),
+                   block_table,
+                   context_lens,
+                   clean_logits,
+                   logits,
+                   (width + IDX_CHUNK - 1) / IDX_CHUNK};
     ak_parallel_for(ctx, logits->shape[0] * j.chunks, paged_item, &j);
     return AK_OK;
 }

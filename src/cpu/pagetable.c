@@ -16,7 +16,8 @@ static inline int32_t *i32_row(ak_tensor *t, int64_t i) {
     return (int32_t *)t->data + i * t->strides[0];
 }
 
-/* ---- token table views ------------------------------------------------------------------------ */
+/* ---- token table views ------------------------------------------------------------------------
+ */
 
 typedef struct tt_view {
     const ak_tensor *r2t;      /* [pool_rows, max_ctx] int32 slot ids */
@@ -24,7 +25,7 @@ typedef struct tt_view {
     const ak_tensor *kv_start; /* [B] int32 or NULL */
     const ak_tensor *seq_lens; /* [B] int32 */
     int32_t page_size;
-    int64_t max_pages;         /* block table width; -1 for the CSR builder */
+    int64_t max_pages; /* block table width; -1 for the CSR builder */
 } tt_view;
 
 static int32_t tt_len(const tt_view *v, int64_t b) {
@@ -57,15 +58,17 @@ static ak_status tt_check(const tt_view *v, int64_t b, const char *fn) {
     if (s < 0 || s + len > max_ctx)
         return fn ? ak_fail(AK_ERR_INVALID_ARGUMENT,
                             "%s: kv_start[%lld] = %lld with seq_lens[%lld] = %d passes the "
-                            "req_to_token width %lld", fn, (long long)b, (long long)s,
-                            (long long)b, (int)len, (long long)max_ctx)
+                            "req_to_token width %lld",
+                            fn, (long long)b, (long long)s, (long long)b, (int)len,
+                            (long long)max_ctx)
                   : AK_ERR_INVALID_ARGUMENT;
     int64_t pages = tt_pages(v, b);
     if (v->max_pages >= 0 && pages > v->max_pages)
         return fn ? ak_fail(AK_ERR_INVALID_ARGUMENT,
                             "%s: seq_lens[%lld] = %d needs %lld pages of %d, block_table has "
-                            "max_pages %lld", fn, (long long)b, (int)len, (long long)pages,
-                            (int)v->page_size, (long long)v->max_pages)
+                            "max_pages %lld",
+                            fn, (long long)b, (int)len, (long long)pages, (int)v->page_size,
+                            (long long)v->max_pages)
                   : AK_ERR_INVALID_ARGUMENT;
     const int32_t *tok = tt_tokens(v, b);
     int32_t P = v->page_size;
@@ -74,12 +77,14 @@ static ak_status tt_check(const tt_view *v, int64_t b, const char *fn) {
         int64_t first = pt[0];
         int64_t used = len - p * P < P ? len - p * P : P;
         int bad = first < 0 || first % P != 0;
-        for (int64_t o = 1; o < used && !bad; o++) bad = (int64_t)pt[o] != first + o;
+        for (int64_t o = 1; o < used && !bad; o++)
+            bad = (int64_t)pt[o] != first + o;
         if (bad)
             return fn ? ak_fail(AK_ERR_BAD_PAGE_TABLE,
                                 "%s: req_to_token: request %lld page %lld (tokens %lld..%lld) is "
                                 "not one allocated, page-aligned page of %d slots (first slot "
-                                "%lld)", fn, (long long)b, (long long)p, (long long)(p * P),
+                                "%lld)",
+                                fn, (long long)b, (long long)p, (long long)(p * P),
                                 (long long)(p * P + used - 1), (int)P, (long long)first)
                       : AK_ERR_BAD_PAGE_TABLE;
     }
@@ -107,7 +112,8 @@ static ak_status tt_check_all(ak_context *ctx, const tt_view *v, const char *fn)
     return bad == INT64_MAX ? AK_OK : tt_check(v, bad, fn);
 }
 
-/* ---- block table ------------------------------------------------------------------------------- */
+/* ---- block table -------------------------------------------------------------------------------
+ */
 
 typedef struct bt_job {
     const tt_view *v;
@@ -120,8 +126,10 @@ static void bt_item(void *arg, int64_t b, int32_t thread) {
     int64_t pages = tt_pages(j->v, b), w = j->bt->shape[1];
     int32_t P = j->v->page_size;
     const int32_t *tok = pages ? tt_tokens(j->v, b) : NULL;
-    for (int64_t p = 0; p < pages; p++) row[p] = tok[p * P] / P;
-    for (int64_t p = pages; p < w; p++) row[p] = -1;
+    for (int64_t p = 0; p < pages; p++)
+        row[p] = tok[p * P] / P;
+    for (int64_t p = pages; p < w; p++)
+        row[p] = -1;
 }
 
 ak_status ak_cpu_block_table_build(ak_context *ctx, const ak_tensor *req_to_token,
@@ -135,13 +143,14 @@ ak_status ak_cpu_block_table_build(ak_context *ctx, const ak_tensor *req_to_toke
     return AK_OK;
 }
 
-/* ---- CSR --------------------------------------------------------------------------------------- */
+/* ---- CSR ---------------------------------------------------------------------------------------
+ */
 
 typedef struct csr_job {
     const tt_view *v;
-    const ak_tensor *indptr;  /* [B+1] int32, already written */
-    ak_tensor *indices;       /* [capacity] int32 */
-    ak_tensor *last;          /* [B] int32 or NULL */
+    const ak_tensor *indptr; /* [B+1] int32, already written */
+    ak_tensor *indices;      /* [capacity] int32 */
+    ak_tensor *last;         /* [B] int32 or NULL */
     int64_t nreq;
 } csr_job;
 
@@ -150,17 +159,20 @@ static void csr_item(void *arg, int64_t b, int32_t thread) {
     int32_t *out = (int32_t *)j->indices->data;
     int64_t cap = j->indices->shape[0];
     if (b == j->nreq) { /* the tail past kv_indptr[B] */
-        for (int64_t i = ak_i32_at(j->indptr, j->nreq); i < cap; i++) out[i] = -1;
+        for (int64_t i = ak_i32_at(j->indptr, j->nreq); i < cap; i++)
+            out[i] = -1;
         return;
     }
     int32_t P = j->v->page_size, len = tt_len(j->v, b);
     int64_t at = ak_i32_at(j->indptr, b);
     const int32_t *tok = len ? tt_tokens(j->v, b) : NULL;
     if (P == 1) {
-        for (int32_t i = 0; i < len; i++) out[at + i] = tok[i];
+        for (int32_t i = 0; i < len; i++)
+            out[at + i] = tok[i];
     } else {
         int64_t pages = tt_pages(j->v, b);
-        for (int64_t p = 0; p < pages; p++) out[at + p] = tok[p * P] / P;
+        for (int64_t p = 0; p < pages; p++)
+            out[at + p] = tok[p * P] / P;
     }
     if (j->last != NULL) {
         int64_t pages = tt_pages(j->v, b);
@@ -171,11 +183,13 @@ static void csr_item(void *arg, int64_t b, int32_t thread) {
 
 ak_status ak_cpu_csr_build(ak_context *ctx, const ak_tensor *req_to_token, const ak_tensor *req_ids,
                            const ak_tensor *kv_start, const ak_tensor *seq_lens, int32_t page_size,
-                           ak_tensor *kv_indptr, ak_tensor *kv_indices, ak_tensor *kv_last_page_len) {
+                           ak_tensor *kv_indptr, ak_tensor *kv_indices,
+                           ak_tensor *kv_last_page_len) {
     const char *fn = "ak_csr_build";
     tt_view v = {req_to_token, req_ids, kv_start, seq_lens, page_size, -1};
     int64_t nreq = seq_lens->shape[0], cap = kv_indices->shape[0], total = 0;
-    for (int64_t b = 0; b < nreq; b++) total += tt_pages(&v, b); /* <= 2^31 * 2^31: no overflow */
+    for (int64_t b = 0; b < nreq; b++)
+        total += tt_pages(&v, b); /* <= 2^31 * 2^31: no overflow */
     if (total > cap || total > INT32_MAX)
         return ak_fail(AK_ERR_INVALID_ARGUMENT,
                        "%s: kv_indices: the requests need %lld entries, capacity is %lld", fn,
@@ -192,7 +206,8 @@ ak_status ak_cpu_csr_build(ak_context *ctx, const ak_tensor *req_to_token, const
     return AK_OK;
 }
 
-/* ---- transforms -------------------------------------------------------------------------------- */
+/* ---- transforms --------------------------------------------------------------------------------
+ */
 
 /* cu [n] int32 must start >= 0 and never decrease. */
 static ak_status check_cumulative(const char *fn, const char *arg, const ak_tensor *cu) {
@@ -244,8 +259,10 @@ static int64_t row_request(const ak_cpu_tf *p, int64_t t) {
     int64_t lo = 0, hi = n; /* cu[lo] <= t < cu[hi] */
     while (hi - lo > 1) {
         int64_t mid = lo + (hi - lo) / 2;
-        if (ak_i32_at(p->cu_q, mid) <= t) lo = mid;
-        else hi = mid;
+        if (ak_i32_at(p->cu_q, mid) <= t)
+            lo = mid;
+        else
+            hi = mid;
     }
     return lo;
 }
@@ -267,13 +284,15 @@ void ak_cpu_transform_row(const ak_cpu_tf *p, int64_t t, const int32_t *in, int3
                           int64_t n) {
     int64_t b = row_request(p, t);
     if (b < 0) {
-        for (int64_t j = 0; j < n; j++) out[j] = -1;
+        for (int64_t j = 0; j < n; j++)
+            out[j] = -1;
         return;
     }
     switch (p->kind) {
     case AK_TRANSFORM_PAGED: {
         const int32_t *row = p->table + b * p->table_stride;
-        for (int64_t j = 0; j < n; j++) out[j] = paged_slot(row, p->width, p->page_size, in[j]);
+        for (int64_t j = 0; j < n; j++)
+            out[j] = paged_slot(row, p->width, p->page_size, in[j]);
         break;
     }
     case AK_TRANSFORM_RAGGED: {
@@ -284,7 +303,8 @@ void ak_cpu_transform_row(const ak_cpu_tf *p, int64_t t, const int32_t *in, int3
         break;
     }
     default:
-        for (int64_t j = 0; j < n; j++) out[j] = in[j] < 0 ? -1 : in[j];
+        for (int64_t j = 0; j < n; j++)
+            out[j] = in[j] < 0 ? -1 : in[j];
         break;
     }
 }
@@ -310,7 +330,8 @@ ak_status ak_cpu_topk_transform(ak_context *ctx, const ak_transform *tf, const a
     return AK_OK;
 }
 
-/* ---- DeepSeek V4 index lists ------------------------------------------------------------------- */
+/* ---- DeepSeek V4 index lists -------------------------------------------------------------------
+ */
 
 /* Query rows of the V4 builders: request b owns rows [row0(b), row0(b) + q_len(b)). */
 typedef struct v4_rows {
@@ -363,8 +384,10 @@ static int64_t v4_request(const v4_rows *r, int64_t t) {
     int64_t lo = 0, hi = r->nreq;
     while (hi - lo > 1) {
         int64_t mid = lo + (hi - lo) / 2;
-        if (v4_row0(r, mid) <= t) lo = mid;
-        else hi = mid;
+        if (v4_row0(r, mid) <= t)
+            lo = mid;
+        else
+            hi = mid;
     }
     return lo;
 }
@@ -373,8 +396,8 @@ typedef struct swa_job {
     v4_rows rows;
     const ak_tensor *table; /* [B, width] int32 */
     int32_t page_size, window;
-    ak_tensor *indices;     /* [rows, window] int32 */
-    ak_tensor *lengths;     /* [rows] int32 */
+    ak_tensor *indices; /* [rows, window] int32 */
+    ak_tensor *lengths; /* [rows] int32 */
 } swa_job;
 
 static void swa_item(void *arg, int64_t t, int32_t thread) {
@@ -383,11 +406,13 @@ static void swa_item(void *arg, int64_t t, int32_t thread) {
     int32_t *len = (int32_t *)j->lengths->data + t * j->lengths->strides[0];
     int64_t b = v4_request(&j->rows, t);
     if (b < 0) {
-        for (int32_t k = 0; k < j->window; k++) out[k] = -1;
+        for (int32_t k = 0; k < j->window; k++)
+            out[k] = -1;
         *len = 0;
         return;
     }
-    int64_t pos = ak_i32_at(j->rows.seq_lens, b) - v4_qlen(&j->rows, b) + (t - v4_row0(&j->rows, b));
+    int64_t pos =
+        ak_i32_at(j->rows.seq_lens, b) - v4_qlen(&j->rows, b) + (t - v4_row0(&j->rows, b));
     const int32_t *row = (const int32_t *)j->table->data + b * j->table->strides[0];
     for (int32_t k = 0; k < j->window; k++)
         out[k] = paged_slot(row, j->table->shape[1], j->page_size, pos - k);
@@ -398,8 +423,12 @@ ak_status ak_cpu_dsv4_swa_indices(ak_context *ctx, const ak_tensor *seq_lens,
                                   const ak_tensor *cu_seqlens_q, const ak_tensor *table,
                                   int32_t page_size, int32_t window, ak_tensor *indices,
                                   ak_tensor *lengths) {
-    swa_job j = {{seq_lens, cu_seqlens_q, 0, seq_lens->shape[0]}, table, page_size, window,
-                 indices, lengths};
+    swa_job j = {{seq_lens, cu_seqlens_q, 0, seq_lens->shape[0]},
+                 table,
+                 page_size,
+                 window,
+                 indices,
+                 lengths};
     /* decode padding rows may have seq_len 0: a query row at pos < 0 sees nothing */
     AK_TRY(v4_rows_check("ak_dsv4_swa_indices", &j.rows, indices->shape[0], 0));
     ak_parallel_for(ctx, indices->shape[0], swa_item, &j);
@@ -410,8 +439,8 @@ typedef struct comb_job {
     v4_rows rows;
     const ak_tensor *raw; /* [T, topk] int32 or NULL */
     int32_t ratio, topk, c_max, window;
-    ak_tensor *indices;   /* [T, W] int32 */
-    ak_tensor *lengths;   /* [T] int32 */
+    ak_tensor *indices; /* [T, W] int32 */
+    ak_tensor *lengths; /* [T] int32 */
 } comb_job;
 
 static int64_t gather_len(const comb_job *j, int64_t b) {
@@ -431,8 +460,8 @@ static void comb_row(const comb_job *j, int64_t t, int64_t b, int64_t swa_base) 
             int64_t visible = (pos + 1) / j->ratio;
             int64_t tl = visible < j->topk ? visible : j->topk;
             int64_t cbase = b * j->c_max;
-            const int32_t *raw = j->raw ? (const int32_t *)j->raw->data + t * j->raw->strides[0]
-                                        : NULL;
+            const int32_t *raw =
+                j->raw ? (const int32_t *)j->raw->data + t * j->raw->strides[0] : NULL;
             /* a raw entry outside the causally visible entries is invalid: -1 */
             for (int64_t k = 0; k < tl; k++) {
                 int64_t c = raw ? raw[k] : k;
@@ -441,24 +470,29 @@ static void comb_row(const comb_job *j, int64_t t, int64_t b, int64_t swa_base) 
         }
         int64_t swa_len = pos + 1 < j->window ? pos + 1 : j->window;
         int64_t first = swa_base + (pos - swa_len + 1 - (sl - gather_len(j, b)));
-        for (int64_t k = 0; k < swa_len; k++) out[n++] = (int32_t)(first + k);
+        for (int64_t k = 0; k < swa_len; k++)
+            out[n++] = (int32_t)(first + k);
     }
     *len = (int32_t)n;
-    for (int64_t k = n; k < w; k++) out[k] = -1;
+    for (int64_t k = n; k < w; k++)
+        out[k] = -1;
 }
 
 /* Item b < B: the rows of request b; item B: the padding rows after the last request. */
 static void comb_item(void *arg, int64_t b, int32_t thread) {
     comb_job *j = (comb_job *)arg;
     if (b == j->rows.nreq) {
-        for (int64_t t = v4_row0(&j->rows, b); t < j->indices->shape[0]; t++) comb_row(j, t, -1, 0);
+        for (int64_t t = v4_row0(&j->rows, b); t < j->indices->shape[0]; t++)
+            comb_row(j, t, -1, 0);
         return;
     }
     /* the SWA base is a prefix sum; recomputing it per request keeps the call allocation-free */
     int64_t base = j->rows.nreq * (int64_t)(j->ratio ? j->c_max : 0);
-    for (int64_t i = 0; i < b; i++) base += gather_len(j, i);
+    for (int64_t i = 0; i < b; i++)
+        base += gather_len(j, i);
     int64_t r0 = v4_row0(&j->rows, b), ql = v4_qlen(&j->rows, b);
-    for (int64_t t = r0; t < r0 + ql; t++) comb_row(j, t, b, base);
+    for (int64_t t = r0; t < r0 + ql; t++)
+        comb_row(j, t, b, base);
 }
 
 ak_status ak_cpu_dsv4_combine_indices(ak_context *ctx, const ak_tensor *raw_topk,
@@ -469,7 +503,13 @@ ak_status ak_cpu_dsv4_combine_indices(ak_context *ctx, const ak_tensor *raw_topk
     const char *fn = "ak_dsv4_combine_indices";
     int64_t nreq = seq_lens->shape[0];
     comb_job j = {{seq_lens, cu_seqlens_q, cu_seqlens_q ? ak_i32_at(cu_seqlens_q, 0) : 0, nreq},
-                  raw_topk, ratio, topk, c_max, window, indices, lengths};
+                  raw_topk,
+                  ratio,
+                  topk,
+                  c_max,
+                  window,
+                  indices,
+                  lengths};
     AK_TRY(v4_rows_check(fn, &j.rows, indices->shape[0], 1));
     int64_t total = nreq * (int64_t)(ratio ? c_max : 0);
     for (int64_t b = 0; b < nreq; b++) {
@@ -477,7 +517,8 @@ ak_status ak_cpu_dsv4_combine_indices(ak_context *ctx, const ak_tensor *raw_topk
         if (visible > c_max)
             return ak_fail(AK_ERR_INVALID_ARGUMENT,
                            "%s: c_max is %d, below seq_lens[%lld] / ratio = %lld compressed "
-                           "entries", fn, (int)c_max, (long long)b, (long long)visible);
+                           "entries",
+                           fn, (int)c_max, (long long)b, (long long)visible);
         total += gather_len(&j, b);
     }
     if (total > INT32_MAX)

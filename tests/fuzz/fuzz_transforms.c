@@ -3,7 +3,9 @@
  * tables, cu_seqlens and positions, including negative and overflowing values. On success every
  * output must be -1 or the slot of a position of the row's own request (recomputed here from
  * the definitions), and the fused top-k must equal top-k followed by the transform; on failure
- * nothing may be written. An input starting with "REJ!" must be rejected (tests/fuzz/must-reject).
+ * nothing may be written. The remaining bytes drive the block-table builder and the V4 combiner
+ * with the same properties. An input starting with "REJ!" must make the transform fail
+ * (tests/fuzz/must-reject).
  */
 #include <math.h>
 #include <stdint.h>
@@ -26,7 +28,8 @@ static uint8_t rd_u8(reader *r) {
 }
 static int32_t rd_i32raw(reader *r) {
     uint32_t v = 0;
-    for (int i = 0; i < 4; i++) v |= (uint32_t)rd_u8(r) << (8 * i);
+    for (int i = 0; i < 4; i++)
+        v |= (uint32_t)rd_u8(r) << (8 * i);
     return (int32_t)v;
 }
 /* Mostly small values, sometimes -1, any int32, or values near INT32_MAX. */
@@ -82,6 +85,71 @@ static int valid_out(int kind, const int32_t *table, int64_t width, int32_t page
     return e >= 0 && (int64_t)v == e * page + pos % page;
 }
 
+/* The builders and the V4 lists on the remaining bytes: a success must leave only -1 or
+   in-range entries (and -1 past each request's pages or length); a failure writes nothing. */
+static void fuzz_builders(ak_context *ctx, reader *rd) {
+    static const int32_t pages[7] = {1, 2, 63, 64, 65, 256, 1024};
+    int32_t page = pages[rd_u8(rd) % 7];
+    int64_t b = rd_u8(rd) % 6, max_ctx = rd_u8(rd) % 40, mp = rd_u8(rd) % 41;
+    int64_t pool_rows = rd_u8(rd) % 7;
+    int32_t *r2t = calloc((size_t)(pool_rows * max_ctx + 1), 4), *ids = calloc((size_t)b + 1, 4),
+            *lens = calloc((size_t)b + 1, 4), *bt = calloc((size_t)(b * mp + 1), 4);
+    for (int64_t i = 0; i < pool_rows * max_ctx; i++) {
+        int64_t row = i / max_ctx, pos = i % max_ctx;
+        /* mostly page-contiguous slots so that some tables are accepted */
+        r2t[i] =
+            rd_u8(rd) < 200 ? (int32_t)((row * 7 + pos / page) * page + pos % page) : rd_val(rd);
+    }
+    for (int64_t i = 0; i < b; i++) {
+        /* mostly in range, sometimes anything */
+        ids[i] = rd_u8(rd) < 200 ? (int32_t)(rd_u8(rd) % (pool_rows + 1)) : rd_val(rd);
+        lens[i] = rd_u8(rd) < 200 ? (int32_t)(rd_u8(rd) % (max_ctx + 1)) : rd_val(rd);
+    }
+    for (int64_t i = 0; i < b * mp; i++)
+        bt[i] = POISON;
+    ak_tensor tr = t2(r2t, AK_DTYPE_I32, pool_rows, max_ctx), ti = t1(ids, b), tl = t1(lens, b),
+              tb = t2(bt, AK_DTYPE_I32, b, mp);
+    ak_status s = ak_block_table_build(ctx, &tr, &ti, NULL, &tl, page, &tb);
+    for (int64_t i = 0; i < b * mp; i++) {
+        int64_t need = lens[i / mp] <= 0 ? 0 : ((int64_t)lens[i / mp] + page - 1) / page;
+        if (s != AK_OK ? bt[i] != POISON : (i % mp < need ? bt[i] < 0 : bt[i] != -1)) abort();
+    }
+
+    /* V4 combiner: any seq_lens and cu_seqlens_q, overflowing ones included */
+    int32_t ratio = (int32_t[]){0, 4, 128}[rd_u8(rd) % 3];
+    int32_t topk = ratio ? rd_u8(rd) % 40 : 0, c_max = rd_val(rd), window = rd_u8(rd) % 130 + 1;
+    int64_t rows = rd_u8(rd) % 12, w = topk + window + rd_u8(rd) % 3;
+    int32_t *cuq = calloc((size_t)b + 1, 4), *raw = calloc((size_t)(rows * topk + 1), 4);
+    int32_t *idx = calloc((size_t)(rows * w + 1), 4), *len = calloc((size_t)rows + 1, 4);
+    rd_cu(rd, cuq, b + 1, rd_u8(rd) < 30);
+    for (int64_t i = 0; i < rows * topk; i++)
+        raw[i] = rd_val(rd);
+    for (int64_t i = 0; i < rows * w; i++)
+        idx[i] = POISON;
+    ak_tensor traw = t2(raw, AK_DTYPE_I32, rows, topk), tq = t1(cuq, b + 1),
+              tidx = t2(idx, AK_DTYPE_I32, rows, w), tlen = t1(len, rows);
+    s = ak_dsv4_combine_indices(ctx, ratio == 4 ? &traw : NULL, &tl, &tq, ratio, topk, c_max,
+                                window, &tidx, &tlen, NULL);
+    if (s == AK_OK) {
+        int64_t total = (int64_t)b * (ratio ? c_max : 0);
+        for (int64_t r = 0; r < b; r++) {
+            int64_t q = cuq[r + 1] - cuq[r];
+            total += lens[r] < q + window - 1 ? lens[r] : q + window - 1;
+        }
+        for (int64_t t = 0; t < rows; t++) {
+            if (len[t] < 0 || len[t] > w) abort();
+            for (int64_t j = 0; j < w; j++) {
+                int32_t v = idx[t * w + j];
+                if (j >= len[t] ? v != -1 : (v != -1 && (v < 0 || v >= total))) abort();
+            }
+        }
+    } else {
+        for (int64_t i = 0; i < rows * w; i++)
+            if (idx[i] != POISON) abort();
+    }
+    free(r2t), free(ids), free(lens), free(bt), free(cuq), free(raw), free(idx), free(len);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int must_reject = size >= 4 && memcmp(data, "REJ!", 4) == 0;
     reader rd = {data + (must_reject ? 4 : 0), size - (must_reject ? 4 : 0)};
@@ -97,7 +165,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int32_t *table = calloc((size_t)(b * width + 1), 4), *cuq = calloc((size_t)b + 1, 4),
             *cuk = calloc((size_t)b + 1, 4), *idx = calloc((size_t)(rows * k + 1), 4),
             *out = calloc((size_t)(rows * k + 1), 4);
-    for (int64_t i = 0; i < b * width; i++) table[i] = rd_val(&rd);
+    for (int64_t i = 0; i < b * width; i++)
+        table[i] = rd_val(&rd);
     rd_cu(&rd, cuq, b + 1, raw_cu);
     rd_cu(&rd, cuk, b + 1, raw_cu);
     for (int64_t i = 0; i < rows * k; i++) {
@@ -109,11 +178,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     ak_context_options o = {AK_BACKEND_CPU, 2, 0, NULL};
     if (ak_context_create(&o, &ctx) != AK_OK) abort();
     ak_tensor tt = t2(table, AK_DTYPE_I32, b, width), tq = t1(cuq, b + 1), tk = t1(cuk, b + 1),
-              ti = t2(idx, AK_DTYPE_I32, rows, k), to = t2(alias ? idx : out, AK_DTYPE_I32, rows, k);
+              ti = t2(idx, AK_DTYPE_I32, rows, k),
+              to = t2(alias ? idx : out, AK_DTYPE_I32, rows, k);
     ak_transform tf = {(ak_index_transform)kind, &tt, page, use_q ? &tq : NULL, &tk};
     int32_t *keep = malloc((size_t)(rows * k + 1) * 4);
     memcpy(keep, idx, (size_t)(rows * k) * 4);
-    for (int64_t i = 0; i < rows * k && !alias; i++) out[i] = POISON;
+    for (int64_t i = 0; i < rows * k && !alias; i++)
+        out[i] = POISON;
     ak_status s = ak_topk_transform(ctx, &tf, &ti, &to);
     const int32_t *res = alias ? idx : out;
     if (must_reject && s == AK_OK) abort();
@@ -134,9 +205,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 *fused = malloc((size_t)(rows * k) * 4), *after = malloc((size_t)(rows * k) * 4);
         for (int64_t i = 0; i < rows * lw; i++) {
             uint8_t v = rd_u8(&rd);
-            logits[i] = v == 255 ? NAN : v == 254 ? INFINITY : v == 253 ? -INFINITY : (float)(v % 16);
+            logits[i] = v == 255   ? NAN
+                        : v == 254 ? INFINITY
+                        : v == 253 ? -INFINITY
+                                   : (float)(v % 16);
         }
-        for (int64_t i = 0; i < rows; i++) lens[i] = rd_val(&rd);
+        for (int64_t i = 0; i < rows; i++)
+            lens[i] = rd_val(&rd);
         ak_tensor tl = t2(logits, AK_DTYPE_F32, rows, lw), tn = t1(lens, rows),
                   tp = t2(pos, AK_DTYPE_I32, rows, k), tfu = t2(fused, AK_DTYPE_I32, rows, k),
                   ta = t2(after, AK_DTYPE_I32, rows, k);
@@ -155,6 +230,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
         free(logits), free(lens), free(pos), free(fused), free(after);
     }
+    fuzz_builders(ctx, &rd);
     ak_context_destroy(ctx);
     free(table), free(cuq), free(cuk), free(idx), free(out), free(keep);
     return 0;

@@ -11,7 +11,8 @@ double orc_indexer_logit(const uint8_t *q, const float *w, int32_t h, const uint
     double acc = 0.0;
     for (int32_t i = 0; i < h; i++) {
         double s = 0.0;
-        for (int d = 0; d < 128; d++) s += orc_e4m3(q[i * 128 + d]) * orc_e4m3(k[d]);
+        for (int d = 0; d < 128; d++)
+            s += orc_e4m3(q[i * 128 + d]) * orc_e4m3(k[d]);
         acc += (double)w[i] * (s < 0.0 ? 0.0 : s);
     }
     return k_scale * acc;
@@ -38,7 +39,8 @@ static int by_pos(const void *a, const void *b) {
 
 void orc_topk(const float *x, int64_t len, int32_t k, int32_t *out) {
     if (len <= k) {
-        for (int32_t j = 0; j < k; j++) out[j] = j < len ? j : -1;
+        for (int32_t j = 0; j < k; j++)
+            out[j] = j < len ? j : -1;
         return;
     }
     orc_pair *p = (orc_pair *)malloc((size_t)len * sizeof *p);
@@ -47,7 +49,8 @@ void orc_topk(const float *x, int64_t len, int32_t k, int32_t *out) {
         p[i].pos = i;
     }
     qsort(p, (size_t)len, sizeof *p, by_rank);
-    for (int32_t j = 0; j < k; j++) out[j] = (int32_t)p[j].pos;
+    for (int32_t j = 0; j < k; j++)
+        out[j] = (int32_t)p[j].pos;
     qsort(out, (size_t)k, sizeof *out, by_pos);
     free(p);
 }

@@ -1,7 +1,9 @@
 /* oracle_pagetable.c -- naive page-table and index-list references (see oracle_pagetable.h). */
 #include "oracle_pagetable.h"
 
-static int64_t pages_of(int64_t len, int32_t p) { return len <= 0 ? 0 : (len + p - 1) / p; }
+static int64_t pages_of(int64_t len, int32_t p) {
+    return len <= 0 ? 0 : (len + p - 1) / p;
+}
 
 /* Checks request i; returns ORC_PT_* and the address of its token ids. */
 static int req_tokens(const int32_t *r2t, int64_t pool_rows, int64_t max_ctx,
@@ -26,8 +28,10 @@ int orc_block_table(const int32_t *r2t, int64_t pool_rows, int64_t max_ctx, cons
     int worst = ORC_PT_OK;
     for (int64_t i = 0; i < b && worst == ORC_PT_OK; i++) {
         const int32_t *tok;
-        worst = req_tokens(r2t, pool_rows, max_ctx, req_ids, kv_start, seq_lens, i, page_size, &tok);
-        if (worst == ORC_PT_OK && pages_of(seq_lens[i], page_size) > max_pages) worst = ORC_PT_BAD_ARG;
+        worst =
+            req_tokens(r2t, pool_rows, max_ctx, req_ids, kv_start, seq_lens, i, page_size, &tok);
+        if (worst == ORC_PT_OK && pages_of(seq_lens[i], page_size) > max_pages)
+            worst = ORC_PT_BAD_ARG;
     }
     if (worst != ORC_PT_OK) return worst;
     for (int64_t i = 0; i < b; i++) {
@@ -44,11 +48,13 @@ int orc_csr(const int32_t *r2t, int64_t pool_rows, int64_t max_ctx, const int32_
             const int32_t *kv_start, const int32_t *seq_lens, int64_t b, int32_t page_size,
             int32_t *kv_indptr, int32_t *kv_indices, int64_t cap, int32_t *last) {
     int64_t total = 0;
-    for (int64_t i = 0; i < b; i++) total += pages_of(seq_lens[i], page_size);
+    for (int64_t i = 0; i < b; i++)
+        total += pages_of(seq_lens[i], page_size);
     if (total > cap) return ORC_PT_BAD_ARG;
     for (int64_t i = 0; i < b; i++) {
         const int32_t *tok;
-        int r = req_tokens(r2t, pool_rows, max_ctx, req_ids, kv_start, seq_lens, i, page_size, &tok);
+        int r =
+            req_tokens(r2t, pool_rows, max_ctx, req_ids, kv_start, seq_lens, i, page_size, &tok);
         if (r != ORC_PT_OK) return r;
     }
     int64_t at = 0;
@@ -57,11 +63,13 @@ int orc_csr(const int32_t *r2t, int64_t pool_rows, int64_t max_ctx, const int32_
         req_tokens(r2t, pool_rows, max_ctx, req_ids, kv_start, seq_lens, i, page_size, &tok);
         kv_indptr[i] = (int32_t)at;
         int64_t n = pages_of(seq_lens[i], page_size);
-        for (int64_t j = 0; j < n; j++) kv_indices[at++] = tok[j * page_size] / page_size;
+        for (int64_t j = 0; j < n; j++)
+            kv_indices[at++] = tok[j * page_size] / page_size;
         if (last) last[i] = n == 0 ? 0 : (int32_t)(seq_lens[i] - (n - 1) * page_size);
     }
     kv_indptr[b] = (int32_t)at;
-    while (at < cap) kv_indices[at++] = -1;
+    while (at < cap)
+        kv_indices[at++] = -1;
     return ORC_PT_OK;
 }
 
@@ -89,9 +97,12 @@ void orc_transform(int kind, const int32_t *table, int64_t b, int64_t width, int
         for (int64_t j = 0; j < k; j++) {
             int64_t v = idx[t * k + j], o = -1;
             if (r >= 0 && v >= 0) {
-                if (kind == 0) o = v;
-                else if (kind == 1) o = orc_paged_slot(table + r * width, width, page_size, v);
-                else if (v < (int64_t)cu_k[r + 1] - cu_k[r]) o = v + cu_k[r];
+                if (kind == 0)
+                    o = v;
+                else if (kind == 1)
+                    o = orc_paged_slot(table + r * width, width, page_size, v);
+                else if (v < (int64_t)cu_k[r + 1] - cu_k[r])
+                    o = v + cu_k[r];
             }
             out[t * k + j] = (int32_t)o;
         }
@@ -104,10 +115,13 @@ void orc_swa_indices(const int32_t *seq_lens, const int32_t *cu_q, int64_t b, co
     for (int64_t t = 0; t < rows; t++) {
         int64_t r = owner(cu_q, b, t, 0);
         int64_t pos = -1;
-        if (r >= 0) pos = cu_q ? seq_lens[r] - (cu_q[r + 1] - cu_q[r]) + (t - cu_q[r]) : seq_lens[r] - 1;
+        if (r >= 0)
+            pos = cu_q ? seq_lens[r] - (cu_q[r + 1] - cu_q[r]) + (t - cu_q[r]) : seq_lens[r] - 1;
         for (int64_t j = 0; j < window; j++)
             indices[t * window + j] =
-                (r >= 0 && pos - j >= 0) ? orc_paged_slot(table + r * width, width, page_size, pos - j) : -1;
+                (r >= 0 && pos - j >= 0)
+                    ? orc_paged_slot(table + r * width, width, page_size, pos - j)
+                    : -1;
         lengths[t] = (r < 0 || pos < 0) ? 0 : (int32_t)(pos + 1 < window ? pos + 1 : window);
     }
 }
@@ -118,7 +132,8 @@ void orc_combine(const int32_t *raw, const int32_t *seq_lens, const int32_t *cu_
     int64_t off = 0, base = cu_q ? cu_q[0] : 0;
     for (int64_t i = 0; i < t_rows; i++) {
         lengths[i] = 0;
-        for (int64_t j = 0; j < w; j++) indices[i * w + j] = -1;
+        for (int64_t j = 0; j < w; j++)
+            indices[i * w + j] = -1;
     }
     for (int64_t r = 0; r < b; r++) {
         int64_t q_len = cu_q ? cu_q[r + 1] - cu_q[r] : 1, row0 = cu_q ? cu_q[r] - base : r;
@@ -138,7 +153,8 @@ void orc_combine(const int32_t *raw, const int32_t *seq_lens, const int32_t *cu_
                 }
             }
             int64_t swa = pos + 1 < window ? pos + 1 : window;
-            for (int64_t j = 0; j < swa; j++) o[n++] = (int32_t)(swa_base + pos - swa + 1 - gstart + j);
+            for (int64_t j = 0; j < swa; j++)
+                o[n++] = (int32_t)(swa_base + pos - swa + 1 - gstart + j);
             lengths[t] = (int32_t)n;
         }
         off += gather;
