@@ -18,10 +18,12 @@ static const ak_dtype k_bf16[] = {AK_DTYPE_BF16};
 static const ak_dtype k_out_dtypes[] = {AK_DTYPE_BF16, AK_DTYPE_F32};
 
 /* d_qk the attention reads from an MLA layout: 512 for DeepSeek V4, 576 otherwise. */
-static int64_t mla_d_qk(ak_layout l) { return l == AK_LAYOUT_DSV4_FP8_UE8M0 ? 512 : 576; }
+static int64_t mla_d_qk(ak_layout l) {
+    return l == AK_LAYOUT_DSV4_FP8_UE8M0 ? 512 : 576;
+}
 
-static ak_status check_i32(const ak_context *ctx, const char *fn, const char *arg,
-                           const char *text, const ak_tensor *t, int32_t ndim, const int64_t *dims) {
+static ak_status check_i32(const ak_context *ctx, const char *fn, const char *arg, const char *text,
+                           const ak_tensor *t, int32_t ndim, const int64_t *dims) {
     ak_tcheck c = {fn, arg, text};
     AK_TRY(ak_check_shape(ctx, &c, t, ndim, dims));
     return ak_check_dtype(&c, t, 1, k_i32);
@@ -67,8 +69,8 @@ static ak_status check_heads(const char *fn, const char *arg, const ak_cache *c,
         return ak_fail(AK_ERR_INVALID_ARGUMENT, "%s: q: h_q %lld is not divisible by %s.h_kv %d",
                        fn, (long long)h_q, arg, (int)h_kv);
     if (h_kv != 1)
-        return ak_fail(AK_ERR_UNSUPPORTED, "%s: %s.h_kv is %d; MLA caches have one latent head",
-                       fn, arg, (int)h_kv);
+        return ak_fail(AK_ERR_UNSUPPORTED, "%s: %s.h_kv is %d; MLA caches have one latent head", fn,
+                       arg, (int)h_kv);
     return AK_OK;
 }
 
@@ -77,8 +79,9 @@ static ak_status mla_decode_validate(ak_context *ctx, const char *fn, const ak_m
     if (a == NULL) return ak_fail(AK_ERR_INVALID_ARGUMENT, "%s: args is NULL", fn);
     AK_TRY(ak_check_cache(ctx, fn, "cache", a->cache, 4, k_mla_layouts));
     int64_t d_qk = mla_d_qk(a->cache->layout);
-    ak_tcheck cq = {fn, "q", d_qk == 576 ? "[b, s_q, h_q, 576] for this cache layout"
-                                         : "[b, s_q, h_q, 512] for DSV4_FP8_UE8M0"};
+    ak_tcheck cq = {fn, "q",
+                    d_qk == 576 ? "[b, s_q, h_q, 576] for this cache layout"
+                                : "[b, s_q, h_q, 512] for DSV4_FP8_UE8M0"};
     int64_t dq[4] = {-1, -1, -1, d_qk};
     AK_TRY(ak_check_shape(ctx, &cq, a->q, 4, dq));
     AK_TRY(ak_check_dtype(&cq, a->q, 1, k_bf16));
@@ -99,12 +102,14 @@ static ak_status mla_decode_validate(ak_context *ctx, const char *fn, const ak_m
             a->extra_topk_length != NULL)
             return ak_fail(AK_ERR_INVALID_ARGUMENT,
                            "%s: topk_length/extra_cache/extra_indices/extra_topk_length are set, "
-                           "but they belong to sparse mode (block_table is set)", fn);
+                           "but they belong to sparse mode (block_table is set)",
+                           fn);
     } else {
         if (a->seq_lens != NULL || a->causal)
             return ak_fail(AK_ERR_INVALID_ARGUMENT,
                            "%s: seq_lens/causal are set, but they belong to dense mode (indices "
-                           "is set; causality is in the index lists)", fn);
+                           "is set; causality is in the index lists)",
+                           fn);
         int64_t di[3] = {b, s_q, -1};
         AK_TRY(check_i32(ctx, fn, "indices", "[b, s_q, topk]", a->indices, 3, di));
         if (a->indices->shape[2] < 1)
@@ -112,8 +117,8 @@ static ak_status mla_decode_validate(ak_context *ctx, const char *fn, const ak_m
         AK_TRY(check_lengths(ctx, fn, "topk_length", a->topk_length, b, s_q));
         if ((a->extra_cache != NULL) != (a->extra_indices != NULL))
             return ak_fail(AK_ERR_INVALID_ARGUMENT,
-                           "%s: extra_cache is %s but extra_indices is %s; set both or neither",
-                           fn, a->extra_cache ? "set" : "NULL", a->extra_indices ? "set" : "NULL");
+                           "%s: extra_cache is %s but extra_indices is %s; set both or neither", fn,
+                           a->extra_cache ? "set" : "NULL", a->extra_indices ? "set" : "NULL");
         if (a->extra_topk_length != NULL && a->extra_indices == NULL)
             return ak_fail(AK_ERR_INVALID_ARGUMENT,
                            "%s: extra_topk_length is set without extra_indices", fn);
@@ -125,8 +130,8 @@ static ak_status mla_decode_validate(ak_context *ctx, const char *fn, const ak_m
                                ak_layout_name(a->extra_cache->layout),
                                ak_layout_name(a->cache->layout));
             AK_TRY(check_heads(fn, "extra_cache", a->extra_cache, h_q));
-            AK_TRY(check_i32(ctx, fn, "extra_indices", "[b, s_q, extra_topk]", a->extra_indices,
-                             3, di));
+            AK_TRY(check_i32(ctx, fn, "extra_indices", "[b, s_q, extra_topk]", a->extra_indices, 3,
+                             di));
             if (a->extra_indices->shape[2] < 1)
                 return ak_fail(AK_ERR_INVALID_ARGUMENT,
                                "%s: extra_indices: extra_topk is 0, expected >= 1", fn);
@@ -194,8 +199,8 @@ static ak_status sparse_prefill_validate(ak_context *ctx, const char *fn,
         AK_TRY(ak_check_dtype(&ck, a->kv, 1, k_bf16));
         d_qk = a->kv->shape[1];
         if (d_qk != 576 && d_qk != 512)
-            return ak_fail(AK_ERR_INVALID_ARGUMENT, "%s: kv: d_qk is %lld, expected 576 or 512",
-                           fn, (long long)d_qk);
+            return ak_fail(AK_ERR_INVALID_ARGUMENT, "%s: kv: d_qk is %lld, expected 576 or 512", fn,
+                           (long long)d_qk);
     }
     ak_tcheck cq = {fn, "q", "[s_q, h_q, d_qk] with d_qk matching kv or the cache layout"};
     int64_t dq[3] = {-1, -1, d_qk};

@@ -1,8 +1,8 @@
 /*
  * test_mla_decode.c -- CPU MLA decode (dense and sparse) against the double-precision oracle
- * (tests/oracle/oracle_mla.c), on every MLA layout, with NaN in every unused cache byte, NaN-poisoned
- * outputs, invalid indices of every kind, lengths, extra caches and sinks; bitwise determinism
- * across thread counts; rejection of bad arguments.
+ * (tests/oracle/oracle_mla.c), on every MLA layout, with NaN in every unused cache byte,
+ * NaN-poisoned outputs, invalid indices of every kind, lengths, extra caches and sinks; bitwise
+ * determinism across thread counts; rejection of bad arguments.
  *
  * Tolerances (CPU vs oracle, f32 output): both compute on the same dequantized values; the CPU's
  * only errors are fp32 rounding in the 576-term dot products (~1e-7 relative per logit), in exp and
@@ -87,7 +87,8 @@ static int32_t random_dead(ak_rng *r, tcache *t) {
 }
 
 static void fill_q(ak_rng *r, uint16_t *q, int64_t n) {
-    for (int64_t i = 0; i < n; i++) q[i] = orc_bf16_bits(ak_rng_uniform(r) * 2.0 - 1.0);
+    for (int64_t i = 0; i < n; i++)
+        q[i] = orc_bf16_bits(ak_rng_uniform(r) * 2.0 - 1.0);
 }
 
 static ak_context *cpu_ctx(int32_t threads) {
@@ -110,8 +111,8 @@ static ak_status run_decode(ak_context *ctx, ak_mla_decode_args *a, float *out_f
     st = ak_mla_decode(ctx, a, w, ws);
     free(w);
     for (int64_t i = 0; i < n; i++)
-        out_f[i] = esz == 2 ? (float)orc_bf16(((uint16_t *)a->out->data)[i])
-                            : ((float *)a->out->data)[i];
+        out_f[i] =
+            esz == 2 ? (float)orc_bf16(((uint16_t *)a->out->data)[i]) : ((float *)a->out->data)[i];
     memcpy(lse_f, a->lse->data, (size_t)ak_tensor_numel(a->lse) * 4);
     return st;
 }
@@ -120,19 +121,20 @@ typedef struct sparse_case {
     ak_layout layout;
     int32_t P, pages;
     int64_t b, s_q, h_q, topk;
-    int len_mode;    /* 0: none, 1: [b], 2: [b, s_q] */
-    int extra;       /* extra cache with its own page size */
-    int sink_mode;   /* 0: none, 1: finite, 2: finite, +inf and -inf mixed */
+    int len_mode;  /* 0: none, 1: [b], 2: [b, s_q] */
+    int extra;     /* extra cache with its own page size */
+    int sink_mode; /* 0: none, 1: finite, 2: finite, +inf and -inf mixed */
     int out_bf16;
     int all_invalid; /* every entry invalid */
 } sparse_case;
 
 static void run_sparse_case(ak_context *ctx, const sparse_case *sc, ak_rng *r) {
     char what[256];
-    snprintf(what, sizeof what,
-             "sparse layout %d P %d b %lld s_q %lld h_q %lld topk %lld len %d extra %d sink %d bf16 %d",
-             (int)sc->layout, (int)sc->P, (long long)sc->b, (long long)sc->s_q, (long long)sc->h_q,
-             (long long)sc->topk, sc->len_mode, sc->extra, sc->sink_mode, sc->out_bf16);
+    snprintf(
+        what, sizeof what,
+        "sparse layout %d P %d b %lld s_q %lld h_q %lld topk %lld len %d extra %d sink %d bf16 %d",
+        (int)sc->layout, (int)sc->P, (long long)sc->b, (long long)sc->s_q, (long long)sc->h_q,
+        (long long)sc->topk, sc->len_mode, sc->extra, sc->sink_mode, sc->out_bf16);
     uint64_t seed = ak_rng_u64(r);
     tcache main_c, extra_c;
     tcache_make(&main_c, sc->layout, sc->pages, sc->P);
@@ -158,8 +160,10 @@ static void run_sparse_case(ak_context *ctx, const sparse_case *sc, ak_rng *r) {
     for (int64_t k = 0; k < nlen; k++) {
         int64_t u = ak_rng_range(r, 0, 10);
         /* negative, zero, short, full, above the width */
-        len[k] = u == 0 ? -3 : u == 1 ? 0 : u == 2 ? (int32_t)sc->topk + 5
-                                              : (int32_t)ak_rng_range(r, 1, sc->topk + 1);
+        len[k] = u == 0   ? -3
+                 : u == 1 ? 0
+                 : u == 2 ? (int32_t)sc->topk + 5
+                          : (int32_t)ak_rng_range(r, 1, sc->topk + 1);
         elen[k] = (int32_t)ak_rng_range(r, -1, etopk + 3);
     }
     for (int64_t t = 0; t < rows; t++) {
@@ -170,15 +174,20 @@ static void run_sparse_case(ak_context *ctx, const sparse_case *sc, ak_rng *r) {
         }
         for (int64_t j = 0; j < sc->topk; j++) {
             int32_t v;
-            if (sc->all_invalid || ak_rng_uniform(r) < 0.15) v = invalid_index(r, main_c.cap);
-            else if (j >= lim) v = random_dead(r, &main_c); /* past the length: NaN bytes */
-            else v = random_live(r, &main_c);
+            if (sc->all_invalid || ak_rng_uniform(r) < 0.15)
+                v = invalid_index(r, main_c.cap);
+            else if (j >= lim)
+                v = random_dead(r, &main_c); /* past the length: NaN bytes */
+            else
+                v = random_live(r, &main_c);
             idx[t * sc->topk + j] = v;
         }
         for (int64_t j = 0; j < etopk && sc->extra; j++) {
             int32_t v;
-            if (sc->all_invalid || ak_rng_uniform(r) < 0.15) v = invalid_index(r, extra_c.cap);
-            else v = random_live(r, &extra_c);
+            if (sc->all_invalid || ak_rng_uniform(r) < 0.15)
+                v = invalid_index(r, extra_c.cap);
+            else
+                v = random_live(r, &extra_c);
             eidx[t * etopk + j] = v;
         }
     }
@@ -217,7 +226,8 @@ static void run_sparse_case(ak_context *ctx, const sparse_case *sc, ak_rng *r) {
     a.attn_sink = sc->sink_mode ? &tsink : NULL;
     a.out = &to;
     a.lse = &tlse;
-    float *got = malloc((size_t)(rows * h_q * 512) * 4), *got_lse = malloc((size_t)(rows * h_q) * 4);
+    float *got = malloc((size_t)(rows * h_q * 512) * 4),
+          *got_lse = malloc((size_t)(rows * h_q) * 4);
     CHECK_STATUS(run_decode(ctx, &a, got, got_lse), AK_OK);
 
     orc_mla_decode_in in;
@@ -240,7 +250,8 @@ static void run_sparse_case(ak_context *ctx, const sparse_case *sc, ak_rng *r) {
         in.extra_len_per_row = 1;
     }
     in.sink = sc->sink_mode ? sink : NULL;
-    double *ref = malloc((size_t)(rows * h_q * 512) * 8), *ref_lse = malloc((size_t)(rows * h_q) * 8);
+    double *ref = malloc((size_t)(rows * h_q * 512) * 8),
+           *ref_lse = malloc((size_t)(rows * h_q) * 8);
     orc_mla_decode(&in, ref, ref_lse);
     char w2[300];
     snprintf(w2, sizeof w2, "%s: out", what);
@@ -249,8 +260,8 @@ static void run_sparse_case(ak_context *ctx, const sparse_case *sc, ak_rng *r) {
     ak_compare(w2, got_lse, ref_lse, rows * h_q, k_tol_lse);
     if (sc->all_invalid) {
         for (int64_t k = 0; k < rows * h_q; k++)
-            CHECK_MSG(got_lse[k] == INFINITY, "%s: lse[%lld] %g, expected +inf", what,
-                      (long long)k, (double)got_lse[k]);
+            CHECK_MSG(got_lse[k] == INFINITY, "%s: lse[%lld] %g, expected +inf", what, (long long)k,
+                      (double)got_lse[k]);
     }
     free(got);
     free(got_lse);
@@ -279,8 +290,18 @@ AK_TEST(sparse_every_layout_and_head_count) {
     for (int li = 0; li < 4; li++) {
         for (int hi = 0; hi < 6; hi++) {
             int k = li * 6 + hi;
-            sparse_case sc = {k_layouts[li], li == 3 ? 64 : 16, 6, 2, 1 + k % 3, heads[hi],
-                              40 + 8 * (k % 4), k % 3, k % 2, k % 3, (k / 2) % 2, 0};
+            sparse_case sc = {k_layouts[li],
+                              li == 3 ? 64 : 16,
+                              6,
+                              2,
+                              1 + k % 3,
+                              heads[hi],
+                              40 + 8 * (k % 4),
+                              k % 3,
+                              k % 2,
+                              k % 3,
+                              (k / 2) % 2,
+                              0};
             if (heads[hi] >= 64) sc.s_q = 1, sc.b = 2, sc.topk = 40; /* keep the oracle fast */
             run_sparse_case(ctx, &sc, &r);
         }
@@ -316,8 +337,8 @@ typedef struct dense_case {
 static void run_dense_case(ak_context *ctx, const dense_case *dc, ak_rng *r) {
     char what[200];
     snprintf(what, sizeof what, "dense layout %d P %d b %lld s_q %lld h_q %lld causal %d",
-             (int)dc->layout, (int)dc->P, (long long)dc->b, (long long)dc->s_q,
-             (long long)dc->h_q, (int)dc->causal);
+             (int)dc->layout, (int)dc->P, (long long)dc->b, (long long)dc->s_q, (long long)dc->h_q,
+             (int)dc->causal);
     uint64_t seed = ak_rng_u64(r);
     int64_t b = dc->b, s_q = dc->s_q, h_q = dc->h_q, rows = b * s_q;
     int32_t P = dc->P, max_len = 3 * P + 5;
@@ -326,8 +347,10 @@ static void run_dense_case(ak_context *ctx, const dense_case *dc, ak_rng *r) {
     for (int64_t k = 0; k < b; k++) {
         int64_t u = ak_rng_range(r, 0, 6);
         /* empty request, shorter than s_q (empty causal rows), exact page multiple, random */
-        seq[k] = u == 0 ? 0 : u == 1 ? (int32_t)(s_q > 1 ? s_q - 1 : 1) : u == 2 ? 2 * P
-                                                 : (int32_t)ak_rng_range(r, 1, max_len + 1);
+        seq[k] = u == 0   ? 0
+                 : u == 1 ? (int32_t)(s_q > 1 ? s_q - 1 : 1)
+                 : u == 2 ? 2 * P
+                          : (int32_t)ak_rng_range(r, 1, max_len + 1);
         need_pages += (seq[k] + P - 1) / P;
     }
     int64_t width = (max_len + P - 1) / P + 1;
@@ -335,7 +358,8 @@ static void run_dense_case(ak_context *ctx, const dense_case *dc, ak_rng *r) {
     tcache c;
     tcache_make(&c, dc->layout, pages, P);
     int32_t *perm = malloc((size_t)pages * 4);
-    for (int32_t p = 0; p < pages; p++) perm[p] = p;
+    for (int32_t p = 0; p < pages; p++)
+        perm[p] = p;
     for (int32_t p = pages - 1; p > 0; p--) {
         int32_t k = (int32_t)ak_rng_range(r, 0, p + 1), t = perm[p];
         perm[p] = perm[k];
@@ -361,7 +385,8 @@ static void run_dense_case(ak_context *ctx, const dense_case *dc, ak_rng *r) {
     uint16_t *q = malloc((size_t)(rows * h_q * d_qk) * 2);
     fill_q(r, q, rows * h_q * d_qk);
     float *sink = malloc((size_t)h_q * 4);
-    for (int64_t h = 0; h < h_q; h++) sink[h] = (float)(ak_rng_uniform(r) * 2.0 - 1.0);
+    for (int64_t h = 0; h < h_q; h++)
+        sink[h] = (float)(ak_rng_uniform(r) * 2.0 - 1.0);
     int64_t sh_q[4] = {b, s_q, h_q, d_qk}, sh_bt[2] = {b, width}, sh_o[4] = {b, s_q, h_q, 512};
     int64_t sh_s[1] = {h_q};
     ak_tensor tq = ak_tensor_make(q, AK_DTYPE_BF16, 4, sh_q);
@@ -383,7 +408,8 @@ static void run_dense_case(ak_context *ctx, const dense_case *dc, ak_rng *r) {
     a.attn_sink = dc->sink ? &tsink : NULL;
     a.out = &to;
     a.lse = &tlse;
-    float *got = malloc((size_t)(rows * h_q * 512) * 4), *got_lse = malloc((size_t)(rows * h_q) * 4);
+    float *got = malloc((size_t)(rows * h_q * 512) * 4),
+          *got_lse = malloc((size_t)(rows * h_q) * 4);
     CHECK_STATUS(run_decode(ctx, &a, got, got_lse), AK_OK);
 
     orc_mla_decode_in in;
@@ -399,7 +425,8 @@ static void run_dense_case(ak_context *ctx, const dense_case *dc, ak_rng *r) {
     in.seq_lens = seq;
     in.causal = dc->causal;
     in.sink = dc->sink ? sink : NULL;
-    double *ref = malloc((size_t)(rows * h_q * 512) * 8), *ref_lse = malloc((size_t)(rows * h_q) * 8);
+    double *ref = malloc((size_t)(rows * h_q * 512) * 8),
+           *ref_lse = malloc((size_t)(rows * h_q) * 8);
     orc_mla_decode(&in, ref, ref_lse);
     char w2[300];
     snprintf(w2, sizeof w2, "%s: out", what);
@@ -427,8 +454,8 @@ AK_TEST(dense_every_layout_causal_and_not) {
     static const int64_t sq[4] = {1, 2, 4, 8};
     for (int li = 0; li < 4; li++) {
         for (int k = 0; k < 4; k++) {
-            dense_case dc = {k_layouts[li], k % 2 ? 16 : 7, 3, sq[k], k == 3 ? 16 : 8,
-                             k > 0, k % 2, k >= 2};
+            dense_case dc = {k_layouts[li],   k % 2 ? 16 : 7, 3,     sq[k],
+                             k == 3 ? 16 : 8, k > 0,          k % 2, k >= 2};
             run_dense_case(ctx, &dc, &r);
         }
         dense_case big = {k_layouts[li], 64, 2, 1, 128, 0, 0, 0};
@@ -446,12 +473,14 @@ AK_TEST(bitwise_identical_across_thread_counts) {
     uint64_t seed = ak_rng_u64(&r);
     tcache c;
     tcache_make(&c, AK_LAYOUT_DSA_FP8_BLOCKSCALE, 8, 64);
-    for (int64_t s = 0; s < c.cap; s++) tcache_write(&c, s, seed);
+    for (int64_t s = 0; s < c.cap; s++)
+        tcache_write(&c, s, seed);
     int64_t b = 3, s_q = 2, h_q = 80, topk = 150;
     uint16_t *q = malloc((size_t)(b * s_q * h_q * 576) * 2);
     fill_q(&r, q, b * s_q * h_q * 576);
     int32_t *idx = malloc((size_t)(b * s_q * topk) * 4);
-    for (int64_t k = 0; k < b * s_q * topk; k++) idx[k] = (int32_t)ak_rng_range(&r, -5, c.cap + 5);
+    for (int64_t k = 0; k < b * s_q * topk; k++)
+        idx[k] = (int32_t)ak_rng_range(&r, -5, c.cap + 5);
     int64_t sh_q[4] = {b, s_q, h_q, 576}, sh_i[3] = {b, s_q, topk}, sh_o[4] = {b, s_q, h_q, 512};
     ak_tensor tq = ak_tensor_make(q, AK_DTYPE_BF16, 4, sh_q);
     ak_tensor ti = ak_tensor_make(idx, AK_DTYPE_I32, 3, sh_i);
@@ -501,12 +530,14 @@ AK_TEST(lse_with_transposed_strides) {
     ak_context *ctx = cpu_ctx(2);
     tcache c;
     tcache_make(&c, AK_LAYOUT_MLA_BF16, 4, 16);
-    for (int64_t s = 0; s < c.cap; s++) tcache_write(&c, s, 7);
+    for (int64_t s = 0; s < c.cap; s++)
+        tcache_write(&c, s, 7);
     int64_t b = 2, s_q = 3, h_q = 4, topk = 20;
     uint16_t q[2 * 3 * 4 * 576];
     fill_q(&r, q, b * s_q * h_q * 576);
     int32_t idx[2 * 3 * 20];
-    for (int k = 0; k < 120; k++) idx[k] = (int32_t)ak_rng_range(&r, 0, c.cap);
+    for (int k = 0; k < 120; k++)
+        idx[k] = (int32_t)ak_rng_range(&r, 0, c.cap);
     int64_t sh_q[4] = {b, s_q, h_q, 576}, sh_i[3] = {b, s_q, topk}, sh_o[4] = {b, s_q, h_q, 512};
     ak_tensor tq = ak_tensor_make(q, AK_DTYPE_BF16, 4, sh_q);
     ak_tensor ti = ak_tensor_make(idx, AK_DTYPE_I32, 3, sh_i);
@@ -623,6 +654,15 @@ AK_TEST(bad_arguments_are_rejected) {
     tlen.shape[0] = 3;
     a.topk_length = &tlen;
     CHECK_REJECT(ak_mla_decode(ctx, &a, ws, sizeof ws), AK_ERR_INVALID_ARGUMENT, "topk_length");
+    /* an empty batch is valid and writes nothing */
+    a = base;
+    ak_tensor tq0 = tq, ti00 = ti, to0 = to, tl0 = tl;
+    tq0.shape[0] = ti00.shape[0] = to0.shape[0] = tl0.shape[0] = 0;
+    a.q = &tq0;
+    a.indices = &ti00;
+    a.out = &to0;
+    a.lse = &tl0;
+    CHECK_STATUS(ak_mla_decode(ctx, &a, ws, sizeof ws), AK_OK);
     size_t bytes;
     CHECK_REJECT(ak_mla_decode_workspace_size(ctx, &base, NULL), AK_ERR_INVALID_ARGUMENT, "bytes");
     CHECK_REJECT(ak_mla_decode_workspace_size(ctx, NULL, &bytes), AK_ERR_INVALID_ARGUMENT, "args");

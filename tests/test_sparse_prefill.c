@@ -37,7 +37,7 @@ static ak_context *cpu_ctx(int32_t threads) {
 }
 
 typedef struct sp_case {
-    ak_layout layout;  /* AK_LAYOUT_INVALID: flat form with d_qk */
+    ak_layout layout; /* AK_LAYOUT_INVALID: flat form with d_qk */
     int32_t d_qk, P, pages;
     int64_t s_q, h_q, topk, s_kv;
     int use_len, sink_mode, out_bf16, all_invalid;
@@ -60,8 +60,8 @@ static ak_status run_prefill(ak_context *ctx, ak_sparse_prefill_args *a, sp_resu
     st = ak_sparse_prefill(ctx, a, w, ws);
     free(w);
     for (int64_t i = 0; i < n; i++)
-        res->out[i] = esz == 2 ? (float)orc_bf16(((uint16_t *)a->out->data)[i])
-                               : ((float *)a->out->data)[i];
+        res->out[i] =
+            esz == 2 ? (float)orc_bf16(((uint16_t *)a->out->data)[i]) : ((float *)a->out->data)[i];
     memcpy(res->lse, a->lse->data, (size_t)rows * 4);
     memcpy(res->max_logits, a->max_logits->data, (size_t)rows * 4);
     return st;
@@ -69,10 +69,11 @@ static ak_status run_prefill(ak_context *ctx, ak_sparse_prefill_args *a, sp_resu
 
 static void run_case(ak_context *ctx, const sp_case *c, ak_rng *r) {
     char what[256];
-    snprintf(what, sizeof what, "prefill layout %d d_qk %d P %d s_q %lld h_q %lld topk %lld "
-             "len %d sink %d bf16 %d", (int)c->layout, (int)c->d_qk, (int)c->P,
-             (long long)c->s_q, (long long)c->h_q, (long long)c->topk, c->use_len, c->sink_mode,
-             c->out_bf16);
+    snprintf(what, sizeof what,
+             "prefill layout %d d_qk %d P %d s_q %lld h_q %lld topk %lld "
+             "len %d sink %d bf16 %d",
+             (int)c->layout, (int)c->d_qk, (int)c->P, (long long)c->s_q, (long long)c->h_q,
+             (long long)c->topk, c->use_len, c->sink_mode, c->out_bf16);
     int paged = c->layout != AK_LAYOUT_INVALID;
     int32_t d_qk = paged ? orc_mla_d_qk((int32_t)c->layout) : c->d_qk;
     int64_t s_q = c->s_q, h_q = c->h_q, topk = c->topk;
@@ -109,7 +110,8 @@ static void run_case(ak_context *ctx, const sp_case *c, ak_rng *r) {
     for (int64_t s = 0; s < bound; s++) {
         if (s != 0 && ak_rng_uniform(r) >= 0.6) continue;
         live[s] = 1;
-        if (paged) orc_mla_fill_token(pool, op.layout, stride, c->P, s, seed);
+        if (paged)
+            orc_mla_fill_token(pool, op.layout, stride, c->P, s, seed);
         else
             for (int d = 0; d < d_qk; d++)
                 kv[s * d_qk + d] = orc_bf16_bits(ak_rng_uniform(r) * 2.0 - 1.0);
@@ -121,15 +123,18 @@ static void run_case(ak_context *ctx, const sp_case *c, ak_rng *r) {
     int32_t *idx = malloc((size_t)(s_q * topk) * 4), *len = malloc((size_t)s_q * 4);
     for (int64_t t = 0; t < s_q; t++) {
         int64_t u = ak_rng_range(r, 0, 8);
-        len[t] = u == 0 ? -2 : u == 1 ? 0 : u == 2 ? (int32_t)topk + 9
-                                    : (int32_t)ak_rng_range(r, 1, topk + 1);
+        len[t] = u == 0   ? -2
+                 : u == 1 ? 0
+                 : u == 2 ? (int32_t)topk + 9
+                          : (int32_t)ak_rng_range(r, 1, topk + 1);
         int64_t lim = c->use_len ? (len[t] < 0 ? 0 : len[t]) : topk;
         for (int64_t j = 0; j < topk; j++) {
             int32_t v;
             if (c->all_invalid || ak_rng_uniform(r) < 0.15) {
                 v = invalid_index(r, bound);
             } else {
-                do v = (int32_t)ak_rng_range(r, 0, bound);
+                do
+                    v = (int32_t)ak_rng_range(r, 0, bound);
                 while (j < lim ? !live[v] : (live[v] && v != 0)); /* past the length: NaN rows */
             }
             idx[t * topk + j] = v;
@@ -204,9 +209,11 @@ static void run_case(ak_context *ctx, const sp_case *c, ak_rng *r) {
         double *row = malloc((size_t)d_qk * 8);
         for (int64_t s = 0; s < bound; s++) {
             if (orc_mla_token(&op, s, row) && live[s])
-                for (int d = 0; d < d_qk; d++) flat[s * d_qk + d] = orc_bf16_bits(row[d]);
+                for (int d = 0; d < d_qk; d++)
+                    flat[s * d_qk + d] = orc_bf16_bits(row[d]);
             else
-                for (int d = 0; d < d_qk; d++) flat[s * d_qk + d] = 0xffff;
+                for (int d = 0; d < d_qk; d++)
+                    flat[s * d_qk + d] = 0xffff;
         }
         ak_tensor tflat = ak_tensor_make(flat, AK_DTYPE_BF16, 2, sh_kv);
         a.cache = NULL;
@@ -248,16 +255,28 @@ AK_TEST(flat_and_paged_every_layout) {
     ak_rng r;
     ak_rng_init(&r, ak_test_seed());
     ak_context *ctx = cpu_ctx(2);
-    static const ak_layout layouts[6] = {AK_LAYOUT_INVALID,          AK_LAYOUT_INVALID,
-                                         AK_LAYOUT_MLA_BF16,         AK_LAYOUT_MLA_FP8_PERTENSOR,
-                                         AK_LAYOUT_DSA_FP8_BLOCKSCALE, AK_LAYOUT_DSV4_FP8_UE8M0};
+    static const ak_layout layouts[6] = {AK_LAYOUT_INVALID,
+                                         AK_LAYOUT_INVALID,
+                                         AK_LAYOUT_MLA_BF16,
+                                         AK_LAYOUT_MLA_FP8_PERTENSOR,
+                                         AK_LAYOUT_DSA_FP8_BLOCKSCALE,
+                                         AK_LAYOUT_DSV4_FP8_UE8M0};
     static const int64_t heads[6] = {1, 8, 16, 32, 64, 128};
     for (int li = 0; li < 6; li++) {
         for (int hi = 0; hi < 6; hi++) {
             int k = li * 6 + hi;
-            sp_case c = {layouts[li], li == 0 ? 576 : 512, li == 5 ? 64 : 16, 6,
-                         heads[hi] >= 64 ? 2 : 5, heads[hi], 24 + 8 * (k % 5), 70,
-                         k % 2, k % 3, (k / 2) % 2, 0};
+            sp_case c = {layouts[li],
+                         li == 0 ? 576 : 512,
+                         li == 5 ? 64 : 16,
+                         6,
+                         heads[hi] >= 64 ? 2 : 5,
+                         heads[hi],
+                         24 + 8 * (k % 5),
+                         70,
+                         k % 2,
+                         k % 3,
+                         (k / 2) % 2,
+                         0};
             run_case(ctx, &c, &r);
         }
     }
@@ -342,4 +361,67 @@ AK_TEST(bad_arguments_are_rejected) {
     CHECK_REJECT(ak_sparse_prefill_workspace_size(ctx, NULL, &bytes), AK_ERR_INVALID_ARGUMENT,
                  "args");
     ak_context_destroy(ctx);
+}
+
+/* Same inputs on 1, 2 and 3 threads: bitwise identical outputs (no reduction is split; head
+   groups differ with the thread count but never change a head's arithmetic). */
+AK_TEST(bitwise_identical_across_thread_counts) {
+    ak_rng r;
+    ak_rng_init(&r, ak_test_seed() + 2);
+    int64_t s_q = 3, h_q = 72, topk = 90, s_kv = 200, d_qk = 576;
+    uint16_t *q = malloc((size_t)(s_q * h_q * d_qk) * 2), *kv = malloc((size_t)(s_kv * d_qk) * 2);
+    int32_t *idx = malloc((size_t)(s_q * topk) * 4);
+    for (int64_t i = 0; i < s_q * h_q * d_qk; i++)
+        q[i] = orc_bf16_bits(ak_rng_uniform(&r) * 2.0 - 1.0);
+    for (int64_t i = 0; i < s_kv * d_qk; i++)
+        kv[i] = orc_bf16_bits(ak_rng_uniform(&r) * 2.0 - 1.0);
+    for (int64_t i = 0; i < s_q * topk; i++)
+        idx[i] = (int32_t)ak_rng_range(&r, -3, s_kv + 3);
+    int64_t sh_q[3] = {s_q, h_q, d_qk}, sh_kv[2] = {s_kv, d_qk}, sh_i[2] = {s_q, topk};
+    int64_t sh_o[3] = {s_q, h_q, 512};
+    ak_tensor tq = ak_tensor_make(q, AK_DTYPE_BF16, 3, sh_q);
+    ak_tensor tkv = ak_tensor_make(kv, AK_DTYPE_BF16, 2, sh_kv);
+    ak_tensor ti = ak_tensor_make(idx, AK_DTYPE_I32, 2, sh_i);
+    size_t n = (size_t)(s_q * h_q * 512), nr = (size_t)(s_q * h_q);
+    uint16_t *out[3];
+    float *lse[3], *ml[3];
+    for (int k = 0; k < 3; k++) {
+        ak_context *ctx = cpu_ctx(k + 1);
+        out[k] = malloc(n * 2);
+        lse[k] = malloc(nr * 4);
+        ml[k] = malloc(nr * 4);
+        ak_tensor to = ak_tensor_make(out[k], AK_DTYPE_BF16, 3, sh_o);
+        ak_tensor tl = ak_tensor_make(lse[k], AK_DTYPE_F32, 2, sh_o);
+        ak_tensor tm = ak_tensor_make(ml[k], AK_DTYPE_F32, 2, sh_o);
+        ak_sparse_prefill_args a;
+        memset(&a, 0, sizeof a);
+        a.q = &tq;
+        a.kv = &tkv;
+        a.indices = &ti;
+        a.softmax_scale = 0.04f;
+        a.out = &to;
+        a.lse = &tl;
+        a.max_logits = &tm;
+        sp_result res;
+        res.out = malloc(n * 4);
+        res.lse = malloc(nr * 4);
+        res.max_logits = malloc(nr * 4);
+        CHECK_STATUS(run_prefill(ctx, &a, &res), AK_OK);
+        free(res.out);
+        free(res.lse);
+        free(res.max_logits);
+        ak_context_destroy(ctx);
+    }
+    for (int k = 1; k < 3; k++)
+        CHECK_MSG(memcmp(out[0], out[k], n * 2) == 0 && memcmp(lse[0], lse[k], nr * 4) == 0 &&
+                      memcmp(ml[0], ml[k], nr * 4) == 0,
+                  "outputs differ between 1 and %d threads", k + 1);
+    for (int k = 0; k < 3; k++) {
+        free(out[k]);
+        free(lse[k]);
+        free(ml[k]);
+    }
+    free(q);
+    free(kv);
+    free(idx);
 }

@@ -1,10 +1,10 @@
 /*
- * bench_mla.c -- `attnkit bench` cases for MLA decode (sparse and dense) and sparse prefill, with the
- * shapes of targets.md 2 and 5 (FlashMLA's anchor harness): sparse decode picks topk distinct random
- * tokens of a 32k-token context per request and query row; dense decode reads s_k tokens through a
- * random page permutation; sparse prefill gathers from a flat bf16 KV. Data is random, generated on
- * the host and uploaded, so the same cases run on every backend. The CPU backend is far slower, so
- * on it batches (and prefill query counts) are scaled down; the shape text says so.
+ * bench_mla.c -- `attnkit bench` cases for MLA decode (sparse and dense) and sparse prefill, with
+ * the shapes of targets.md 2 and 5 (FlashMLA's anchor harness): sparse decode picks topk distinct
+ * random tokens of a 32k-token context per request and query row; dense decode reads s_k tokens
+ * through a random page permutation; sparse prefill gathers from a flat bf16 KV. Data is random,
+ * generated on the host and uploaded, so the same cases run on every backend. The CPU backend is
+ * far slower, so on it batches (and prefill query counts) are scaled down; the shape text says so.
  * FLOPs and bytes follow targets.md 3.1 and 3.2.
  */
 #include <stdio.h>
@@ -15,10 +15,10 @@
 #include "devmem.h"
 #include "mla_data.h"
 
-#define MLA_TRY(expr)                                                                             \
-    do {                                                                                          \
-        ak_status mla_try_s_ = (expr);                                                            \
-        if (mla_try_s_ != AK_OK) return mla_try_s_;                                               \
+#define MLA_TRY(expr)                                                                              \
+    do {                                                                                           \
+        ak_status mla_try_s_ = (expr);                                                             \
+        if (mla_try_s_ != AK_OK) return mla_try_s_;                                                \
     } while (0)
 
 typedef struct mla_bench {
@@ -33,9 +33,10 @@ typedef struct mla_bench {
 static void mla_bench_destroy(ak_context *ctx, void *state) {
     mla_bench *s = (mla_bench *)state;
     if (s == NULL) return;
-    void *bufs[] = {s->q, s->pool, s->idx, s->extra_pool, s->extra_idx, s->out, s->lse, s->ml,
-                    s->bt, s->seq, s->kv, s->ws};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ak_dev_free(ctx, bufs[i]);
+    void *bufs[] = {s->q,   s->pool, s->idx, s->extra_pool, s->extra_idx, s->out,
+                    s->lse, s->ml,   s->bt,  s->seq,        s->kv,        s->ws};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        ak_dev_free(ctx, bufs[i]);
     free(s);
 }
 
@@ -72,7 +73,8 @@ static ak_status pool_make(ak_context *ctx, ak_layout l, int32_t num_pages, int3
     int32_t tile = num_pages < 64 ? num_pages : 64;
     uint8_t *img = calloc((size_t)(tile * stride), 1);
     if (img == NULL) return AK_ERR_OUT_OF_MEMORY;
-    for (int64_t s = 0; s < (int64_t)tile * P; s++) ak_mla_data_token(img, l, stride, P, s, seed);
+    for (int64_t s = 0; s < (int64_t)tile * P; s++)
+        ak_mla_data_token(img, l, stride, P, s, seed);
     *dev = ak_dev_alloc(ctx, (size_t)(num_pages * stride));
     if (*dev == NULL) st = AK_ERR_OUT_OF_MEMORY;
     for (int32_t p = 0; p < num_pages && st == AK_OK; p += tile) {
@@ -88,8 +90,8 @@ static ak_status pool_make(ak_context *ctx, ak_layout l, int32_t num_pages, int3
 
 /* Queries the workspace, allocates it and hands the case to the list; a backend without a kernel
    for the case (AK_ERR_UNSUPPORTED) drops it. */
-static ak_status finish_case(ak_context *ctx, ak_bench_list *out, ak_bench_case *bc,
-                             mla_bench *s, int decode) {
+static ak_status finish_case(ak_context *ctx, ak_bench_list *out, ak_bench_case *bc, mla_bench *s,
+                             int decode) {
     ak_status st = decode ? ak_mla_decode_workspace_size(ctx, &s->dec, &s->ws_bytes)
                           : ak_sparse_prefill_workspace_size(ctx, &s->pre, &s->ws_bytes);
     if (st == AK_ERR_UNSUPPORTED) {
@@ -218,13 +220,14 @@ static ak_status add_sparse_decode(ak_context *ctx, const ak_bench_opts *o, ak_b
                  (long long)b, (long long)s_q, (long long)h_q, topk, P, extra_topk,
                  m->extra_page_size, lt.name, note);
     else
-        snprintf(bc.shape, sizeof bc.shape, "%s b %lld s_q %lld h_q %lld topk %d ctx 32k (P %d) %s%s",
-                 m->name, (long long)b, (long long)s_q, (long long)h_q, topk, P, lt.name, note);
+        snprintf(bc.shape, sizeof bc.shape,
+                 "%s b %lld s_q %lld h_q %lld topk %d ctx 32k (P %d) %s%s", m->name, (long long)b,
+                 (long long)s_q, (long long)h_q, topk, P, lt.name, note);
     double keys = (double)rows * (topk + extra_topk);
     bc.flops = 2.0 * (double)h_q * keys * (d_qk + 512);
     bc.bytes_kv = keys * lt.bytes_per_token;
-    bc.bytes_total = unique * lt.bytes_per_token + (double)rows * h_q * (d_qk * 2 + 512 * 2 + 4) +
-                     keys * 4;
+    bc.bytes_total =
+        unique * lt.bytes_per_token + (double)rows * h_q * (d_qk * 2 + 512 * 2 + 4) + keys * 4;
     return finish_case(ctx, out, &bc, s, 1);
 }
 
@@ -246,7 +249,8 @@ static ak_status add_dense_decode(ak_context *ctx, const ak_bench_opts *o, ak_be
     if (bt == NULL || perm == NULL || seq == NULL || q == NULL) st = AK_ERR_OUT_OF_MEMORY;
     if (st == AK_OK) {
         ak_mla_data_distinct(bt, pages, pages, perm, &rs);
-        for (int64_t r = 0; r < b; r++) seq[r] = s_k;
+        for (int64_t r = 0; r < b; r++)
+            seq[r] = s_k;
         ak_mla_data_bf16(q, rows * h_q * d_qk, seed + 2);
         s->q = upload(ctx, q, (size_t)(rows * h_q * d_qk) * 2, &st);
         s->bt = upload(ctx, bt, (size_t)pages * 4, &st);
@@ -355,12 +359,13 @@ static ak_status add_sparse_prefill(ak_context *ctx, const ak_bench_opts *o, ak_
     ak_bench_case bc;
     memset(&bc, 0, sizeof bc);
     snprintf(bc.op, sizeof bc.op, "sparse_prefill");
-    snprintf(bc.shape, sizeof bc.shape, "%s s_q %lld s_kv %lld h_q %lld topk %d d_qk %d flat bf16%s",
-             m->name, (long long)s_q, (long long)s_kv, (long long)h_q, topk, d_qk, note);
+    snprintf(bc.shape, sizeof bc.shape,
+             "%s s_q %lld s_kv %lld h_q %lld topk %d d_qk %d flat bf16%s", m->name, (long long)s_q,
+             (long long)s_kv, (long long)h_q, topk, d_qk, note);
     bc.flops = 2.0 * (double)h_q * (double)s_q * topk * (d_qk + 512);
     bc.bytes_kv = 0;
-    bc.bytes_total = unique * d_qk * 2 + (double)s_q * h_q * (d_qk * 2 + 512 * 2 + 8) +
-                     (double)s_q * topk * 4;
+    bc.bytes_total =
+        unique * d_qk * 2 + (double)s_q * h_q * (d_qk * 2 + 512 * 2 + 8) + (double)s_q * topk * 4;
     return finish_case(ctx, out, &bc, s, 0);
 }
 
@@ -382,10 +387,9 @@ ak_status ak_bench_mla(ak_context *ctx, const ak_bench_opts *o, const char *op,
         if (m == NULL) continue;
         int sparse = m->kind == AK_MODEL_DSA || m->kind == AK_MODEL_DSV4;
         if (sparse && ak_bench_wants(op, "mla_decode_sparse")) {
-            static const sparse_shape gpu_dsa[] = {{128, 1, 128}, {128, 1, 64}, {128, 1, 32},
-                                                   {128, 1, 16},  {32, 1, 16},  {8, 1, 16},
-                                                   {8, 1, 128},   {1, 1, 128},  {1, 1, 16},
-                                                   {128, 2, 128}};
+            static const sparse_shape gpu_dsa[] = {
+                {128, 1, 128}, {128, 1, 64}, {128, 1, 32}, {128, 1, 16}, {32, 1, 16},
+                {8, 1, 16},    {8, 1, 128},  {1, 1, 128},  {1, 1, 16},   {128, 2, 128}};
             static const sparse_shape gpu_v4[] = {{128, 1, 0}, {128, 2, 0}, {8, 1, 0}, {1, 1, 0}};
             static const sparse_shape cpu_dsa[] = {{8, 1, 128}, {8, 1, 16}};
             static const sparse_shape cpu_v4[] = {{8, 1, 0}};
@@ -415,14 +419,14 @@ ak_status ak_bench_mla(ak_context *ctx, const ak_bench_opts *o, const char *op,
             const sparse_shape *list = o->quick ? quick : cpu ? cpu_list : gpu;
             size_t n = o->quick ? 1 : cpu ? 2 : sizeof gpu / sizeof gpu[0];
             for (size_t i = 0; i < n; i++)
-                MLA_TRY(add_dense_decode(ctx, o, out, m, list[i], o->quick ? 1024 : 8192,
-                                                cpu_note));
+                MLA_TRY(
+                    add_dense_decode(ctx, o, out, m, list[i], o->quick ? 1024 : 8192, cpu_note));
         }
         if (sparse && ak_bench_wants(op, "sparse_prefill")) {
             int v4 = m->kind == AK_MODEL_DSV4;
             /* GPU shapes of targets.md 5.1; the CPU keeps the KV size and top-k but few queries */
-            prefill_shape gpu_dsa[] = {{4096, 32768, 128, 2048}, {4096, 8192, 128, 2048},
-                                       {4096, 32768, 16, 2048}};
+            prefill_shape gpu_dsa[] = {
+                {4096, 32768, 128, 2048}, {4096, 8192, 128, 2048}, {4096, 32768, 16, 2048}};
             prefill_shape gpu_v4[] = {{4096, 32768, m->h_q, m->topk}};
             prefill_shape one = {o->quick ? 4 : 32, 32768, m->h_q, m->topk};
             const prefill_shape *list = cpu || o->quick ? &one : v4 ? gpu_v4 : gpu_dsa;

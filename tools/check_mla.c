@@ -1,8 +1,8 @@
 /*
- * check_mla.c -- `attnkit check` for ops mla_decode (dense and sparse) and sparse_prefill. Each case
- * draws seeded random inputs on the host: a cache of every MLA layout whose unused bytes are all
- * NaN (0xff), index lists with invalid entries of every kind (FlashMLA's set, semantics.md 1) and
- * NaN slots past the lengths, [b] and [b, s_q] lengths (negative, zero, above the width), extra
+ * check_mla.c -- `attnkit check` for ops mla_decode (dense and sparse) and sparse_prefill. Each
+ * case draws seeded random inputs on the host: a cache of every MLA layout whose unused bytes are
+ * all NaN (0xff), index lists with invalid entries of every kind (FlashMLA's set, semantics.md 1)
+ * and NaN slots past the lengths, [b] and [b, s_q] lengths (negative, zero, above the width), extra
  * caches, sinks (finite, +inf, -inf), empty requests and all-invalid rows. Both contexts run the op
  * on NaN-poisoned outputs; results are compared bitwise (two CPU contexts) or with semantics.md
  * 14.2: out abs 1e-3 or rel 2.01/128 (3.01/128 prefill), cosine diff 5e-6 (7e-6), NMSE 5e-4; lse
@@ -20,10 +20,10 @@
 /* Host image of one case's inputs. */
 typedef struct ck_in {
     int prefill;
-    ak_layout layout;        /* AK_LAYOUT_INVALID: flat prefill */
+    ak_layout layout; /* AK_LAYOUT_INVALID: flat prefill */
     int32_t d_qk;
-    int64_t b, s_q, h_q;     /* prefill: b = 1 and s_q = query rows */
-    uint8_t *pool;           /* main cache image (or flat kv bytes) */
+    int64_t b, s_q, h_q; /* prefill: b = 1 and s_q = query rows */
+    uint8_t *pool;       /* main cache image (or flat kv bytes) */
     int64_t pool_bytes, stride;
     int32_t P, pages;
     uint8_t *extra_pool;
@@ -32,7 +32,7 @@ typedef struct ck_in {
     uint16_t *q;
     int32_t *idx, *len, *eidx, *elen, *bt, *seq;
     int64_t topk, etopk, width, s_kv;
-    int len_per_row;         /* len is [b, s_q] (1) or [b] (0); NULL when absent */
+    int len_per_row; /* len is [b, s_q] (1) or [b] (0); NULL when absent */
     int causal;
     float *sink;
     float scale;
@@ -47,9 +47,10 @@ typedef struct ck_out {
 } ck_out;
 
 static void ck_in_free(ck_in *in) {
-    void *p[] = {in->pool, in->extra_pool, in->q, in->idx, in->len, in->eidx, in->elen, in->bt,
-                 in->seq, in->sink};
-    for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) free(p[i]);
+    void *p[] = {in->pool, in->extra_pool, in->q,  in->idx, in->len,
+                 in->eidx, in->elen,       in->bt, in->seq, in->sink};
+    for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
+        free(p[i]);
 }
 
 static void ck_out_free(ck_out *o) {
@@ -83,12 +84,12 @@ static ak_status ck_run(ak_context *ctx, const ck_in *in, ck_out *res) {
     res->ml = malloc((size_t)n_row * 4);
     if (!res->out_raw || !res->out || !res->lse || !res->ml) return AK_ERR_OUT_OF_MEMORY;
     int64_t nq = rows * in->h_q * in->d_qk;
-#define CK_UP(slot, host, bytes)                                                                  \
-    do {                                                                                          \
-        if ((host) != NULL && st == AK_OK) {                                                      \
-            d[slot] = ak_dev_clone(ctx, (host), (size_t)(bytes));                                 \
-            if (d[slot] == NULL) st = AK_ERR_OUT_OF_MEMORY;                                       \
-        }                                                                                         \
+#define CK_UP(slot, host, bytes)                                                                   \
+    do {                                                                                           \
+        if ((host) != NULL && st == AK_OK) {                                                       \
+            d[slot] = ak_dev_clone(ctx, (host), (size_t)(bytes));                                  \
+            if (d[slot] == NULL) st = AK_ERR_OUT_OF_MEMORY;                                        \
+        }                                                                                          \
     } while (0)
     CK_UP(POOL, in->pool, in->pool_bytes);
     CK_UP(EPOOL, in->extra_pool, in->extra_bytes);
@@ -181,8 +182,10 @@ static ak_status ck_run(ak_context *ctx, const ck_in *in, ck_out *res) {
             ak_sparse_prefill_args a;
             memset(&a, 0, sizeof a);
             a.q = &tq;
-            if (in->layout == AK_LAYOUT_INVALID) a.kv = &tkv;
-            else a.cache = &c;
+            if (in->layout == AK_LAYOUT_INVALID)
+                a.kv = &tkv;
+            else
+                a.cache = &c;
             a.indices = &ti;
             a.topk_length = in->len ? &tl : NULL;
             a.attn_sink = in->sink ? &tsink : NULL;
@@ -201,13 +204,14 @@ static ak_status ck_run(ak_context *ctx, const ck_in *in, ck_out *res) {
     if (st == AK_OK) st = ak_dev_download(ctx, res->out_raw, d[OUT], (size_t)n_out * esz);
     if (st == AK_OK) st = ak_dev_download(ctx, res->lse, lse_d, (size_t)n_row * 4);
     if (st == AK_OK) st = ak_dev_download(ctx, res->ml, ml_d, (size_t)n_row * 4);
-    for (int i = 0; i < ROWS; i++) ak_dev_free(ctx, d[i]);
+    for (int i = 0; i < ROWS; i++)
+        ak_dev_free(ctx, d[i]);
     ak_dev_free(ctx, lse_d);
     ak_dev_free(ctx, ml_d);
     ak_dev_free(ctx, ws);
     for (int64_t i = 0; i < n_out && st == AK_OK; i++)
-        res->out[i] = esz == 2 ? bf16_to_f32(((uint16_t *)res->out_raw)[i])
-                               : ((float *)res->out_raw)[i];
+        res->out[i] =
+            esz == 2 ? bf16_to_f32(((uint16_t *)res->out_raw)[i]) : ((float *)res->out_raw)[i];
     return st;
 }
 
@@ -278,8 +282,8 @@ static void ck_case(ak_context *ref, ak_context *test, const ak_check_opts *o, c
                    memcmp(a.lse, b.lse, (size_t)a.n_row * 4) == 0 &&
                    (!in->prefill || memcmp(a.ml, b.ml, (size_t)a.n_row * 4) == 0);
         res.passed = same;
-        snprintf(res.note, sizeof res.note, same ? "bitwise equal (out, lse%s)"
-                                                 : "outputs differ bitwise (out, lse%s)",
+        snprintf(res.note, sizeof res.note,
+                 same ? "bitwise equal (out, lse%s)" : "outputs differ bitwise (out, lse%s)",
                  in->prefill ? ", max_logits" : "");
     } else {
         double rel = in->prefill ? 3.01 / 128 : 2.01 / 128, cosd = in->prefill ? 7e-6 : 5e-6;
@@ -288,8 +292,9 @@ static void ck_case(ak_context *ref, ak_context *test, const ak_check_opts *o, c
                      ck_compare("lse", b.lse, a.lse, a.n_row, 1e-6, lrel, -1, -1, &res) &&
                      (!in->prefill ||
                       ck_compare("max_logits", b.ml, a.ml, a.n_row, 1e-6, lrel, -1, -1, &res));
-        if (res.passed) snprintf(res.note, sizeof res.note, "out, lse%s within semantics.md 14.2",
-                                 in->prefill ? ", max_logits" : "");
+        if (res.passed)
+            snprintf(res.note, sizeof res.note, "out, lse%s within semantics.md 14.2",
+                     in->prefill ? ", max_logits" : "");
     }
     ck_out_free(&a);
     ck_out_free(&b);
@@ -303,7 +308,9 @@ static int32_t ck_invalid(uint64_t *rs, int64_t bound) {
     return k == 7 ? (int32_t)bound : set[k];
 }
 
-static double ck_unit(uint64_t *rs) { return (double)(ak_mla_rand(rs) >> 11) * 0x1.0p-53; }
+static double ck_unit(uint64_t *rs) {
+    return (double)(ak_mla_rand(rs) >> 11) * 0x1.0p-53;
+}
 
 /* A cache image, all bytes NaN, with a random 60% of its tokens written; live marks them. */
 static int ck_pool(ak_layout l, int32_t pages, int32_t P, uint64_t *rs, uint8_t **img,
@@ -346,8 +353,10 @@ static int32_t ck_len(uint64_t *rs, int64_t width) {
 static void ck_row(uint64_t *rs, int32_t *row, int64_t width, int64_t lim, const uint8_t *live,
                    int64_t cap, int all_invalid) {
     for (int64_t j = 0; j < width; j++) {
-        if (all_invalid || ck_unit(rs) < 0.15) row[j] = ck_invalid(rs, cap);
-        else row[j] = ck_pick(rs, live, cap, j < lim);
+        if (all_invalid || ck_unit(rs) < 0.15)
+            row[j] = ck_invalid(rs, cap);
+        else
+            row[j] = ck_pick(rs, live, cap, j < lim);
     }
 }
 
@@ -412,8 +421,8 @@ static void ck_sparse(ak_context *ref, ak_context *test, const ak_check_opts *o,
             ck_row(rs, in.idx + t * in.topk, in.topk, lim, live, cap, all_invalid);
             if (extra) {
                 in.elen[t] = ck_len(rs, in.etopk);
-                ck_row(rs, in.eidx + t * in.etopk, in.etopk, in.elen[t] < 0 ? 0 : in.elen[t],
-                       elive, (int64_t)in.extra_pages * in.extra_P, all_invalid);
+                ck_row(rs, in.eidx + t * in.etopk, in.etopk, in.elen[t] < 0 ? 0 : in.elen[t], elive,
+                       (int64_t)in.extra_pages * in.extra_P, all_invalid);
             }
         }
         ck_sinks(&in, rs, k % 3);
@@ -423,8 +432,14 @@ static void ck_sparse(ak_context *ref, ak_context *test, const ak_check_opts *o,
         snprintf(shape, sizeof shape,
                  "sparse %s P %d b %lld s_q %lld h_q %lld topk %lld len %s extra %s sink %s%s%s",
                  lt.name, (int)in.P, (long long)in.b, (long long)s_q, (long long)h_q,
-                 (long long)in.topk, len_mode == 0 ? "none" : len_mode == 1 ? "[b]" : "[b,s_q]",
-                 extra ? "yes" : "no", k % 3 == 0 ? "none" : k % 3 == 1 ? "finite" : "+-inf",
+                 (long long)in.topk,
+                 len_mode == 0   ? "none"
+                 : len_mode == 1 ? "[b]"
+                                 : "[b,s_q]",
+                 extra ? "yes" : "no",
+                 k % 3 == 0   ? "none"
+                 : k % 3 == 1 ? "finite"
+                              : "+-inf",
                  all_invalid ? " all-invalid" : "", in.out_dtype == AK_DTYPE_F32 ? " out f32" : "");
         ck_case(ref, test, o, &in, "mla_decode", shape, rep);
     }
@@ -453,8 +468,10 @@ static void ck_dense(ak_context *ref, ak_context *test, const ak_check_opts *o,
     for (int64_t r = 0; r < in.b; r++) {
         uint64_t u = ak_mla_rand(rs) % 6;
         /* empty request, shorter than s_q (empty causal rows), page multiple, random */
-        in.seq[r] = u == 0 ? 0 : u == 1 ? (int32_t)(s_q > 1 ? s_q - 1 : 1)
-                   : u == 2 ? 2 * in.P : (int32_t)(1 + ak_mla_rand(rs) % (uint64_t)max_len);
+        in.seq[r] = u == 0   ? 0
+                    : u == 1 ? (int32_t)(s_q > 1 ? s_q - 1 : 1)
+                    : u == 2 ? 2 * in.P
+                             : (int32_t)(1 + ak_mla_rand(rs) % (uint64_t)max_len);
         need += (in.seq[r] + in.P - 1) / in.P;
     }
     in.width = (max_len + in.P - 1) / in.P + 1;
@@ -485,8 +502,7 @@ static void ck_dense(ak_context *ref, ak_context *test, const ak_check_opts *o,
                 in.bt[r * in.width + p] = v;
                 if (p < np && v >= 0 && v < in.pages)
                     for (int32_t t = 0; t < in.P && p * in.P + t < in.seq[r]; t++)
-                        ak_mla_data_token(in.pool, l, in.stride, in.P, (int64_t)v * in.P + t,
-                                          seed);
+                        ak_mla_data_token(in.pool, l, in.stride, in.P, (int64_t)v * in.P + t, seed);
             }
         }
         ak_mla_data_bf16(in.q, in.b * s_q * h_q * in.d_qk, ak_mla_rand(rs));
@@ -564,9 +580,11 @@ static void ck_prefill(ak_context *ref, ak_context *test, const ak_check_opts *o
         ak_layout_traits lt;
         if (l != AK_LAYOUT_INVALID) ak_layout_traits_get(l, &lt);
         snprintf(shape, sizeof shape, "%s d_qk %d s_q %lld h_q %lld topk %lld len %s sink %s%s%s",
-                 l == AK_LAYOUT_INVALID ? "flat bf16" : lt.name, (int)in.d_qk,
-                 (long long)in.s_q, (long long)h_q, (long long)in.topk, in.len ? "yes" : "no",
-                 k % 3 == 0 ? "none" : k % 3 == 1 ? "finite" : "+-inf",
+                 l == AK_LAYOUT_INVALID ? "flat bf16" : lt.name, (int)in.d_qk, (long long)in.s_q,
+                 (long long)h_q, (long long)in.topk, in.len ? "yes" : "no",
+                 k % 3 == 0   ? "none"
+                 : k % 3 == 1 ? "finite"
+                              : "+-inf",
                  all_invalid ? " all-invalid" : "", in.out_dtype == AK_DTYPE_F32 ? " out f32" : "");
         ck_case(ref, test, o, &in, "sparse_prefill", shape, rep);
     }
@@ -591,8 +609,11 @@ ak_status ak_check_mla(ak_context *ref, ak_context *test, const ak_check_opts *o
                 }
     }
     if (ak_check_wants(rep, "sparse_prefill")) {
-        static const ak_layout pl[6] = {AK_LAYOUT_INVALID, AK_LAYOUT_INVALID, AK_LAYOUT_MLA_BF16,
-                                        AK_LAYOUT_MLA_FP8_PERTENSOR, AK_LAYOUT_DSA_FP8_BLOCKSCALE,
+        static const ak_layout pl[6] = {AK_LAYOUT_INVALID,
+                                        AK_LAYOUT_INVALID,
+                                        AK_LAYOUT_MLA_BF16,
+                                        AK_LAYOUT_MLA_FP8_PERTENSOR,
+                                        AK_LAYOUT_DSA_FP8_BLOCKSCALE,
                                         AK_LAYOUT_DSV4_FP8_UE8M0};
         int k = 0;
         for (int li = 0; li < 6; li++)

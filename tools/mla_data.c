@@ -24,7 +24,9 @@ static uint8_t rand_e4m3(uint64_t *s) {
     return (uint8_t)(((r >> 24) & 1) << 7 | e << 3 | m);
 }
 
-static void put16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
+static void put16(uint8_t *p, uint16_t v) {
+    memcpy(p, &v, 2);
+}
 
 void ak_mla_data_token(uint8_t *pool, ak_layout layout, int64_t page_stride, int32_t page_size,
                        int64_t slot, uint64_t seed) {
@@ -33,41 +35,49 @@ void ak_mla_data_token(uint8_t *pool, ak_layout layout, int64_t page_stride, int
     uint8_t *base = pool + page * page_stride;
     switch (layout) {
     case AK_LAYOUT_MLA_BF16:
-        for (int d = 0; d < 576; d++) put16(base + t * 1152 + 2 * d, rand_bf16(&s));
+        for (int d = 0; d < 576; d++)
+            put16(base + t * 1152 + 2 * d, rand_bf16(&s));
         break;
     case AK_LAYOUT_MLA_FP8_PERTENSOR:
-        for (int d = 0; d < 576; d++) base[t * 576 + d] = rand_e4m3(&s);
+        for (int d = 0; d < 576; d++)
+            base[t * 576 + d] = rand_e4m3(&s);
         break;
     case AK_LAYOUT_DSA_FP8_BLOCKSCALE: {
         uint8_t *r = base + t * 656;
-        for (int d = 0; d < 512; d++) r[d] = rand_e4m3(&s);
+        for (int d = 0; d < 512; d++)
+            r[d] = rand_e4m3(&s);
         for (int i = 0; i < 4; i++) {
             float f = 0.5f / (float)(1u << (ak_mla_rand(&s) % 3));
             memcpy(r + 512 + 4 * i, &f, 4);
         }
-        for (int d = 0; d < 64; d++) put16(r + 528 + 2 * d, rand_bf16(&s));
+        for (int d = 0; d < 64; d++)
+            put16(r + 528 + 2 * d, rand_bf16(&s));
         break;
     }
     case AK_LAYOUT_DSV4_FP8_UE8M0: {
         uint8_t *r = base + t * 576, *sc = base + (int64_t)page_size * 576 + t * 8;
-        for (int d = 0; d < 448; d++) r[d] = rand_e4m3(&s);
-        for (int d = 0; d < 64; d++) put16(r + 448 + 2 * d, rand_bf16(&s));
-        for (int j = 0; j < 7; j++) sc[j] = (uint8_t)(126 - ak_mla_rand(&s) % 3);
+        for (int d = 0; d < 448; d++)
+            r[d] = rand_e4m3(&s);
+        for (int d = 0; d < 64; d++)
+            put16(r + 448 + 2 * d, rand_bf16(&s));
+        for (int j = 0; j < 7; j++)
+            sc[j] = (uint8_t)(126 - ak_mla_rand(&s) % 3);
         sc[7] = 0;
         break;
     }
-    default:
-        break;
+    default: break;
     }
 }
 
 void ak_mla_data_bf16(uint16_t *dst, int64_t n, uint64_t seed) {
     uint64_t s = seed;
-    for (int64_t i = 0; i < n; i++) dst[i] = rand_bf16(&s);
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = rand_bf16(&s);
 }
 
 void ak_mla_data_distinct(int32_t *out, int32_t k, int32_t n, int32_t *perm, uint64_t *state) {
-    for (int32_t i = 0; i < n; i++) perm[i] = i;
+    for (int32_t i = 0; i < n; i++)
+        perm[i] = i;
     for (int32_t i = 0; i < k; i++) {
         int32_t j = i + (int32_t)(ak_mla_rand(state) % (uint64_t)(n - i)), t = perm[i];
         perm[i] = perm[j];

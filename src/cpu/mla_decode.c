@@ -21,7 +21,8 @@ typedef struct mla_job {
 static int64_t row_length(const ak_tensor *len, int64_t r, int64_t i, int64_t width) {
     if (len == NULL) return width;
     const int32_t *p = (const int32_t *)len->data;
-    int64_t v = len->ndim == 1 ? p[r * len->strides[0]] : p[r * len->strides[0] + i * len->strides[1]];
+    int64_t v =
+        len->ndim == 1 ? p[r * len->strides[0]] : p[r * len->strides[0] + i * len->strides[1]];
     return v < 0 ? 0 : (v > width ? width : v);
 }
 
@@ -36,7 +37,7 @@ static void feed_indices(ak_attn_scratch *s, int32_t g, int32_t d_qk, const ak_c
     for (int64_t k = 0; k < n; k++) {
         int32_t slot = row[k];
         if ((uint64_t)(int64_t)slot >= cap) continue;
-        ak_kv_decode_mla(c, stride, slot, ak_attn_next_key(s, g, d_qk, scale));
+        ak_attn_decode_key(s, c, stride, slot, ak_attn_next_key(s, g, d_qk, scale));
     }
 }
 
@@ -48,11 +49,12 @@ static void mla_item(void *arg, int64_t item, int32_t thread) {
     int64_t h0 = grp * j->g;
     int32_t g = (int32_t)(j->h_q - h0 < j->g ? j->h_q - h0 : j->g);
     float scale = a->softmax_scale;
-    ak_attn_scratch s = ak_attn_scratch_at(j->ws + (size_t)thread * j->ws_per_thread, j->g, j->d_qk);
+    ak_attn_scratch s =
+        ak_attn_scratch_at(j->ws + (size_t)thread * j->ws_per_thread, j->g, j->d_qk);
 
     const ak_tensor *q = a->q;
-    const uint16_t *qp = (const uint16_t *)q->data + r * q->strides[0] + i * q->strides[1] +
-                         h0 * q->strides[2];
+    const uint16_t *qp =
+        (const uint16_t *)q->data + r * q->strides[0] + i * q->strides[1] + h0 * q->strides[2];
     ak_attn_begin(&s, qp, q->strides[2], g, j->d_qk);
 
     if (a->block_table != NULL) {
@@ -66,10 +68,12 @@ static void mla_item(void *arg, int64_t item, int32_t thread) {
             int32_t page = bt[(p / P) * bts];
             if ((uint32_t)page >= (uint32_t)c->num_pages) continue; /* rule I2 */
             int32_t slot = page * P + (int32_t)(p % P);
-            ak_kv_decode_mla(c, j->main_stride, slot, ak_attn_next_key(&s, g, j->d_qk, scale));
+            ak_attn_decode_key(&s, c, j->main_stride, slot,
+                               ak_attn_next_key(&s, g, j->d_qk, scale));
         }
     } else {
-        feed_indices(&s, g, j->d_qk, a->cache, j->main_stride, a->indices, a->topk_length, r, i, scale);
+        feed_indices(&s, g, j->d_qk, a->cache, j->main_stride, a->indices, a->topk_length, r, i,
+                     scale);
         if (a->extra_cache != NULL)
             feed_indices(&s, g, j->d_qk, a->extra_cache, j->extra_stride, a->extra_indices,
                          a->extra_topk_length, r, i, scale);
@@ -79,7 +83,8 @@ static void mla_item(void *arg, int64_t item, int32_t thread) {
     const ak_tensor *out = a->out;
     o.out_bf16 = out->dtype == AK_DTYPE_BF16;
     int64_t ooff = r * out->strides[0] + i * out->strides[1] + h0 * out->strides[2];
-    o.out = o.out_bf16 ? (void *)((uint16_t *)out->data + ooff) : (void *)((float *)out->data + ooff);
+    o.out =
+        o.out_bf16 ? (void *)((uint16_t *)out->data + ooff) : (void *)((float *)out->data + ooff);
     o.out_hs = out->strides[2];
     o.lse = NULL;
     o.lse_hs = 0;
@@ -99,16 +104,21 @@ static void mla_item(void *arg, int64_t item, int32_t thread) {
     ak_attn_end(&s, g, j->d_qk, scale, &o);
 }
 
-static size_t per_thread_bytes(const ak_mla_decode_args *a) {
+static int32_t mla_group(ak_context *ctx, const ak_mla_decode_args *a) {
+    return ak_attn_group(a->q->shape[2], a->q->shape[0] * a->q->shape[1],
+                         ak_context_num_threads(ctx));
+}
+
+static size_t per_thread_bytes(ak_context *ctx, const ak_mla_decode_args *a) {
     int32_t d_qk = (int32_t)a->q->shape[3];
-    size_t n = ak_attn_scratch_bytes(ak_attn_group(a->q->shape[2]), d_qk);
+    size_t n = ak_attn_scratch_bytes(mla_group(ctx, a), d_qk);
     return (n + 63) / 64 * 64;
 }
 
 ak_status ak_cpu_mla_decode_workspace_size(ak_context *ctx, const ak_mla_decode_args *args,
                                            size_t *bytes) {
     /* + 64: the caller's pointer need not be aligned. */
-    *bytes = per_thread_bytes(args) * (size_t)ak_context_num_threads(ctx) + 64;
+    *bytes = per_thread_bytes(ctx, args) * (size_t)ak_context_num_threads(ctx) + 64;
     return AK_OK;
 }
 
@@ -136,8 +146,8 @@ ak_status ak_cpu_mla_decode(ak_context *ctx, const ak_mla_decode_args *a, void *
                 return ak_fail(AK_ERR_INVALID_ARGUMENT,
                                "%s: block_table has %lld columns, request %lld needs %lld pages "
                                "(seq_lens %lld, page_size %d)",
-                               fn, (long long)width, (long long)r, (long long)pages,
-                               (long long)len, (int)P);
+                               fn, (long long)width, (long long)r, (long long)pages, (long long)len,
+                               (int)P);
         }
     }
     mla_job j;
@@ -146,12 +156,12 @@ ak_status ak_cpu_mla_decode(ak_context *ctx, const ak_mla_decode_args *a, void *
     j.s_q = a->q->shape[1];
     j.h_q = a->q->shape[2];
     j.d_qk = (int32_t)a->q->shape[3];
-    j.g = ak_attn_group(j.h_q);
+    j.g = mla_group(ctx, a);
     j.ngroups = (int32_t)((j.h_q + j.g - 1) / j.g);
     j.main_stride = ak_cache_stride(a->cache);
     j.extra_stride = a->extra_cache != NULL ? ak_cache_stride(a->extra_cache) : 0;
     j.ws = (char *)(((uintptr_t)workspace + 63) & ~(uintptr_t)63);
-    j.ws_per_thread = per_thread_bytes(a);
+    j.ws_per_thread = per_thread_bytes(ctx, a);
     int64_t items = b * j.s_q * j.ngroups;
     if (items > 0) ak_parallel_for(ctx, items, mla_item, &j);
     return AK_OK;

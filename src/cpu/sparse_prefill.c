@@ -50,7 +50,7 @@ static void sp_item(void *arg, int64_t item, int32_t thread) {
         for (int64_t k = 0; k < n; k++) {
             int32_t slot = row[k];
             if ((uint64_t)(int64_t)slot >= cap) continue; /* rule I1 */
-            ak_kv_decode_mla(a->cache, j->stride, slot, ak_attn_next_key(&s, g, d_qk, scale));
+            ak_attn_decode_key(&s, a->cache, j->stride, slot, ak_attn_next_key(&s, g, d_qk, scale));
         }
     }
 
@@ -58,7 +58,8 @@ static void sp_item(void *arg, int64_t item, int32_t thread) {
     const ak_tensor *out = a->out;
     o.out_bf16 = out->dtype == AK_DTYPE_BF16;
     int64_t ooff = t * out->strides[0] + h0 * out->strides[1];
-    o.out = o.out_bf16 ? (void *)((uint16_t *)out->data + ooff) : (void *)((float *)out->data + ooff);
+    o.out =
+        o.out_bf16 ? (void *)((uint16_t *)out->data + ooff) : (void *)((float *)out->data + ooff);
     o.out_hs = out->strides[1];
     o.lse = NULL;
     o.lse_hs = 0;
@@ -82,15 +83,19 @@ static void sp_item(void *arg, int64_t item, int32_t thread) {
     ak_attn_end(&s, g, d_qk, scale, &o);
 }
 
-static size_t per_thread_bytes(const ak_sparse_prefill_args *a) {
-    size_t n = ak_attn_scratch_bytes(ak_attn_group(a->q->shape[1]), (int32_t)a->q->shape[2]);
+static int32_t sp_group(ak_context *ctx, const ak_sparse_prefill_args *a) {
+    return ak_attn_group(a->q->shape[1], a->q->shape[0], ak_context_num_threads(ctx));
+}
+
+static size_t per_thread_bytes(ak_context *ctx, const ak_sparse_prefill_args *a) {
+    size_t n = ak_attn_scratch_bytes(sp_group(ctx, a), (int32_t)a->q->shape[2]);
     return (n + 63) / 64 * 64;
 }
 
 ak_status ak_cpu_sparse_prefill_workspace_size(ak_context *ctx, const ak_sparse_prefill_args *args,
                                                size_t *bytes) {
     /* + 64: the caller's pointer need not be aligned. */
-    *bytes = per_thread_bytes(args) * (size_t)ak_context_num_threads(ctx) + 64;
+    *bytes = per_thread_bytes(ctx, args) * (size_t)ak_context_num_threads(ctx) + 64;
     return AK_OK;
 }
 
@@ -107,11 +112,11 @@ ak_status ak_cpu_sparse_prefill(ak_context *ctx, const ak_sparse_prefill_args *a
     j.a = a;
     j.h_q = a->q->shape[1];
     j.d_qk = (int32_t)a->q->shape[2];
-    j.g = ak_attn_group(j.h_q);
+    j.g = sp_group(ctx, a);
     j.ngroups = (int32_t)((j.h_q + j.g - 1) / j.g);
     j.stride = a->cache != NULL ? ak_cache_stride(a->cache) : 0;
     j.ws = (char *)(((uintptr_t)workspace + 63) & ~(uintptr_t)63);
-    j.ws_per_thread = per_thread_bytes(a);
+    j.ws_per_thread = per_thread_bytes(ctx, a);
     int64_t items = a->q->shape[0] * j.ngroups;
     if (items > 0) ak_parallel_for(ctx, items, sp_item, &j);
     return AK_OK;

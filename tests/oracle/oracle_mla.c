@@ -7,13 +7,17 @@
 
 #include "oracle.h"
 
-int32_t orc_mla_d_qk(int32_t layout) { return layout == 4 ? 512 : 576; }
+int32_t orc_mla_d_qk(int32_t layout) {
+    return layout == 4 ? 512 : 576;
+}
 
-static uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+static uint16_t rd16(const uint8_t *p) {
+    return (uint16_t)(p[0] | (p[1] << 8));
+}
 
 static double rdf32(const uint8_t *p) {
-    uint32_t u = (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
-                 ((uint32_t)p[3] << 24);
+    uint32_t u =
+        (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
     float f;
     memcpy(&f, &u, 4);
     return (double)f;
@@ -26,12 +30,14 @@ int orc_mla_token(const orc_pool *p, int64_t slot, double *out) {
     switch (p->layout) {
     case 1: { /* 512 bf16 latent | 64 bf16 rope, 1152 B per token */
         const uint8_t *r = base + t * 1152;
-        for (int d = 0; d < 576; d++) out[d] = orc_bf16(rd16(r + 2 * d));
+        for (int d = 0; d < 576; d++)
+            out[d] = orc_bf16(rd16(r + 2 * d));
         break;
     }
     case 2: { /* 576 e4m3, times the per-tensor scale in fp32 */
         const uint8_t *r = base + t * 576;
-        for (int d = 0; d < 576; d++) out[d] = (double)(float)(orc_e4m3(r[d]) * p->k_scale);
+        for (int d = 0; d < 576; d++)
+            out[d] = (double)(float)(orc_e4m3(r[d]) * p->k_scale);
         break;
     }
     case 3: { /* 512 e4m3 | 4 fp32 scales | 64 bf16 rope; NoPE = bf16(fp32(q * s)) */
@@ -40,25 +46,28 @@ int orc_mla_token(const orc_pool *p, int64_t slot, double *out) {
             float prod = (float)(orc_e4m3(r[d]) * rdf32(r + 512 + 4 * (d / 128)));
             out[d] = orc_bf16(orc_bf16_bits(prod));
         }
-        for (int d = 0; d < 64; d++) out[512 + d] = orc_bf16(rd16(r + 528 + 2 * d));
+        for (int d = 0; d < 64; d++)
+            out[512 + d] = orc_bf16(rd16(r + 528 + 2 * d));
         break;
     }
     case 4: { /* page SoA: data rows of 576 B (448 e4m3 | 64 bf16), then 8-byte scale rows */
         const uint8_t *r = base + t * 576;
         const uint8_t *sc = base + (int64_t)p->page_size * 576 + t * 8;
-        for (int d = 0; d < 448; d++) out[d] = orc_e4m3(r[d]) * orc_ue8m0(sc[d / 64]);
-        for (int d = 0; d < 64; d++) out[448 + d] = orc_bf16(rd16(r + 448 + 2 * d));
+        for (int d = 0; d < 448; d++)
+            out[d] = orc_e4m3(r[d]) * orc_ue8m0(sc[d / 64]);
+        for (int d = 0; d < 64; d++)
+            out[448 + d] = orc_bf16(rd16(r + 448 + 2 * d));
         break;
     }
-    default:
-        return 0;
+    default: return 0;
     }
     return 1;
 }
 
 void orc_attend_row(const double *q, int32_t d_qk, const double *keys, int64_t n, double scale,
                     const double *sink, double *out, double *lse, double *max_logit) {
-    for (int d = 0; d < 512; d++) out[d] = 0.0;
+    for (int d = 0; d < 512; d++)
+        out[d] = 0.0;
     if (n == 0) {
         *lse = INFINITY;
         *max_logit = -INFINITY;
@@ -68,20 +77,24 @@ void orc_attend_row(const double *q, int32_t d_qk, const double *keys, int64_t n
     double m = -INFINITY;
     for (int64_t j = 0; j < n; j++) {
         double dot = 0.0;
-        for (int d = 0; d < d_qk; d++) dot += q[d] * keys[j * d_qk + d];
+        for (int d = 0; d < d_qk; d++)
+            dot += q[d] * keys[j * d_qk + d];
         s[j] = scale * dot;
         if (s[j] > m) m = s[j];
     }
     double sum = 0.0;
-    for (int64_t j = 0; j < n; j++) sum += exp(s[j] - m);
+    for (int64_t j = 0; j < n; j++)
+        sum += exp(s[j] - m);
     double l = m + log(sum);
     for (int64_t j = 0; j < n; j++) {
         double p = exp(s[j] - l);
-        for (int d = 0; d < 512; d++) out[d] += p * keys[j * d_qk + d];
+        for (int d = 0; d < 512; d++)
+            out[d] += p * keys[j * d_qk + d];
     }
     if (sink != NULL) {
         double f = 1.0 / (1.0 + exp(*sink - l)); /* sink +inf: 0; -inf: 1 */
-        for (int d = 0; d < 512; d++) out[d] *= f;
+        for (int d = 0; d < 512; d++)
+            out[d] *= f;
     }
     *lse = l;
     *max_logit = m;
@@ -109,7 +122,8 @@ static void attend_heads(const uint16_t *q, int64_t h_q, int32_t d_qk, const dou
                          double *max_logits) {
     double *qd = malloc((size_t)d_qk * sizeof(double));
     for (int64_t h = 0; h < h_q; h++) {
-        for (int d = 0; d < d_qk; d++) qd[d] = orc_bf16(q[h * d_qk + d]);
+        for (int d = 0; d < d_qk; d++)
+            qd[d] = orc_bf16(q[h * d_qk + d]);
         double sk = sink ? (double)sink[h] : 0.0, l, m;
         orc_attend_row(qd, d_qk, keys, n, scale, sink ? &sk : NULL, out + h * 512, &l, &m);
         if (lse) lse[h] = l;
@@ -144,8 +158,9 @@ void orc_mla_decode(const orc_mla_decode_in *in, double *out, double *lse) {
                 }
             } else {
                 const int32_t *row = in->indices + (r * in->s_q + i) * in->topk;
-                n = gather_list(c, row, clamp_len(in->topk_length, in->len_per_row, r, i, in->s_q,
-                                                  in->topk), keys, 0);
+                n = gather_list(
+                    c, row, clamp_len(in->topk_length, in->len_per_row, r, i, in->s_q, in->topk),
+                    keys, 0);
                 if (in->extra != NULL) {
                     const int32_t *er = in->extra_indices + (r * in->s_q + i) * in->extra_topk;
                     n = gather_list(in->extra, er,
@@ -178,7 +193,8 @@ void orc_sparse_prefill(const orc_sparse_prefill_in *in, double *out, double *ma
             for (int64_t j = 0; j < len; j++) {
                 int64_t id = row[j];
                 if (id < 0 || id >= in->s_kv) continue;
-                for (int d = 0; d < d_qk; d++) keys[n * d_qk + d] = orc_bf16(in->kv[id * d_qk + d]);
+                for (int d = 0; d < d_qk; d++)
+                    keys[n * d_qk + d] = orc_bf16(in->kv[id * d_qk + d]);
                 n++;
             }
         } else {
@@ -221,34 +237,40 @@ void orc_mla_fill_token(uint8_t *data, int32_t layout, int64_t page_stride, int3
     switch (layout) {
     case 1: {
         uint8_t *r = base + t * 1152;
-        for (int d = 0; d < 576; d++) wr16(r + 2 * d, rand_bf16(&s));
+        for (int d = 0; d < 576; d++)
+            wr16(r + 2 * d, rand_bf16(&s));
         break;
     }
     case 2: {
         uint8_t *r = base + t * 576;
-        for (int d = 0; d < 576; d++) r[d] = rand_e4m3(&s);
+        for (int d = 0; d < 576; d++)
+            r[d] = rand_e4m3(&s);
         break;
     }
     case 3: {
         uint8_t *r = base + t * 656;
-        for (int d = 0; d < 512; d++) r[d] = rand_e4m3(&s);
+        for (int d = 0; d < 512; d++)
+            r[d] = rand_e4m3(&s);
         for (int i = 0; i < 4; i++) {
             float f = (float)ldexp(1.0, -1 - (int)(mix(&s) % 3));
             memcpy(r + 512 + 4 * i, &f, 4);
         }
-        for (int d = 0; d < 64; d++) wr16(r + 528 + 2 * d, rand_bf16(&s));
+        for (int d = 0; d < 64; d++)
+            wr16(r + 528 + 2 * d, rand_bf16(&s));
         break;
     }
     case 4: {
         uint8_t *r = base + t * 576;
         uint8_t *sc = base + (int64_t)page_size * 576 + t * 8;
-        for (int d = 0; d < 448; d++) r[d] = rand_e4m3(&s);
-        for (int d = 0; d < 64; d++) wr16(r + 448 + 2 * d, rand_bf16(&s));
-        for (int j = 0; j < 7; j++) sc[j] = (uint8_t)(126 - mix(&s) % 3);
+        for (int d = 0; d < 448; d++)
+            r[d] = rand_e4m3(&s);
+        for (int d = 0; d < 64; d++)
+            wr16(r + 448 + 2 * d, rand_bf16(&s));
+        for (int j = 0; j < 7; j++)
+            sc[j] = (uint8_t)(126 - mix(&s) % 3);
         sc[7] = 0;
         break;
     }
-    default:
-        break;
+    default: break;
     }
 }

@@ -13,10 +13,10 @@
 typedef struct orc_pool {
     int32_t layout;
     const uint8_t *data;
-    int64_t page_stride;  /* bytes */
+    int64_t page_stride; /* bytes */
     int32_t page_size;
     int32_t num_pages;
-    double k_scale;       /* MLA_FP8_PERTENSOR */
+    double k_scale; /* MLA_FP8_PERTENSOR */
 } orc_pool;
 
 /* 576, or 512 for DSV4_FP8_UE8M0. */
@@ -39,19 +39,19 @@ typedef struct orc_mla_decode_in {
     /* dense when block_table != NULL */
     const int32_t *block_table; /* [b, max_pages] */
     int64_t max_pages;
-    const int32_t *seq_lens;    /* [b] */
+    const int32_t *seq_lens; /* [b] */
     int32_t causal;
     /* sparse */
-    const int32_t *indices;     /* [b, s_q, topk] */
+    const int32_t *indices; /* [b, s_q, topk] */
     int64_t topk;
     const int32_t *topk_length; /* NULL, [b] (len_per_row 0) or [b, s_q] (len_per_row 1) */
     int32_t len_per_row;
-    const orc_pool *extra;      /* NULL = none */
+    const orc_pool *extra; /* NULL = none */
     const int32_t *extra_indices;
     int64_t extra_topk;
     const int32_t *extra_length;
     int32_t extra_len_per_row;
-    const float *sink;          /* [h_q], NULL = none */
+    const float *sink; /* [h_q], NULL = none */
 } orc_mla_decode_in;
 
 /* out [b, s_q, h_q, 512], lse [b, s_q, h_q]. */
@@ -61,11 +61,11 @@ void orc_mla_decode(const orc_mla_decode_in *in, double *out, double *lse);
 typedef struct orc_sparse_prefill_in {
     int64_t s_q, h_q;
     int32_t d_qk;
-    const uint16_t *q;          /* [s_q, h_q, d_qk] */
-    const uint16_t *kv;         /* [s_kv, d_qk], or NULL with cache set */
+    const uint16_t *q;  /* [s_q, h_q, d_qk] */
+    const uint16_t *kv; /* [s_kv, d_qk], or NULL with cache set */
     int64_t s_kv;
     const orc_pool *cache;
-    const int32_t *indices;     /* [s_q, topk] */
+    const int32_t *indices; /* [s_q, topk] */
     int64_t topk;
     const int32_t *topk_length; /* [s_q] or NULL */
     const float *sink;          /* [h_q] or NULL */
