@@ -35,6 +35,7 @@ typedef struct mha_case {
     int32_t invalid;    /* 0 none, 1 some table entries in range invalid, 2 request 0 all invalid */
     int32_t out_f32, with_lse, extra_stride;
     float k_scale, v_scale;
+    int32_t scale_ptr; /* pass the scales through k_scale_ptr / v_scale_ptr (floats set wrong) */
 } mha_case;
 
 typedef struct mha_built {
@@ -43,6 +44,7 @@ typedef struct mha_built {
     uint16_t *q;
     int32_t *table, *seq_lens, *indptr, *indices, *last, *cu, *q_start;
     float *sink;
+    float scales[2]; /* targets of k_scale_ptr / v_scale_ptr */
     int64_t total_q, width, nnz;
     int32_t num_pages;
     ak_tensor tq, tcu, tbt, tsl, tip, tix, tlp, tsink, tout, tlse;
@@ -129,6 +131,14 @@ static void mha_build(mha_built *m, const mha_case *c, ak_rng *r) {
     m->cache.head_dim_v = c->dv;
     m->cache.k_scale = c->k_scale;
     m->cache.v_scale = c->v_scale;
+    if (c->scale_ptr) { /* the pointers override the floats */
+        m->scales[0] = c->k_scale;
+        m->scales[1] = c->v_scale;
+        m->cache.k_scale_ptr = &m->scales[0];
+        m->cache.v_scale_ptr = &m->scales[1];
+        m->cache.k_scale = 3.0f;
+        m->cache.v_scale = 5.0f;
+    }
 
     /* a random permutation of pages (or of slots, for the token table) */
     int32_t cap = m->num_pages * P, nperm = c->form == ORC_PT_TOKEN ? cap : m->num_pages;
@@ -406,6 +416,12 @@ AK_TEST(mha_decode_fp8_csr_sinks) {
     mha_check(&c, 2);
 }
 
+AK_TEST(mha_fp8_scale_pointers) {
+    mha_case c = {"fp8 scale pointers", AK_LAYOUT_MHA_HND, AK_DTYPE_E4M3, 16, 8, 2, 64, 64, 2,
+                  {33, 7}, {2, 2}, ORC_PT_BLOCK, 0, 0, 1, -1, 0, 0, 1, 1, 0, 0.375f, 2.5f, 1};
+    mha_check(&c, 2);
+}
+
 AK_TEST(mha_verify_uniform_token_table_window) {
     mha_case c = {"verify hnd bf16 P65 token", AK_LAYOUT_MHA_HND, AK_DTYPE_BF16, 65, 8, 1, 128,
                   128, 3, {130, 4, 66}, {4, 4, 4}, ORC_PT_TOKEN, 0, 0, 1, 5, 0, 0, 1, 1, 0};
@@ -501,6 +517,56 @@ AK_TEST(mha_bitwise_across_threads) {
     free(ref_o);
     free(ref_l);
     mha_free(&m);
+}
+
+AK_TEST(mha_random_configs) {
+    /* random draws over the whole parameter space, each against the oracle */
+    static const int32_t ps[] = {1, 2, 16, 63, 64, 65}, dq[] = {64, 128, 256, 192},
+                         dvv[] = {64, 128, 256, 128}, wins[] = {-1, -1, 0, 3, 40};
+    static const ak_dtype el[] = {AK_DTYPE_BF16, AK_DTYPE_F16, AK_DTYPE_E4M3};
+    ak_rng r;
+    ak_rng_init(&r, ak_test_seed() ^ 0x5eedu);
+    for (int32_t it = 0; it < 40 && ak_test_failures() == 0; it++) {
+        mha_case c;
+        memset(&c, 0, sizeof c);
+        c.name = "random";
+        c.layout = ak_rng_range(&r, 0, 2) ? AK_LAYOUT_MHA_HND : AK_LAYOUT_MHA_NHD;
+        c.elem = el[ak_rng_range(&r, 0, 3)];
+        c.P = ps[ak_rng_range(&r, 0, 6)];
+        c.h_kv = (int32_t)(1 << ak_rng_range(&r, 0, 3));
+        c.h_q = c.h_kv * (int32_t)(1 << ak_rng_range(&r, 0, 4));
+        int32_t hd = (int32_t)ak_rng_range(&r, 0, 4);
+        c.dqk = dq[hd];
+        c.dv = dvv[hd];
+        c.B = (int32_t)ak_rng_range(&r, 1, 5);
+        c.form = (int32_t)ak_rng_range(&r, 0, 3);
+        c.ragged = (int32_t)ak_rng_range(&r, 0, 2);
+        int32_t uq = (int32_t)ak_rng_range(&r, 1, 9);
+        for (int32_t b = 0; b < c.B; b++) {
+            c.kv[b] = (int32_t)ak_rng_range(&r, 0, 150);
+            c.ql[b] = c.ragged ? (int32_t)ak_rng_range(&r, 0, 9) : uq;
+            if (c.ragged && ak_rng_range(&r, 0, 4) == 0) c.ql[b] = c.kv[b]; /* prefill */
+        }
+        c.pad_rows = c.ragged ? (int32_t)ak_rng_range(&r, 0, 3) : 0;
+        c.causal = ak_rng_range(&r, 0, 4) != 0;
+        c.window = wins[ak_rng_range(&r, 0, 5)];
+        c.sink = (int32_t)ak_rng_range(&r, 0, 3);
+        c.invalid = (int32_t)ak_rng_range(&r, 0, 3);
+        c.out_f32 = (int32_t)ak_rng_range(&r, 0, 2);
+        c.with_lse = 1;
+        c.extra_stride = ak_rng_range(&r, 0, 4) == 0 ? 32 : 0;
+        c.k_scale = 0.5f;
+        c.v_scale = 1.75f;
+        mha_check(&c, (int32_t)ak_rng_range(&r, 1, 4));
+        if (ak_test_failures())
+            ak_test_fail_at(__FILE__, __LINE__,
+                            "random case %d: %s %s P%d h_q %d h_kv %d d %d/%d B %d form %d ragged "
+                            "%d causal %d window %d sink %d invalid %d",
+                            (int)it, c.layout == AK_LAYOUT_MHA_HND ? "HND" : "NHD",
+                            ak_dtype_name(c.elem), (int)c.P, (int)c.h_q, (int)c.h_kv, (int)c.dqk,
+                            (int)c.dv, (int)c.B, (int)c.form, (int)c.ragged, (int)c.causal,
+                            (int)c.window, (int)c.sink, (int)c.invalid);
+    }
 }
 
 /* ---- bad inputs ---------------------------------------------------------------------------- */

@@ -162,7 +162,8 @@ static void mha_host_free(mha_host *h) {
 }
 
 /* Runs one case on ctx; out [rows * d_v] and lse [rows] come back as f32 host values. */
-static ak_status mha_run_on(ak_context *ctx, const mha_host *h, float *out, float *lse) {
+static ak_status mha_run_on(ak_context *ctx, const mha_host *h, int poison, float *out,
+                            float *lse) {
     const mha_shape *s = &h->s;
     void *dk = ak_dev_clone(ctx, h->k, (size_t)h->kbytes),
          *dv = ak_dev_clone(ctx, h->v, (size_t)h->vbytes);
@@ -238,9 +239,10 @@ static ak_status mha_run_on(ak_context *ctx, const mha_host *h, float *out, floa
         st = AK_ERR_OUT_OF_MEMORY;
         goto done;
     }
-    /* NaN-poisoned outputs: every element must be written */
-    st = ak_dev_memset(ctx, dout, 0xff, sizeof(float) * (size_t)(h->out_n * s->dv));
-    if (st == AK_OK) st = ak_dev_memset(ctx, dlse, 0xff, sizeof(float) * (size_t)h->out_n);
+    /* poisoned outputs (a different byte per side, so an unwritten element differs even in a
+       bitwise comparison): every element must be written */
+    st = ak_dev_memset(ctx, dout, poison, sizeof(float) * (size_t)(h->out_n * s->dv));
+    if (st == AK_OK) st = ak_dev_memset(ctx, dlse, poison, sizeof(float) * (size_t)h->out_n);
     if (st == AK_OK) st = ak_mha(ctx, &a, ws, wb);
     if (st == AK_OK) st = ak_context_synchronize(ctx);
     if (st == AK_OK)
@@ -284,10 +286,10 @@ static void check_mha_op(ak_context *ref, ak_context *test, const ak_check_opts 
         ak_status st;
         if (!ro || !to || !rl || !tl) {
             snprintf(res.note, sizeof res.note, "host allocation failed");
-        } else if ((st = mha_run_on(ref, &h, ro, rl)) != AK_OK) {
+        } else if ((st = mha_run_on(ref, &h, 0xff, ro, rl)) != AK_OK) {
             snprintf(res.note, sizeof res.note, "reference: %s: %.150s", ak_status_name(st),
                      ak_last_error());
-        } else if ((st = mha_run_on(test, &h, to, tl)) != AK_OK) {
+        } else if ((st = mha_run_on(test, &h, 0xfe, to, tl)) != AK_OK) {
             snprintf(res.note, sizeof res.note, "test: %s: %.150s", ak_status_name(st),
                      ak_last_error());
         } else {
@@ -325,7 +327,7 @@ static const merge_shape k_merge[] = {
     {5, 9, 16, 64, 1, 1, 2, 0, 0},
 };
 
-static ak_status merge_run_on(ak_context *ctx, const merge_shape *s, const float *outs,
+static ak_status merge_run_on(ak_context *ctx, const merge_shape *s, int poison, const float *outs,
                               const float *lses, const float *sink, float *out, float *lse) {
     int64_t nv = (int64_t)s->n * s->rows * s->h * s->d, nl = (int64_t)s->n * s->rows * s->h;
     int64_t per = (int64_t)s->rows * s->h;
@@ -353,8 +355,8 @@ static ak_status merge_run_on(ak_context *ctx, const merge_shape *s, const float
         ak_tensor ts = ak_dev_tensor(ctx, ds, AK_DTYPE_F32, 1, &hh);
         ak_tensor tout = ak_dev_tensor(ctx, dout, AK_DTYPE_F32, 3, sh + 1);
         ak_tensor tlse = ak_dev_tensor(ctx, dlse, AK_DTYPE_F32, 2, sh + 1);
-        st = ak_dev_memset(ctx, dout, 0xff, sizeof(float) * (size_t)(per * s->d));
-        if (st == AK_OK) st = ak_dev_memset(ctx, dlse, 0xff, sizeof(float) * (size_t)per);
+        st = ak_dev_memset(ctx, dout, poison, sizeof(float) * (size_t)(per * s->d));
+        if (st == AK_OK) st = ak_dev_memset(ctx, dlse, poison, sizeof(float) * (size_t)per);
         if (st == AK_OK)
             st = ak_merge_states(ctx, &to, &tl, s->in2 ? AK_LSE_BASE_2 : AK_LSE_BASE_E,
                                  s->sink ? &ts : NULL, &tout, &tlse,
@@ -406,10 +408,10 @@ static void check_merge_op(ak_context *ref, ak_context *test, const ak_check_opt
                 if (s->sink == 2 && k % 3 != 2) sink[k] = k % 3 ? -INFINITY : INFINITY;
             }
             ak_status st;
-            if ((st = merge_run_on(ref, s, outs, lses, sink, ro, rl)) != AK_OK) {
+            if ((st = merge_run_on(ref, s, 0xff, outs, lses, sink, ro, rl)) != AK_OK) {
                 snprintf(res.note, sizeof res.note, "reference: %s: %.150s", ak_status_name(st),
                          ak_last_error());
-            } else if ((st = merge_run_on(test, s, outs, lses, sink, to, tl)) != AK_OK) {
+            } else if ((st = merge_run_on(test, s, 0xfe, outs, lses, sink, to, tl)) != AK_OK) {
                 snprintf(res.note, sizeof res.note, "test: %s: %.150s", ak_status_name(st),
                          ak_last_error());
             } else {

@@ -34,13 +34,14 @@ typedef struct mha_job {
 
 static size_t align_up(size_t x) { return (x + MHA_ALIGN - 1) / MHA_ALIGN * MHA_ALIGN; }
 
-/* Per-thread scratch, in order: q [R, d_qk] f32 | acc [R, d_v] f32 | k [T, d_qk] f32 |
-   v [T, d_v] f32 | s [T] f32 | key_ok [T] u8 | m [R] f32 | l [R] f64 | lo, hi [R] i32. */
+/* Per-thread scratch, in order: q [R, d_qk] f32 | acc [R, d_v] f32 | k transposed [d_qk, T] f32 |
+   one decoded k row [d_qk] f32 | v [T, d_v] f32 | s [T] f32 | key_ok [T] u8 | m [R] f32 |
+   l [R] f64 | lo, hi [R] i32. */
 static size_t thread_bytes(int32_t d_qk, int32_t d_v) {
     size_t R = MHA_ROW_TILE, T = MHA_KV_TILE;
     return align_up(R * d_qk * 4) + align_up(R * d_v * 4) + align_up(T * d_qk * 4) +
-           align_up(T * d_v * 4) + align_up(T * 4) + align_up(T) + align_up(R * 4) +
-           align_up(R * 8) + 2 * align_up(R * 4);
+           align_up((size_t)d_qk * 4) + align_up(T * d_v * 4) + align_up(T * 4) + align_up(T) +
+           align_up(R * 4) + align_up(R * 8) + 2 * align_up(R * 4);
 }
 
 static int32_t mha_batch(const ak_mha_args *a) {
@@ -113,14 +114,16 @@ static int64_t row_off(const ak_tensor *t, int ragged, int32_t q_len, int64_t ro
    lanes, which the compiler turns into vector code without a scalar epilogue even at -O2. */
 enum { MHA_LANES = 16 };
 
-/* fp32 dot product with 16 independent partial sums, combined in a fixed tree. */
-static float dot_f32(const float *restrict x, const float *restrict y, int32_t n) {
-    float part[MHA_LANES] = {0};
-    for (int32_t d = 0; d < n; d += MHA_LANES)
-        for (int32_t k = 0; k < MHA_LANES; k++) part[k] += x[d + k] * y[d + k];
-    for (int32_t w = MHA_LANES / 2; w > 0; w >>= 1)
-        for (int32_t k = 0; k < w; k++) part[k] += part[k + w];
-    return part[0];
+/* Unscaled logits of one q row against a whole K chunk stored transposed (kt [d_qk, T]): each
+   s[t] is a plain fp32 sum over d in order, and the loop over t runs across vector lanes. */
+static void logits_f32(const float *restrict q, const float *restrict kt, int32_t n,
+                       float *restrict s) {
+    for (int32_t t = 0; t < MHA_KV_TILE; t++) s[t] = 0.0f;
+    for (int32_t d = 0; d < n; d++) {
+        float qd = q[d];
+        const float *row = kt + (size_t)d * MHA_KV_TILE;
+        for (int32_t t = 0; t < MHA_KV_TILE; t++) s[t] += qd * row[t];
+    }
 }
 
 static void axpy_f32(float *restrict acc, float p, const float *restrict v, int32_t n) {
@@ -197,7 +200,8 @@ static void mha_item(void *arg, int64_t item, int32_t thread) {
     uint8_t *sp = j->scratch + (size_t)thread * j->per_thread;
     float *qf = (float *)sp;                sp += align_up((size_t)R * dq * 4);
     float *acc = (float *)sp;               sp += align_up((size_t)R * dv * 4);
-    float *kf = (float *)sp;                sp += align_up((size_t)T * dq * 4);
+    float *kt = (float *)sp;                sp += align_up((size_t)T * dq * 4);
+    float *krow = (float *)sp;              sp += align_up((size_t)dq * 4);
     float *vf = (float *)sp;                sp += align_up((size_t)T * dv * 4);
     float *s = (float *)sp;                 sp += align_up((size_t)T * 4);
     uint8_t *key_ok = sp;                   sp += align_up((size_t)T);
@@ -237,21 +241,27 @@ static void mha_item(void *arg, int64_t item, int32_t thread) {
         for (int32_t t = 0; t < n; t++) {
             int32_t slot = slot_of(j, b, j0 + t);
             key_ok[t] = slot >= 0;
-            if (slot < 0) continue; /* masked by selection: its bytes are never read */
+            if (slot < 0) { /* masked by selection: its bytes are never read */
+                for (int32_t d = 0; d < dq; d++) kt[(size_t)d * T + t] = 0.0f;
+                continue;
+            }
             decode_row(c->elem_dtype, kpool, ak_kv_mha_offset(c, j->k_stride, dq, slot, g),
-                       j->k_scale, kf + (size_t)t * dq, dq);
+                       j->k_scale, krow, dq);
+            for (int32_t d = 0; d < dq; d++) kt[(size_t)d * T + t] = krow[d];
             decode_row(c->elem_dtype, vpool, ak_kv_mha_offset(c, j->v_stride, dv, slot, g),
                        j->v_scale, vf + (size_t)t * dv, dv);
         }
+        for (int32_t t = n; t < T; t++) /* a short last chunk: the unused columns are zero */
+            for (int32_t d = 0; d < dq; d++) kt[(size_t)d * T + t] = 0.0f;
         for (int32_t r = 0; r < nr; r++) {
             int32_t t0 = lo[r] > j0 ? (int32_t)(lo[r] - j0) : 0;
             int32_t t1 = hi[r] < j0 + n ? (int32_t)(hi[r] - j0) : n;
             if (t0 >= t1) continue;
-            const float *qr = qf + (size_t)r * dq;
+            logits_f32(qf + (size_t)r * dq, kt, dq, s);
             float cmax = -INFINITY;
             for (int32_t t = t0; t < t1; t++) {
                 if (!key_ok[t]) continue;
-                s[t] = a->softmax_scale * dot_f32(qr, kf + (size_t)t * dq, dq);
+                s[t] *= a->softmax_scale;
                 if (s[t] > cmax) cmax = s[t];
             }
             if (cmax == -INFINITY) continue; /* no valid key in this chunk for this row */
