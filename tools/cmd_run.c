@@ -478,6 +478,24 @@ int ak_cmd_run(int argc, char **argv) {
     s.rng = seed ? strtoull(seed, NULL, 10) * 2654435761u + 1 : 0x9e3779b97f4a7c15ull;
     TRY(ak_context_create(&o, &s.ctx), "ak_context_create");
     ak_cli_plan_desc(m, &s.d);
+    if (o.backend == AK_BACKEND_AUTO && ak_context_backend(s.ctx) == AK_BACKEND_CUDA) {
+        /* auto takes the GPU only when the planner accepts this model's batches there */
+        ak_phase ph = AK_PHASE_DECODE;
+        int32_t q1 = 1, kv1 = 65536;
+        ak_plan_desc d = s.d;
+        d.num_requests = 1, d.phases = &ph, d.q_lens = &q1, d.kv_lens = &kv1;
+        ak_plan *p = NULL;
+        if (ak_plan_create(s.ctx, &d, &p) != AK_OK) {
+            printf("attnkit run: backend auto: the CUDA plan was rejected (%s); running on the CPU "
+                   "backend\n",
+                   ak_last_error());
+            ak_context_destroy(s.ctx);
+            s.ctx = NULL;
+            o.backend = AK_BACKEND_CPU;
+            TRY(ak_context_create(&o, &s.ctx), "ak_context_create");
+        }
+        ak_plan_destroy(p);
+    }
     int cuda = ak_context_backend(s.ctx) == AK_BACKEND_CUDA;
     /* CPU: one tensor-parallel shard of 8 for the MLA models (heads / 8; GQA keeps all) and contexts of a few
        thousand tokens, so that DSA rows fall on both sides of top-k 2048 and V4 rows see a few
