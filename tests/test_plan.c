@@ -783,3 +783,54 @@ AK_TEST(plan_auto_follows_cost_model) {
     }
     ak_context_destroy(ctx);
 }
+
+/* Every (kind, layout, preference pair) on a batch with every phase: each plan either runs and
+   equals the auto plan of the same cache, or is rejected at plan time (checked in fx_run). */
+AK_TEST(plan_run_every_layout_and_preference) {
+    const char *prefs[] = {"auto", "mla_decode_dense", "mla_decode_sparse", "sparse_prefill_paged",
+                           "gather_sparse_prefill", "mha_paged"};
+    const struct {
+        ak_attn_kind kind;
+        ak_layout layout;
+    } cases[] = {{AK_ATTN_MLA, AK_LAYOUT_MLA_BF16},
+                 {AK_ATTN_MLA, AK_LAYOUT_MLA_FP8_PERTENSOR},
+                 {AK_ATTN_MLA, AK_LAYOUT_DSA_FP8_BLOCKSCALE},
+                 {AK_ATTN_DSA, AK_LAYOUT_MLA_BF16},
+                 {AK_ATTN_DSA, AK_LAYOUT_MLA_FP8_PERTENSOR},
+                 {AK_ATTN_DSA, AK_LAYOUT_DSA_FP8_BLOCKSCALE},
+                 {AK_ATTN_DSV4, AK_LAYOUT_DSV4_FP8_UE8M0},
+                 {AK_ATTN_MHA, AK_LAYOUT_MHA_NHD},
+                 {AK_ATTN_MHA, AK_LAYOUT_MHA_HND}};
+    ak_phase ph[5] = {AK_PHASE_DECODE, AK_PHASE_TARGET_VERIFY, AK_PHASE_EXTEND, AK_PHASE_PREFILL,
+                      AK_PHASE_DRAFT_EXTEND};
+    int32_t q[5] = {1, 3, 20, 30, 2}, kv[5] = {300, 200, 250, 30, 50};
+    int ran = 0, rejected = 0;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        ak_plan_desc d = desc_of(cases[c].kind);
+        d.layout = cases[c].layout;
+        if (d.kind != AK_ATTN_MHA) d.h_q = 4;
+        if (d.kind == AK_ATTN_DSA) d.topk = 64, d.index_heads = 4;
+        if (d.kind == AK_ATTN_DSV4) d.topk = 16, d.window = 16, d.index_heads = 4;
+        fx f;
+        fx_init(&f, d, 5, ph, q, kv);
+        float *ref = fx_run(&f, "auto", "auto", 0);
+        CHECK_MSG(ref != NULL, "auto rejected for kind %d layout %d", (int)d.kind, (int)d.layout);
+        for (size_t a = 0; a < 6 && ref; a++)
+            for (size_t b = 0; b < 6; b++) {
+                float *o = fx_run(&f, prefs[a], prefs[b], 0);
+                if (o == NULL) {
+                    rejected++;
+                    continue;
+                }
+                ran++;
+                char what[96];
+                snprintf(what, sizeof what, "kind %d layout %d prefill %s decode %s", (int)d.kind,
+                         (int)d.layout, prefs[a], prefs[b]);
+                fx_compare(what, &f, o, ref);
+                free(o);
+            }
+        free(ref);
+        fx_free(&f);
+    }
+    CHECK(ran > 9 && rejected > 0);
+}
