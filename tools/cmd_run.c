@@ -396,10 +396,15 @@ static int run_step(sim *s, int step, int verbose, double *secs, int64_t *tokens
                          : s->reqs[i].phase == AK_PHASE_EXTEND        ? "E"
                                                                       : "P");
         }
-        printf("step %3d: %2d requests [%s], %5lld rows, %d steps planned, %8.2f ms, %9.0f tok/s, "
-               "checks %s\n",
+        double est = 0;
+        for (int32_t i = 0; i < ak_plan_step_count(plan); i++) {
+            ak_plan_step ps;
+            if (ak_plan_step_get(plan, i, &ps) == AK_OK) est += ps.est_seconds;
+        }
+        printf("step %3d: %2d requests [%s], %5lld rows, %2d plan steps, %8.2f ms (model %7.2f ms), "
+               "%7.0f tok/s, checks %s\n",
                step, (int)n, mix, (long long)T, (int)ak_plan_step_count(plan), *secs * 1e3,
-               *secs > 0 ? (double)T / *secs : 0.0, bad ? "FAILED" : "ok");
+               est * 1e3, *secs > 0 ? (double)T / *secs : 0.0, bad ? "FAILED" : "ok");
         fflush(stdout);
     }
     free(q), free(out), free(lse), free(iq), free(iw), free(sink), free(bt), free(seq), free(ws);
