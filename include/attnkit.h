@@ -704,9 +704,10 @@ typedef struct ak_plan_io {
 
 /* Workspace bytes for ak_plan_run: the plan's buffers plus the largest op scratch. */
 AK_API ak_status ak_plan_workspace_size(const ak_plan *plan, size_t *bytes);
-/* Runs the steps in order on ctx (the plan's backend). Decode-only plans read every per-step value
-   from io (seq_lens, tables) and keep their metadata in the workspace, which is what a CUDA graph
-   capture of the decode path needs. */
+/* Runs the steps in order on ctx (the plan's backend). Allocates nothing: per-call metadata (row
+   lengths, cu_seqlens, slot lists) is rebuilt from io->seq_lens on every run at fixed workspace
+   offsets, the shape a CUDA graph capture of the decode path needs. The rebuild is a host loop on
+   the CPU; its device-side builder does not exist yet, so CUDA plans are rejected at plan time. */
 AK_API ak_status ak_plan_run(ak_context *ctx, const ak_plan *plan, const ak_plan_io *io,
                              void *workspace, size_t workspace_bytes);
 
