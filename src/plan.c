@@ -14,11 +14,13 @@
 
 #define AK_PLAN_DEFAULT_BUDGET ((int64_t)256 << 20)
 
-/* ---- kernel catalogue ------------------------------------------------------------------------- */
+/* ---- kernel catalogue -------------------------------------------------------------------------
+ */
 
 #define LBIT(l) (1u << (unsigned)(l))
-#define L_MLA3 (LBIT(AK_LAYOUT_MLA_BF16) | LBIT(AK_LAYOUT_MLA_FP8_PERTENSOR) | \
-                LBIT(AK_LAYOUT_DSA_FP8_BLOCKSCALE))
+#define L_MLA3                                                                                     \
+    (LBIT(AK_LAYOUT_MLA_BF16) | LBIT(AK_LAYOUT_MLA_FP8_PERTENSOR) |                                \
+     LBIT(AK_LAYOUT_DSA_FP8_BLOCKSCALE))
 #define L_MLA4 (L_MLA3 | LBIT(AK_LAYOUT_DSV4_FP8_UE8M0))
 #define L_MHA (LBIT(AK_LAYOUT_MHA_NHD) | LBIT(AK_LAYOUT_MHA_HND))
 
@@ -47,44 +49,68 @@ static const kern k_kernels[K_COUNT] = {
     [K_MLA_DENSE] = {{"mla_decode_dense", "ak_mla_decode", "MLA, DSA (context <= topk)",
                       "MLA_BF16, MLA_FP8_PERTENSOR, DSA_FP8_BLOCKSCALE", 1, 1, 1, 0,
                       "d_qk 576, h_kv 1, any h_q; multi-token causal rows"},
-                     L_MLA3, 0, 1},
+                     L_MLA3,
+                     0,
+                     1},
     [K_MLA_SPARSE] = {{"mla_decode_sparse", "ak_mla_decode", "DSA, DSV4",
                        "MLA_BF16, MLA_FP8_PERTENSOR, DSA_FP8_BLOCKSCALE, DSV4_FP8_UE8M0 (CUDA: "
                        "DSA_FP8_BLOCKSCALE, DSV4_FP8_UE8M0)",
                        1, 1, 1, 1, "h_kv 1, any h_q, any topk; extra cache; multi-token rows"},
-                      L_MLA4, LBIT(AK_LAYOUT_DSA_FP8_BLOCKSCALE) | LBIT(AK_LAYOUT_DSV4_FP8_UE8M0), 1},
+                      L_MLA4,
+                      LBIT(AK_LAYOUT_DSA_FP8_BLOCKSCALE) | LBIT(AK_LAYOUT_DSV4_FP8_UE8M0),
+                      1},
     [K_SPARSE_PREFILL_PAGED] = {{"sparse_prefill_paged", "ak_sparse_prefill", "DSA",
                                  "MLA_BF16, MLA_FP8_PERTENSOR, DSA_FP8_BLOCKSCALE, DSV4_FP8_UE8M0",
                                  0, 1, 1, 0, "h_kv 1, any h_q, any topk; PAGED indices"},
-                                L_MLA4, 0, 1},
+                                L_MLA4,
+                                0,
+                                1},
     [K_GATHER_SPARSE_PREFILL] = {{"gather_sparse_prefill", "ak_cache_gather + ak_sparse_prefill",
-                                  "DSA", "MLA_BF16, MLA_FP8_PERTENSOR, DSA_FP8_BLOCKSCALE", 0, 1,
-                                  1, 0, "bf16 workspace of the request's kv; RAGGED indices"},
-                                 L_MLA3, 0, 1},
+                                  "DSA", "MLA_BF16, MLA_FP8_PERTENSOR, DSA_FP8_BLOCKSCALE", 0, 1, 1,
+                                  0, "bf16 workspace of the request's kv; RAGGED indices"},
+                                 L_MLA3,
+                                 0,
+                                 1},
     [K_MHA] = {{"mha_paged", "ak_mha", "MHA", "MHA_NHD, MHA_HND", 1, 1, 1, 0,
                 "h_q % h_kv == 0; head dims 64, 128, 256, 192/128"},
-               L_MHA, 0, 1},
+               L_MHA,
+               0,
+               1},
     [K_INDEXER] = {{"indexer_paged", "ak_indexer_logits_paged", "DSA, DSV4 (C4)", "INDEXER_FP8", 1,
                     1, 1, 0, "<= 64 heads of 128 dims; 64-token pages"},
-                   LBIT(AK_LAYOUT_INDEXER_FP8), 0, 0},
+                   LBIT(AK_LAYOUT_INDEXER_FP8),
+                   0,
+                   0},
     [K_TOPK] = {{"topk", "ak_topk", "DSA, DSV4 (C4)", "-", 1, 1, 1, 0,
                  "any k; fused PAGED or RAGGED transform"},
-                0, 0, 0},
+                0,
+                0,
+                0},
     [K_SWA_INDICES] = {{"dsv4_swa_indices", "ak_dsv4_swa_indices", "DSV4", "-", 1, 1, 1, 1,
                         "any window"},
-                       0, 0, 0},
+                       0,
+                       0,
+                       0},
     [K_TOPK_TRANSFORM] = {{"topk_transform", "ak_topk_transform", "DSV4 (C128)", "-", 1, 1, 1, 1,
                            "PAGED or RAGGED"},
-                          0, 0, 0},
+                          0,
+                          0,
+                          0},
     [K_CONVERT] = {{"cache_convert", "ak_cache_convert", "all", "layouts.md section 6 pairs", 1, 1,
                     1, 1, "touched pages only"},
-                   L_MLA3 | L_MHA, L_MLA3 | L_MHA, 0},
+                   L_MLA3 | L_MHA,
+                   L_MLA3 | L_MHA,
+                   0},
     [K_GATHER] = {{"cache_gather", "ak_cache_gather", "all", "every MLA layout", 1, 1, 1, 1,
                    "rows of d_qk, bf16 out"},
-                  L_MLA4, L_MLA4, 0},
+                  L_MLA4,
+                  L_MLA4,
+                  0},
 };
 
-int32_t ak_plan_kernel_count(void) { return K_COUNT; }
+int32_t ak_plan_kernel_count(void) {
+    return K_COUNT;
+}
 
 ak_status ak_plan_kernel_get(int32_t i, ak_plan_kernel *out) {
     if (out == NULL) return ak_fail(AK_ERR_INVALID_ARGUMENT, "ak_plan_kernel_get: out is NULL");
@@ -104,7 +130,8 @@ static int kern_reads(kern_id k, ak_backend b, ak_layout l) {
     return (m & LBIT(l)) != 0;
 }
 
-/* ---- names ------------------------------------------------------------------------------------ */
+/* ---- names ------------------------------------------------------------------------------------
+ */
 
 static const char *const k_phase_names[AK_PHASE_COUNT_] = {"prefill", "extend", "decode",
                                                            "target-verify", "draft-extend"};
@@ -139,7 +166,8 @@ static int phase_is_decode(ak_phase p) {
     return p == AK_PHASE_DECODE || p == AK_PHASE_TARGET_VERIFY || p == AK_PHASE_DRAFT_EXTEND;
 }
 
-/* ---- explain text ----------------------------------------------------------------------------- */
+/* ---- explain text -----------------------------------------------------------------------------
+ */
 
 static void say(ak_plan *p, const char *fmt, ...)
 #if defined(__GNUC__)
@@ -157,7 +185,8 @@ static void say(ak_plan *p, const char *fmt, ...) {
     va_end(ap);
     if (n > 0 && p->explain_len + (size_t)n + 1 > p->explain_cap) {
         size_t cap = p->explain_cap ? p->explain_cap : 4096;
-        while (cap < p->explain_len + (size_t)n + 1) cap *= 2;
+        while (cap < p->explain_len + (size_t)n + 1)
+            cap *= 2;
         char *e = (char *)realloc(p->explain, cap);
         if (e != NULL) {
             p->explain = e;
@@ -171,7 +200,8 @@ static void say(ak_plan *p, const char *fmt, ...) {
     va_end(ap2);
 }
 
-/* ---- steps ------------------------------------------------------------------------------------ */
+/* ---- steps ------------------------------------------------------------------------------------
+ */
 
 static ak_status add_step(ak_plan *p, ak_step_kind kind, kern_id k, const ak_plan_seg *s,
                           ak_index_transform tf, ak_layout reads, int64_t ws, double secs,
@@ -211,7 +241,8 @@ static ak_status add_step(ak_plan *p, ak_step_kind kind, kern_id k, const ak_pla
     return AK_OK;
 }
 
-/* ---- cost model ------------------------------------------------------------------------------- */
+/* ---- cost model -------------------------------------------------------------------------------
+ */
 
 /* Bytes moved and FLOPs of a candidate; time = max(bytes / copy rate, flops / bf16 rate) per pass,
    summed over passes (each pass is one kernel, so passes do not overlap). */
@@ -231,7 +262,9 @@ static void cost_pass(const costmodel *m, cost *c, double bytes, double flops) {
 }
 
 /* Row i (0-based) of a request with q new tokens over kv keys sees kv - q + i + 1 positions. */
-static int64_t causal_len(int32_t q, int32_t kv, int64_t i) { return (int64_t)kv - q + i + 1; }
+static int64_t causal_len(int32_t q, int32_t kv, int64_t i) {
+    return (int64_t)kv - q + i + 1;
+}
 
 /* Sum over the request's rows of min(cap, f(row)) where f = causal length / div (div 1 or a V4
    compress ratio); cap < 0 means no cap. */
@@ -244,16 +277,17 @@ static double sum_rows(int32_t q, int32_t kv, int32_t div, int64_t cap) {
     return s;
 }
 
-/* ---- planning --------------------------------------------------------------------------------- */
+/* ---- planning ---------------------------------------------------------------------------------
+ */
 
 typedef struct segcand {
     ak_path path;
-    kern_id attn;          /* the attention kernel */
+    kern_id attn; /* the attention kernel */
     const char *label;
     ak_index_transform tf; /* of the top-k output */
     int feasible;
-    char why[160];         /* why infeasible */
-    cost c, c_index;       /* total; its indexer + top-k part */
+    char why[160];   /* why infeasible */
+    cost c, c_index; /* total; its indexer + top-k part */
     int64_t per_row, fixed, chunk;
     double kv_sum, keys, idx_pairs; /* cost-model inputs, shown by explain */
 } segcand;
@@ -263,16 +297,17 @@ static int32_t lay_bpt(ak_layout l) {
     return ak_layout_traits_get(l, &t) == AK_OK ? t.bytes_per_token : 0;
 }
 
-static const char *lay_name(ak_layout l) { return ak_layout_name(l); }
+static const char *lay_name(ak_layout l) {
+    return ak_layout_name(l);
+}
 
 /* Cost and workspace of running segment s along candidate c. */
 static void evaluate(ak_plan *p, const costmodel *m, const ak_plan_seg *s, segcand *c,
                      int64_t budget) {
     const ak_plan_desc *d = &p->d;
     ak_layout L = p->convert_to != AK_LAYOUT_INVALID && s->converted ? p->convert_to : d->layout;
-    double bpt = d->kind == AK_ATTN_MHA
-                     ? (double)d->h_kv * (d->d_qk + d->d_v) * 2.0
-                     : (double)lay_bpt(L);
+    double bpt =
+        d->kind == AK_ATTN_MHA ? (double)d->h_kv * (d->d_qk + d->d_v) * 2.0 : (double)lay_bpt(L);
     /* Dequantizing a record inside an attention kernel costs what the gather pass pays per
        record for the bf16 side (its measured copy rate), charged every time the record is read. */
     double bf = d->kind == AK_ATTN_MHA ? 0.0 : (double)d->d_qk * 2.0;
@@ -418,7 +453,9 @@ static kern_id path_attn_kernel(ak_path path) {
     return K_MHA;
 }
 
-static const char *backend_name(ak_backend b) { return b == AK_BACKEND_CUDA ? "cuda" : "cpu"; }
+static const char *backend_name(ak_backend b) {
+    return b == AK_BACKEND_CUDA ? "cuda" : "cpu";
+}
 
 /* The kernels a path uses, besides its attention kernel, must exist on the backend too. */
 static ak_status check_path_backend(ak_plan *p, ak_path path) {
@@ -437,14 +474,16 @@ static ak_status check_path_backend(ak_plan *p, ak_path path) {
                            "ak_plan_create: backend %s: %s attention needs kernel %s (%s), which "
                            "has no %s implementation yet; supported: the CPU backend (backend "
                            "cpu / --backend cpu)",
-                           backend_name(p->backend), kind_name(p->d.kind), k_kernels[need[i]].pub.name,
-                           k_kernels[need[i]].pub.op, backend_name(p->backend));
+                           backend_name(p->backend), kind_name(p->d.kind),
+                           k_kernels[need[i]].pub.name, k_kernels[need[i]].pub.op,
+                           backend_name(p->backend));
     if (p->backend == AK_BACKEND_CUDA)
-        return ak_fail(AK_ERR_UNSUPPORTED,
-                       "ak_plan_create: backend cuda: the kernels of this path exist, but the plan "
-                       "executor builds per-call row metadata (row lengths, cu_seqlens) on the host "
-                       "and has no device-side builder yet; supported: the CPU backend (backend "
-                       "cpu / --backend cpu)");
+        return ak_fail(
+            AK_ERR_UNSUPPORTED,
+            "ak_plan_create: backend cuda: the kernels of this path exist, but the plan "
+            "executor builds per-call row metadata (row lengths, cu_seqlens) on the host "
+            "and has no device-side builder yet; supported: the CPU backend (backend "
+            "cpu / --backend cpu)");
     return AK_OK;
 }
 
@@ -491,12 +530,12 @@ static ak_status settle_layout(ak_plan *p, ak_plan_seg *s, ak_path path) {
 static ak_status validate(const ak_plan_desc *d) {
     const char *fn = "ak_plan_create";
     if ((unsigned)d->kind > (unsigned)AK_ATTN_MHA)
-        return ak_fail(AK_ERR_INVALID_ARGUMENT, "%s: desc.kind %d, expected 0..3 (MLA, DSA, DSV4, MHA)",
-                       fn, (int)d->kind);
+        return ak_fail(AK_ERR_INVALID_ARGUMENT,
+                       "%s: desc.kind %d, expected 0..3 (MLA, DSA, DSV4, MHA)", fn, (int)d->kind);
     if (d->h_q < 1 || d->h_kv < 1 || d->h_q % d->h_kv != 0)
         return ak_fail(AK_ERR_INVALID_ARGUMENT,
-                       "%s: desc.h_q %d, h_kv %d: expected h_q >= 1, h_kv >= 1, h_q %% h_kv == 0", fn,
-                       (int)d->h_q, (int)d->h_kv);
+                       "%s: desc.h_q %d, h_kv %d: expected h_q >= 1, h_kv >= 1, h_q %% h_kv == 0",
+                       fn, (int)d->h_q, (int)d->h_kv);
     if (d->page_size < 1)
         return ak_fail(AK_ERR_INVALID_ARGUMENT, "%s: desc.page_size %d, expected >= 1", fn,
                        (int)d->page_size);
@@ -507,10 +546,10 @@ static ak_status validate(const ak_plan_desc *d) {
         return ak_fail(AK_ERR_INVALID_ARGUMENT, "%s: desc.workspace_budget %lld, expected >= 0", fn,
                        (long long)d->workspace_budget);
     if (d->target != AK_BACKEND_AUTO && d->target != AK_BACKEND_CPU && d->target != AK_BACKEND_CUDA)
-        return ak_fail(AK_ERR_INVALID_ARGUMENT, "%s: desc.target %d, expected AUTO, CPU or CUDA", fn,
-                       (int)d->target);
-    if (d->num_requests < 0 || (d->num_requests > 0 && (d->phases == NULL || d->q_lens == NULL ||
-                                                        d->kv_lens == NULL)))
+        return ak_fail(AK_ERR_INVALID_ARGUMENT, "%s: desc.target %d, expected AUTO, CPU or CUDA",
+                       fn, (int)d->target);
+    if (d->num_requests < 0 ||
+        (d->num_requests > 0 && (d->phases == NULL || d->q_lens == NULL || d->kv_lens == NULL)))
         return ak_fail(AK_ERR_INVALID_ARGUMENT,
                        "%s: desc.num_requests %d with phases %p, q_lens %p, kv_lens %p: expected "
                        ">= 0 and three arrays of that length",
@@ -523,14 +562,16 @@ static ak_status validate(const ak_plan_desc *d) {
             return ak_fail(AK_ERR_INVALID_ARGUMENT, "%s: phases[%d] = %d, expected 0..4", fn,
                            (int)r, (int)ph);
         if (q < 0 || kv < q)
-            return ak_fail(AK_ERR_INVALID_ARGUMENT,
-                           "%s: request %d (%s): q_len %d, kv_len %d: expected 0 <= q_len <= kv_len",
-                           fn, (int)r, ak_phase_name(ph), (int)q, (int)kv);
+            return ak_fail(
+                AK_ERR_INVALID_ARGUMENT,
+                "%s: request %d (%s): q_len %d, kv_len %d: expected 0 <= q_len <= kv_len", fn,
+                (int)r, ak_phase_name(ph), (int)q, (int)kv);
         if (ph == AK_PHASE_PREFILL && q != kv)
-            return ak_fail(AK_ERR_INVALID_ARGUMENT,
-                           "%s: request %d (prefill): q_len %d != kv_len %d; a cached prefix is the "
-                           "extend phase",
-                           fn, (int)r, (int)q, (int)kv);
+            return ak_fail(
+                AK_ERR_INVALID_ARGUMENT,
+                "%s: request %d (prefill): q_len %d != kv_len %d; a cached prefix is the "
+                "extend phase",
+                fn, (int)r, (int)q, (int)kv);
         if (ph == AK_PHASE_DECODE && q > 1)
             return ak_fail(AK_ERR_INVALID_ARGUMENT,
                            "%s: request %d (decode): q_len %d, expected 0 or 1 (multi-token decode "
@@ -577,10 +618,11 @@ static ak_status check_kind(const ak_plan_desc *d) {
                            "scales per 64 dims); supported layouts: DSV4_FP8_UE8M0",
                            fn, lay_name(d->layout));
         if (d->d_qk != 512 || d->d_v != 512 || d->h_kv != 1 || d->window < 1)
-            return ak_fail(AK_ERR_UNSUPPORTED,
-                           "%s: DSV4 with d_qk %d, d_v %d, h_kv %d, window %d; supported: d_qk 512, "
-                           "d_v 512, h_kv 1, window >= 1",
-                           fn, (int)d->d_qk, (int)d->d_v, (int)d->h_kv, (int)d->window);
+            return ak_fail(
+                AK_ERR_UNSUPPORTED,
+                "%s: DSV4 with d_qk %d, d_v %d, h_kv %d, window %d; supported: d_qk 512, "
+                "d_v 512, h_kv 1, window >= 1",
+                fn, (int)d->d_qk, (int)d->d_v, (int)d->h_kv, (int)d->window);
         if (d->compress_ratio != 0 && d->compress_ratio != 4 && d->compress_ratio != 128)
             return ak_fail(AK_ERR_UNSUPPORTED,
                            "%s: DSV4 compress_ratio %d; supported: 0 (SWA only), 4 (C4 + top-k), "
@@ -637,9 +679,7 @@ static int candidates(const ak_plan *p, const ak_plan_seg *s, int dense, segcand
     int n = 0;
     memset(c, 0, 3 * sizeof *c);
     switch (p->d.kind) {
-    case AK_ATTN_MHA:
-        c[n].path = AK_PATH_MHA, c[n].label = "paged MHA", n++;
-        break;
+    case AK_ATTN_MHA: c[n].path = AK_PATH_MHA, c[n].label = "paged MHA", n++; break;
     case AK_ATTN_MLA:
         c[n].path = AK_PATH_MLA_DENSE, c[n].label = "dense MLA decode kernel, causal rows", n++;
         break;
@@ -664,7 +704,8 @@ static int candidates(const ak_plan *p, const ak_plan_seg *s, int dense, segcand
         }
         break;
     }
-    for (int i = 0; i < n; i++) c[i].attn = path_attn_kernel(c[i].path);
+    for (int i = 0; i < n; i++)
+        c[i].attn = path_attn_kernel(c[i].path);
     return n;
 }
 
@@ -711,16 +752,18 @@ static ak_status emit(ak_plan *p, const ak_plan_seg *s, const segcand *c) {
                         "%s; one softmax over the window (main cache) and the %s list (extra "
                         "cache)%s",
                         cls, d->compress_ratio == 0 ? "empty" : "compressed",
-                        s->decode ? "" : "; prefill rows run as decode rows (every decode kernel "
-                                         "accepts extend-shaped batches)");
+                        s->decode ? ""
+                                  : "; prefill rows run as decode rows (every decode kernel "
+                                    "accepts extend-shaped batches)");
     case AK_PATH_DSA_DECODE:
     case AK_PATH_DSA_PAGED:
     case AK_PATH_DSA_GATHER: {
         if (c->path == AK_PATH_DSA_GATHER)
-            AK_TRY(add_step(p, AK_STEP_GATHER, K_GATHER, s, AK_TRANSFORM_NONE, L, c->fixed, 0.0,
-                            "gather and dequantize the context a row chunk sees (<= %lld positions) "
-                            "into a bf16 workspace [kv, %d], once per chunk",
-                            (long long)s->gather_rows, (int)d->d_qk));
+            AK_TRY(
+                add_step(p, AK_STEP_GATHER, K_GATHER, s, AK_TRANSFORM_NONE, L, c->fixed, 0.0,
+                         "gather and dequantize the context a row chunk sees (<= %lld positions) "
+                         "into a bf16 workspace [kv, %d], once per chunk",
+                         (long long)s->gather_rows, (int)d->d_qk));
         AK_TRY(add_step(p, AK_STEP_INDEXER, K_INDEXER, s, AK_TRANSFORM_NONE, AK_LAYOUT_INDEXER_FP8,
                         pr, c->c_index.secs,
                         "indexer logits, paged, %lld columns; chunks of %lld %s fit the budget",
@@ -743,8 +786,8 @@ static ak_status emit(ak_plan *p, const ak_plan_seg *s, const segcand *c) {
 }
 
 /* Plans one segment: candidates, preference, backend, cost, budget, steps. */
-static ak_status plan_segment(ak_plan *p, const costmodel *m, ak_plan_seg *s, int dense,
-                              int pref, int64_t budget) {
+static ak_status plan_segment(ak_plan *p, const costmodel *m, ak_plan_seg *s, int dense, int pref,
+                              int64_t budget) {
     const ak_plan_desc *d = &p->d;
     const char *option = s->decode ? "decode_kernel" : "prefill_kernel";
     segcand c[3];
@@ -773,12 +816,12 @@ static ak_status plan_segment(ak_plan *p, const costmodel *m, ak_plan_seg *s, in
                            "ak_plan_create: %s '%s' cannot compute %s %s rows (requests %d..%d)%s; "
                            "supported: %s",
                            option, k_kernels[pref].pub.name, kind_name(d->kind),
-                           s->decode ? "decode-class" : "prefill-class", (int)s->r0,
-                           (int)s->r1 - 1,
-                           dense ? "" : (d->kind == AK_ATTN_DSA && pref == K_MLA_DENSE
-                                             ? " (contexts exceed top-k, so they need sparse "
-                                               "attention)"
-                                             : ""),
+                           s->decode ? "decode-class" : "prefill-class", (int)s->r0, (int)s->r1 - 1,
+                           dense ? ""
+                                 : (d->kind == AK_ATTN_DSA && pref == K_MLA_DENSE
+                                        ? " (contexts exceed top-k, so they need sparse "
+                                          "attention)"
+                                        : ""),
                            alts);
         }
         if (keep != 0) c[0] = c[keep];
@@ -798,19 +841,20 @@ static ak_status plan_segment(ak_plan *p, const costmodel *m, ak_plan_seg *s, in
             }
             c[i].feasible = 0;
             snprintf(c[i].why, sizeof c[i].why, "not on backend %s", backend_name(p->backend));
-            say(p, "  candidate %-22s infeasible: %s\n", k_kernels[c[i].attn].pub.name,
-                c[i].why);
+            say(p, "  candidate %-22s infeasible: %s\n", k_kernels[c[i].attn].pub.name, c[i].why);
             p->convert_to = saved;
             continue;
         }
         evaluate(p, m, s, &c[i], budget);
         p->convert_to = saved;
         if (!shown++)
-            say(p, "  inputs: %lld rows, %.0f cached tokens, %.0f (row, key) attention pairs, %.0f "
-               "indexer pairs\n",
-            (long long)s->rows, c[i].kv_sum, c[i].keys, c[i].idx_pairs);
-        say(p, "  candidate %-22s %s: bytes %.3e, FLOPs %.3e -> %.3e s", k_kernels[c[i].attn].pub.name,
-            transform_name(c[i].tf), c[i].c.bytes, c[i].c.flops, c[i].c.secs);
+            say(p,
+                "  inputs: %lld rows, %.0f cached tokens, %.0f (row, key) attention pairs, %.0f "
+                "indexer pairs\n",
+                (long long)s->rows, c[i].kv_sum, c[i].keys, c[i].idx_pairs);
+        say(p, "  candidate %-22s %s: bytes %.3e, FLOPs %.3e -> %.3e s",
+            k_kernels[c[i].attn].pub.name, transform_name(c[i].tf), c[i].c.bytes, c[i].c.flops,
+            c[i].c.secs);
         if (!c[i].feasible)
             say(p, " infeasible: %s\n", c[i].why);
         else
@@ -830,7 +874,9 @@ static ak_status plan_segment(ak_plan *p, const costmodel *m, ak_plan_seg *s, in
     s->chunk = c[best].chunk;
     s->ws = seg_ws(&c[best], s);
     say(p, "  chosen: %s (%s)%s\n", k_kernels[c[best].attn].pub.name,
-        n > 1 ? "lowest estimated time; ties keep the earlier candidate" : pref >= 0 ? "named by the preference" : "only path",
+        n > 1       ? "lowest estimated time; ties keep the earlier candidate"
+        : pref >= 0 ? "named by the preference"
+                    : "only path",
         s->converted ? ", reading the converted cache" : "");
     return emit(p, s, &c[best]);
 }
@@ -841,11 +887,12 @@ static ak_status plan_build(ak_plan *p, const ak_plan_desc *names, const ak_devi
     AK_TRY(pref_kernel(names->prefill_kernel, "prefill_kernel", &pre));
     AK_TRY(pref_kernel(names->decode_kernel, "decode_kernel", &dec));
     if (pre >= 0 && !k_kernels[pre].pub.prefill)
-        return ak_fail(AK_ERR_UNSUPPORTED,
-                       "ak_plan_create: prefill_kernel '%s' is not a prefill-capable kernel; "
-                       "supported: auto, mla_decode_dense, mla_decode_sparse, sparse_prefill_paged, "
-                       "gather_sparse_prefill, mha_paged",
-                       k_kernels[pre].pub.name);
+        return ak_fail(
+            AK_ERR_UNSUPPORTED,
+            "ak_plan_create: prefill_kernel '%s' is not a prefill-capable kernel; "
+            "supported: auto, mla_decode_dense, mla_decode_sparse, sparse_prefill_paged, "
+            "gather_sparse_prefill, mha_paged",
+            k_kernels[pre].pub.name);
     if (dec >= 0 && !k_kernels[dec].pub.decode)
         return ak_fail(AK_ERR_UNSUPPORTED,
                        "ak_plan_create: decode_kernel '%s' is prefill-only; supported: auto, "
@@ -875,8 +922,8 @@ static ak_status plan_build(ak_plan *p, const ak_plan_desc *names, const ak_devi
         (long long)budget);
     say(p, "batch: %d requests, %lld query rows\n", (int)d->num_requests, (long long)p->total_rows);
 
-    p->segs = (ak_plan_seg *)calloc((size_t)(d->num_requests > 0 ? d->num_requests : 1),
-                                    sizeof *p->segs);
+    p->segs =
+        (ak_plan_seg *)calloc((size_t)(d->num_requests > 0 ? d->num_requests : 1), sizeof *p->segs);
     if (p->segs == NULL) return ak_fail(AK_ERR_OUT_OF_MEMORY, "ak_plan_create: segments");
     int32_t r = 0;
     while (r < d->num_requests) {
@@ -886,10 +933,11 @@ static ak_status plan_build(ak_plan *p, const ak_plan_desc *names, const ak_devi
         }
         int decode = phase_is_decode(p->phases[r]);
         int pref = decode ? dec : pre;
-        int dense = d->kind == AK_ATTN_DSA && p->kv_lens[r] <= d->topk &&
-                    (pref < 0 || pref == K_MLA_DENSE);
+        int dense =
+            d->kind == AK_ATTN_DSA && p->kv_lens[r] <= d->topk && (pref < 0 || pref == K_MLA_DENSE);
         int32_t e = r + 1;
-        while (e < d->num_requests && p->q_lens[e] != 0 && phase_is_decode(p->phases[e]) == decode &&
+        while (e < d->num_requests && p->q_lens[e] != 0 &&
+               phase_is_decode(p->phases[e]) == decode &&
                (!decode || p->q_lens[e] == p->q_lens[r]) &&
                (d->kind != AK_ATTN_DSA ||
                 (p->kv_lens[e] <= d->topk && (pref < 0 || pref == K_MLA_DENSE)) == dense))
@@ -922,13 +970,13 @@ static ak_status plan_build(ak_plan *p, const ak_plan_desc *names, const ak_devi
         p->ws_bytes += pages * 4;
         /* The conversion runs first, once, for the union of the pages the converted readers
            touch; move it to the front of the step list. */
-        AK_TRY(add_step(p, AK_STEP_CONVERT, K_CONVERT, NULL, AK_TRANSFORM_NONE, d->layout,
-                        pages * 4, (double)pages * d->page_size *
-                                       (lay_bpt(d->layout) + lay_bpt(p->convert_to)) / m.bw,
-                        "convert the <= %lld pages the batch touches from %s to %s once (read by "
-                        "%s), into io.convert_cache",
-                        (long long)pages, lay_name(d->layout), lay_name(p->convert_to),
-                        "the kernels marked as reading it"));
+        AK_TRY(add_step(
+            p, AK_STEP_CONVERT, K_CONVERT, NULL, AK_TRANSFORM_NONE, d->layout, pages * 4,
+            (double)pages * d->page_size * (lay_bpt(d->layout) + lay_bpt(p->convert_to)) / m.bw,
+            "convert the <= %lld pages the batch touches from %s to %s once (read by "
+            "%s), into io.convert_cache",
+            (long long)pages, lay_name(d->layout), lay_name(p->convert_to),
+            "the kernels marked as reading it"));
         ak_plan_istep cv = p->steps[p->nsteps - 1];
         memmove(p->steps + 1, p->steps, (size_t)(p->nsteps - 1) * sizeof *p->steps);
         p->steps[0] = cv;
@@ -941,12 +989,14 @@ static ak_status plan_build(ak_plan *p, const ak_plan_desc *names, const ak_devi
         say(p, "  %2d. %-22s %-34s requests [%d, %d) rows %lld chunk %lld", (int)i + 1, st->kernel,
             st->op, (int)st->req_begin, (int)st->req_end, (long long)st->rows,
             (long long)st->chunk_rows);
-        if (st->transform != AK_TRANSFORM_NONE) say(p, " transform %s", transform_name(st->transform));
+        if (st->transform != AK_TRANSFORM_NONE)
+            say(p, " transform %s", transform_name(st->transform));
         if (st->reads != AK_LAYOUT_INVALID) say(p, " reads %s", lay_name(st->reads));
         say(p, " workspace %lld B est %.3e s\n      why: %s\n", (long long)st->workspace_bytes,
             st->est_seconds, p->steps[i].reason);
     }
-    say(p, "plan workspace %lld B (plus op scratch, see ak_plan_workspace_size); estimated %.3e s\n",
+    say(p,
+        "plan workspace %lld B (plus op scratch, see ak_plan_workspace_size); estimated %.3e s\n",
         (long long)p->ws_bytes, total);
     return AK_OK;
 }
@@ -985,7 +1035,8 @@ ak_status ak_plan_create(ak_context *ctx, const ak_plan_desc *desc, ak_plan **ou
     p->d.decode_kernel = NULL;
     p->d.device = NULL;
     p->cu_q[0] = 0;
-    for (size_t i = 0; i < n; i++) p->cu_q[i + 1] = p->cu_q[i] + p->q_lens[i];
+    for (size_t i = 0; i < n; i++)
+        p->cu_q[i + 1] = p->cu_q[i] + p->q_lens[i];
     p->total_rows = p->cu_q[n];
     ak_device_info info = ctx->info;
     if (desc->device != NULL) info = *desc->device;
@@ -1019,12 +1070,15 @@ const char *ak_plan_explain(const ak_plan *plan) {
     return plan != NULL && plan->explain != NULL ? plan->explain : "";
 }
 
-int32_t ak_plan_step_count(const ak_plan *plan) { return plan != NULL ? plan->nsteps : 0; }
+int32_t ak_plan_step_count(const ak_plan *plan) {
+    return plan != NULL ? plan->nsteps : 0;
+}
 
 ak_status ak_plan_step_get(const ak_plan *plan, int32_t i, ak_plan_step *out) {
     if (plan == NULL || out == NULL)
-        return ak_fail(AK_ERR_INVALID_ARGUMENT, "ak_plan_step_get: plan %p, out %p: expected non-NULL",
-                       (const void *)plan, (void *)out);
+        return ak_fail(AK_ERR_INVALID_ARGUMENT,
+                       "ak_plan_step_get: plan %p, out %p: expected non-NULL", (const void *)plan,
+                       (void *)out);
     if ((uint32_t)i >= (uint32_t)plan->nsteps)
         return ak_fail(AK_ERR_INVALID_ARGUMENT, "ak_plan_step_get: i %d, expected 0..%d", (int)i,
                        (int)plan->nsteps - 1);

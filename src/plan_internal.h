@@ -21,15 +21,15 @@ typedef enum ak_path {
    their requests and run batched; prefill segments run request by request, chunked by rows. */
 typedef struct ak_plan_seg {
     ak_path path;
-    int32_t r0, r1;        /* requests [r0, r1) */
-    int32_t decode;        /* decode, verify or draft-extend rows */
-    int32_t q_len;         /* decode segments: every request's q_len */
-    int64_t row0, rows;    /* first query row, rows */
-    int64_t chunk;         /* prefill: rows per call; decode: requests per call */
-    int64_t width;         /* logits columns (largest indexed context) */
-    int64_t gather_rows;   /* DSA_GATHER: rows of the bf16 workspace (largest kv) */
-    int32_t converted;     /* reads io->convert_cache */
-    int64_t ws;            /* plan-buffer bytes of this segment */
+    int32_t r0, r1;      /* requests [r0, r1) */
+    int32_t decode;      /* decode, verify or draft-extend rows */
+    int32_t q_len;       /* decode segments: every request's q_len */
+    int64_t row0, rows;  /* first query row, rows */
+    int64_t chunk;       /* prefill: rows per call; decode: requests per call */
+    int64_t width;       /* logits columns (largest indexed context) */
+    int64_t gather_rows; /* DSA_GATHER: rows of the bf16 workspace (largest kv) */
+    int32_t converted;   /* reads io->convert_cache */
+    int64_t ws;          /* plan-buffer bytes of this segment */
 } ak_plan_seg;
 
 typedef struct ak_plan_istep {
@@ -40,19 +40,19 @@ typedef struct ak_plan_istep {
 struct ak_plan {
     ak_context *ctx;
     ak_backend backend;
-    ak_plan_desc d;         /* arrays point at the copies below */
-    ak_phase *phases;       /* [n] */
-    int32_t *q_lens;        /* [n] */
-    int32_t *kv_lens;       /* [n] */
-    int64_t *cu_q;          /* [n + 1] */
+    ak_plan_desc d;   /* arrays point at the copies below */
+    ak_phase *phases; /* [n] */
+    int32_t *q_lens;  /* [n] */
+    int32_t *kv_lens; /* [n] */
+    int64_t *cu_q;    /* [n + 1] */
     int64_t total_rows;
-    ak_layout convert_to;   /* AK_LAYOUT_INVALID: no conversion */
-    int64_t convert_pages;  /* pages listed by the CONVERT step (upper bound) */
+    ak_layout convert_to;  /* AK_LAYOUT_INVALID: no conversion */
+    int64_t convert_pages; /* pages listed by the CONVERT step (upper bound) */
     ak_plan_seg *segs;
     int32_t nseg;
     ak_plan_istep *steps;
     int32_t nsteps, cap_steps;
-    int64_t ws_bytes;       /* plan buffers: max over segments + the conversion page list */
+    int64_t ws_bytes; /* plan buffers: max over segments + the conversion page list */
     char *explain;
     size_t explain_len, explain_cap;
 };

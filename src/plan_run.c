@@ -8,7 +8,8 @@
 
 #include <string.h>
 
-/* ---- workspace carving ------------------------------------------------------------------------ */
+/* ---- workspace carving ------------------------------------------------------------------------
+ */
 
 typedef struct arena {
     char *base;
@@ -22,7 +23,8 @@ static void *take(arena *a, size_t bytes) {
     return a->base + at;
 }
 
-/* ---- tensor views ------------------------------------------------------------------------------ */
+/* ---- tensor views ------------------------------------------------------------------------------
+ */
 
 static ak_tensor mk(void *data, ak_device dev, ak_dtype dt, int32_t ndim, const int64_t *shape) {
     return ak_tensor_make_on(data, dev, dt, ndim, shape);
@@ -51,23 +53,26 @@ static ak_tensor split_rows(const ak_tensor *t, int64_t b, int64_t s) {
     return v;
 }
 
-static int32_t *i32_buf(arena *a, int64_t n) { return (int32_t *)take(a, (size_t)(n > 0 ? n : 1) * 4); }
+static int32_t *i32_buf(arena *a, int64_t n) {
+    return (int32_t *)take(a, (size_t)(n > 0 ? n : 1) * 4);
+}
 
-/* ---- the per-call context ---------------------------------------------------------------------- */
+/* ---- the per-call context ----------------------------------------------------------------------
+ */
 
 typedef struct call {
     const ak_plan *p;
     ak_context *ctx;
     const ak_plan_io *io;
     const ak_plan_seg *s;
-    const ak_cache *cache;  /* main cache as read by this segment (converted or not) */
+    const ak_cache *cache; /* main cache as read by this segment (converted or not) */
     ak_device dev;
-    int32_t b, sq;          /* requests and rows per request of this call */
-    int32_t r;              /* first request */
-    int64_t row0;           /* first query row */
-    int32_t *seq;           /* [b] kv length as seen by the call's last row + 1 */
-    int32_t *row_ctx;       /* [b * sq] causal length of each row */
-    int32_t *cu_q;          /* [b + 1] */
+    int32_t b, sq;    /* requests and rows per request of this call */
+    int32_t r;        /* first request */
+    int64_t row0;     /* first query row */
+    int32_t *seq;     /* [b] kv length as seen by the call's last row + 1 */
+    int32_t *row_ctx; /* [b * sq] causal length of each row */
+    int32_t *cu_q;    /* [b + 1] */
 } call;
 
 static ak_status no_space(const char *what) {
@@ -113,7 +118,8 @@ static ak_status index_topk(call *c, arena *a, int32_t div, const ak_transform *
     int32_t *lens = i32_buf(a, R);
     float *logits = (float *)take(a, (size_t)(R * width) * 4);
     if (lens == NULL || logits == NULL) return no_space("indexer logits");
-    for (int64_t t = 0; t < R; t++) lens[t] = c->row_ctx[t] / div;
+    for (int64_t t = 0; t < R; t++)
+        lens[t] = c->row_ctx[t] / div;
     ak_tensor iq = rows_of(c->io->index_q, c->row0, R);
     iq = split_rows(&iq, c->b, c->sq);
     ak_tensor w = rows_of(c->io->index_weights, c->row0, R);
@@ -226,7 +232,8 @@ static ak_status run_call(call *c, arena *a, int64_t first) {
         for (int64_t pos = 0; pos < kv; pos++) {
             int64_t pg = pos / d->page_size;
             int32_t page = pg < bt.shape[1] ? btd[pg * bt.strides[1]] : -1;
-            slots[pos] = page < 0 ? -1 : (int32_t)((int64_t)page * d->page_size + pos % d->page_size);
+            slots[pos] =
+                page < 0 ? -1 : (int32_t)((int64_t)page * d->page_size + pos % d->page_size);
         }
         ak_tensor sl = vec(c, slots, kv);
         int64_t shg[2] = {kv, d->d_qk};
@@ -279,7 +286,8 @@ static ak_status run_call(call *c, arena *a, int64_t first) {
                 if (ext == NULL) return no_space("compressed indices");
                 for (int64_t t = 0; t < R; t++) {
                     int64_t n = c->row_ctx[t] / 128;
-                    for (int64_t j = 0; j < extk; j++) ext[t * extk + j] = j < n ? (int32_t)j : -1;
+                    for (int64_t j = 0; j < extk; j++)
+                        ext[t * extk + j] = j < n ? (int32_t)j : -1;
                 }
                 int64_t she[2] = {R, extk};
                 ak_tensor e = mk(ext, c->dev, AK_DTYPE_I32, 2, she);
@@ -291,7 +299,8 @@ static ak_status run_call(call *c, arena *a, int64_t first) {
         AK_TRY(ak_dsv4_swa_indices(c->ctx, &seq, &cu, &bt, d->page_size, d->window, &wi, &wl));
         ak_tensor q4 = split_rows(&q, c->b, c->sq);
         int64_t shi[3] = {c->b, c->sq, d->window}, shl[2] = {c->b, c->sq};
-        ak_tensor it = mk(swa, c->dev, AK_DTYPE_I32, 3, shi), tl = mk(swl, c->dev, AK_DTYPE_I32, 2, shl);
+        ak_tensor it = mk(swa, c->dev, AK_DTYPE_I32, 3, shi),
+                  tl = mk(swl, c->dev, AK_DTYPE_I32, 2, shl);
         int64_t she[3] = {c->b, c->sq, extk};
         ak_tensor et = mk(ext, c->dev, AK_DTYPE_I32, 3, she);
         ak_mla_decode_args m;
@@ -311,8 +320,7 @@ static ak_status run_call(call *c, arena *a, int64_t first) {
         scratch(a, &ws, &wsb);
         return ak_mla_decode(c->ctx, &m, ws, wsb);
     }
-    case AK_PATH_MHA:
-        break;
+    case AK_PATH_MHA: break;
     }
     return AK_OK;
 }
@@ -322,7 +330,8 @@ static ak_status run_mha(const ak_plan *p, ak_context *ctx, const ak_plan_io *io
     int32_t n = s->r1 - s->r0;
     int32_t *cu = i32_buf(a, n + 1);
     if (cu == NULL) return no_space("cu_seqlens_q");
-    for (int32_t i = 0; i <= n; i++) cu[i] = (int32_t)(p->cu_q[s->r0 + i] - p->cu_q[s->r0]);
+    for (int32_t i = 0; i <= n; i++)
+        cu[i] = (int32_t)(p->cu_q[s->r0 + i] - p->cu_q[s->r0]);
     int64_t shc[1] = {n + 1};
     ak_tensor cut = ak_tensor_make_on(cu, ak_ctx_device(ctx), AK_DTYPE_I32, 1, shc);
     ak_tensor q = rows_of(io->q, s->row0, s->rows), out = rows_of(io->out, s->row0, s->rows), lse;
@@ -364,7 +373,8 @@ static ak_status run_convert(const ak_plan *p, ak_context *ctx, const ak_plan_io
             for (int64_t j = 0; j < np && n < p->convert_pages; j++) {
                 int32_t pg = btd[r * bt->strides[0] + j * bt->strides[1]];
                 int dup = 0; /* shared prefixes list a page once */
-                for (int64_t k = 0; k < n && !dup; k++) dup = pages[k] == pg;
+                for (int64_t k = 0; k < n && !dup; k++)
+                    dup = pages[k] == pg;
                 if (!dup && (uint32_t)pg < (uint32_t)io->cache->num_pages) pages[n++] = pg;
             }
         }
@@ -379,9 +389,9 @@ static ak_status check_io(const ak_plan *p, ak_context *ctx, const ak_plan_io *i
     const ak_plan_desc *d = &p->d;
     if (io == NULL || io->q == NULL || io->cache == NULL || io->block_table == NULL ||
         io->seq_lens == NULL || io->out == NULL)
-        return ak_fail(AK_ERR_INVALID_ARGUMENT,
-                       "%s: io, io.q, io.cache, io.block_table, io.seq_lens and io.out are required",
-                       fn);
+        return ak_fail(
+            AK_ERR_INVALID_ARGUMENT,
+            "%s: io, io.q, io.cache, io.block_table, io.seq_lens and io.out are required", fn);
     if (io->q->ndim != 3 || io->q->shape[0] != p->total_rows || io->out->ndim != 3 ||
         io->out->shape[0] != p->total_rows)
         return ak_fail(AK_ERR_INVALID_ARGUMENT,
@@ -400,7 +410,8 @@ static ak_status check_io(const ak_plan *p, ak_context *ctx, const ak_plan_io *i
         return ak_fail(AK_ERR_INVALID_ARGUMENT, "%s: io.lse: expected [%lld, h_q] f32", fn,
                        (long long)p->total_rows);
     if (d->has_sink && io->attn_sink == NULL)
-        return ak_fail(AK_ERR_INVALID_ARGUMENT, "%s: io.attn_sink is NULL but the plan has a sink", fn);
+        return ak_fail(AK_ERR_INVALID_ARGUMENT, "%s: io.attn_sink is NULL but the plan has a sink",
+                       fn);
     if (io->cache->layout != d->layout)
         return ak_fail(AK_ERR_INVALID_ARGUMENT, "%s: io.cache layout %s, the plan's is %s", fn,
                        ak_layout_name(io->cache->layout), ak_layout_name(d->layout));
@@ -412,30 +423,32 @@ static ak_status check_io(const ak_plan *p, ak_context *ctx, const ak_plan_io *i
         if (io->index_cache == NULL || io->index_q == NULL || io->index_weights == NULL ||
             io->index_q->ndim != 3 || io->index_q->shape[0] != p->total_rows ||
             io->index_weights->ndim != 2 || io->index_weights->shape[0] != p->total_rows)
-            return ak_fail(AK_ERR_INVALID_ARGUMENT,
-                           "%s: the plan runs the indexer: io.index_cache, io.index_q [%lld, H, 128] "
-                           "and io.index_weights [%lld, H] are required",
-                           fn, (long long)p->total_rows, (long long)p->total_rows);
+            return ak_fail(
+                AK_ERR_INVALID_ARGUMENT,
+                "%s: the plan runs the indexer: io.index_cache, io.index_q [%lld, H, 128] "
+                "and io.index_weights [%lld, H] are required",
+                fn, (long long)p->total_rows, (long long)p->total_rows);
         break;
     }
     if (d->kind == AK_ATTN_DSV4 && d->compress_ratio != 0 && io->extra_cache == NULL)
-        return ak_fail(AK_ERR_INVALID_ARGUMENT, "%s: io.extra_cache is NULL (compress ratio %d)", fn,
-                       (int)d->compress_ratio);
+        return ak_fail(AK_ERR_INVALID_ARGUMENT, "%s: io.extra_cache is NULL (compress ratio %d)",
+                       fn, (int)d->compress_ratio);
     if (p->convert_to != AK_LAYOUT_INVALID &&
         (io->convert_cache == NULL || io->convert_cache->layout != p->convert_to))
         return ak_fail(AK_ERR_INVALID_ARGUMENT,
-                       "%s: the plan converts to %s: io.convert_cache of that layout is required", fn,
-                       ak_layout_name(p->convert_to));
+                       "%s: the plan converts to %s: io.convert_cache of that layout is required",
+                       fn, ak_layout_name(p->convert_to));
     /* Values: every planned request's kv length within [q_len, planned kv_len], which sized the
        logits widths and workspaces (checked before any op runs, so nothing is written). */
     const int32_t *sl = (const int32_t *)io->seq_lens->data;
     for (int32_t r = 0; r < d->num_requests && ctx->backend == AK_BACKEND_CPU; r++) {
         int32_t v = sl[r * io->seq_lens->strides[0]];
         if (p->q_lens[r] > 0 && (v < p->q_lens[r] || v > p->kv_lens[r]))
-            return ak_fail(AK_ERR_INVALID_ARGUMENT,
-                           "%s: io.seq_lens[%d] = %d, expected %d..%d (q_len .. the planned kv_len); "
-                           "plan again for longer contexts",
-                           fn, (int)r, (int)v, (int)p->q_lens[r], (int)p->kv_lens[r]);
+            return ak_fail(
+                AK_ERR_INVALID_ARGUMENT,
+                "%s: io.seq_lens[%d] = %d, expected %d..%d (q_len .. the planned kv_len); "
+                "plan again for longer contexts",
+                fn, (int)r, (int)v, (int)p->q_lens[r], (int)p->kv_lens[r]);
     }
     if (ctx->backend != AK_BACKEND_CPU)
         return ak_fail(AK_ERR_MISUSE,
@@ -468,8 +481,10 @@ ak_status ak_plan_workspace_size(const ak_plan *plan, size_t *bytes) {
     if (d->kind == AK_ATTN_MHA) {
         int64_t shq[3] = {maxr, d->h_q, d->d_qk}, sho[3] = {maxr, d->h_q, d->d_v}, sh1[1] = {2};
         int64_t shb[2] = {1, 1};
-        ak_tensor q = mk(dummy, dev, AK_DTYPE_BF16, 3, shq), o = mk(dummy, dev, AK_DTYPE_F32, 3, sho);
-        ak_tensor cu = mk(dummy, dev, AK_DTYPE_I32, 1, sh1), bt = mk(dummy, dev, AK_DTYPE_I32, 2, shb);
+        ak_tensor q = mk(dummy, dev, AK_DTYPE_BF16, 3, shq),
+                  o = mk(dummy, dev, AK_DTYPE_F32, 3, sho);
+        ak_tensor cu = mk(dummy, dev, AK_DTYPE_I32, 1, sh1),
+                  bt = mk(dummy, dev, AK_DTYPE_I32, 2, shb);
         ak_tensor sl = mk(dummy, dev, AK_DTYPE_I32, 1, sh1);
         sl.shape[0] = 1;
         ak_cache c;
@@ -490,8 +505,10 @@ ak_status ak_plan_workspace_size(const ak_plan *plan, size_t *bytes) {
     } else if (plan->nseg > 0) {
         int64_t shq[4] = {1, maxr, d->h_q, d->d_qk}, sho[4] = {1, maxr, d->h_q, d->d_v};
         int64_t shb[2] = {1, 1}, sh1[1] = {1}, shi[3] = {1, maxr, 1};
-        ak_tensor q = mk(dummy, dev, AK_DTYPE_BF16, 4, shq), o = mk(dummy, dev, AK_DTYPE_F32, 4, sho);
-        ak_tensor bt = mk(dummy, dev, AK_DTYPE_I32, 2, shb), sl = mk(dummy, dev, AK_DTYPE_I32, 1, sh1);
+        ak_tensor q = mk(dummy, dev, AK_DTYPE_BF16, 4, shq),
+                  o = mk(dummy, dev, AK_DTYPE_F32, 4, sho);
+        ak_tensor bt = mk(dummy, dev, AK_DTYPE_I32, 2, shb),
+                  sl = mk(dummy, dev, AK_DTYPE_I32, 1, sh1);
         ak_tensor it = mk(dummy, dev, AK_DTYPE_I32, 3, shi);
         ak_cache c;
         AK_TRY(ak_cache_init(&c, d->layout, dummy, 1, d->page_size));
@@ -510,7 +527,8 @@ ak_status ak_plan_workspace_size(const ak_plan *plan, size_t *bytes) {
         AK_TRY(ak_mla_decode_workspace_size(ctx, &m, &op));
         int64_t shq3[3] = {maxr, d->h_q, d->d_qk}, sho3[3] = {maxr, d->h_q, d->d_v};
         int64_t shi2[2] = {maxr, 1};
-        ak_tensor q3 = mk(dummy, dev, AK_DTYPE_BF16, 3, shq3), o3 = mk(dummy, dev, AK_DTYPE_F32, 3, sho3);
+        ak_tensor q3 = mk(dummy, dev, AK_DTYPE_BF16, 3, shq3),
+                  o3 = mk(dummy, dev, AK_DTYPE_F32, 3, sho3);
         ak_tensor i2 = mk(dummy, dev, AK_DTYPE_I32, 2, shi2);
         if (d->kind == AK_ATTN_DSA) {
             ak_sparse_prefill_args sp;
@@ -541,10 +559,11 @@ ak_status ak_plan_run(ak_context *ctx, const ak_plan *plan, const ak_plan_io *io
     AK_TRY(ak_check_context(ctx, fn));
     if (plan == NULL) return ak_fail(AK_ERR_INVALID_ARGUMENT, "%s: plan is NULL", fn);
     if (plan->ctx != ctx || plan->backend != ctx->backend)
-        return ak_fail(AK_ERR_MISUSE,
-                       "%s: the plan was made for another context or for backend %s (explain only); "
-                       "plan on this context",
-                       fn, plan->backend == AK_BACKEND_CUDA ? "cuda" : "cpu");
+        return ak_fail(
+            AK_ERR_MISUSE,
+            "%s: the plan was made for another context or for backend %s (explain only); "
+            "plan on this context",
+            fn, plan->backend == AK_BACKEND_CUDA ? "cuda" : "cpu");
     AK_TRY(check_io(plan, ctx, io));
     size_t need = 0;
     AK_TRY(ak_plan_workspace_size(plan, &need));

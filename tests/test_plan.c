@@ -76,7 +76,8 @@ static void check_plan_invariants(const ak_plan *p, const ak_plan_desc *d, int64
     int32_t n = ak_plan_step_count(p);
     int64_t rows = 0, total = 0;
     int *cover = (int *)calloc((size_t)(d->num_requests > 0 ? d->num_requests : 1), sizeof(int));
-    for (int32_t r = 0; r < d->num_requests; r++) total += d->q_lens[r];
+    for (int32_t r = 0; r < d->num_requests; r++)
+        total += d->q_lens[r];
     for (int32_t i = 0; i < n; i++) {
         ak_plan_step s;
         CHECK_STATUS(ak_plan_step_get(p, i, &s), AK_OK);
@@ -257,7 +258,8 @@ AK_TEST(regression_no_row_cap) {
         int32_t n = sizes[i];
         ak_phase *ph = (ak_phase *)malloc((size_t)n * sizeof *ph);
         int32_t *q = (int32_t *)malloc((size_t)n * 4), *kv = (int32_t *)malloc((size_t)n * 4);
-        for (int32_t r = 0; r < n; r++) ph[r] = AK_PHASE_DECODE, q[r] = 1, kv[r] = 4096 + r % 7;
+        for (int32_t r = 0; r < n; r++)
+            ph[r] = AK_PHASE_DECODE, q[r] = 1, kv[r] = 4096 + r % 7;
         for (int k = AK_ATTN_DSA; k <= AK_ATTN_DSV4; k++) {
             ak_plan_desc d = desc_of((ak_attn_kind)k);
             d.num_requests = n, d.phases = ph, d.q_lens = q, d.kv_lens = kv;
@@ -324,8 +326,12 @@ AK_TEST(plan_budget_chunks_and_rejects) {
    names the supported alternatives. */
 AK_TEST(plan_support_matrix_is_complete) {
     ak_context *ctx = cpu_ctx();
-    const char *prefs[] = {"auto", "mla_decode_dense", "mla_decode_sparse", "sparse_prefill_paged",
-                           "gather_sparse_prefill", "mha_paged"};
+    const char *prefs[] = {"auto",
+                           "mla_decode_dense",
+                           "mla_decode_sparse",
+                           "sparse_prefill_paged",
+                           "gather_sparse_prefill",
+                           "mha_paged"};
     int planned = 0, rejected = 0;
     for (int k = 0; k <= AK_ATTN_MHA; k++)
         for (int l = 1; l < AK_LAYOUT_END_; l++) {
@@ -339,8 +345,10 @@ AK_TEST(plan_support_matrix_is_complete) {
                     int32_t q[1] = {ph == AK_PHASE_DECODE ? 1 : ph == AK_PHASE_PREFILL ? 4000 : 3};
                     int32_t kv[1] = {4000};
                     d.num_requests = 1, d.phases = phs, d.q_lens = q, d.kv_lens = kv;
-                    if (is_decode_phase((ak_phase)ph)) d.decode_kernel = prefs[pi];
-                    else d.prefill_kernel = prefs[pi];
+                    if (is_decode_phase((ak_phase)ph))
+                        d.decode_kernel = prefs[pi];
+                    else
+                        d.prefill_kernel = prefs[pi];
                     ak_plan *p = NULL;
                     ak_status s = ak_plan_create(ctx, &d, &p);
                     if (s == AK_OK) {
@@ -391,7 +399,8 @@ AK_TEST(plan_random_batches) {
         ak_plan *p = NULL;
         ak_status s = ak_plan_create(ctx, &d, &p);
         if (s == AK_OK) {
-            check_plan_invariants(p, &d, d.workspace_budget ? d.workspace_budget : (int64_t)256 << 20);
+            check_plan_invariants(p, &d,
+                                  d.workspace_budget ? d.workspace_budget : (int64_t)256 << 20);
         } else {
             CHECK_MSG(s == AK_ERR_UNSUPPORTED && strstr(ak_last_error(), "budget") != NULL,
                       "iteration %d: %s: %s", it, ak_status_name(s), ak_last_error());
@@ -462,7 +471,8 @@ AK_TEST(plan_bad_arguments) {
     ak_context_destroy(ctx);
 }
 
-/* ---- plan and run: every path gives what the direct ops give ------------------------------------ */
+/* ---- plan and run: every path gives what the direct ops give ------------------------------------
+ */
 
 #define FX_MAXR 8
 
@@ -474,10 +484,10 @@ typedef struct fx {
     int32_t n, max_pages;
     ak_phase ph[FX_MAXR];
     int32_t q[FX_MAXR], kv[FX_MAXR];
-    int32_t *bt;     /* [n, max_pages] */
+    int32_t *bt; /* [n, max_pages] */
     int64_t T;
-    uint16_t *qb;    /* [T, h_q, d_qk] bf16 */
-    uint8_t *iq;     /* [T, H, 128] e4m3 */
+    uint16_t *qb; /* [T, h_q, d_qk] bf16 */
+    uint8_t *iq;  /* [T, H, 128] e4m3 */
     float *iw, *sink;
     ak_rng rng;
 } fx;
@@ -489,7 +499,9 @@ static uint16_t to_bf16(float f) {
     return (uint16_t)(u >> 16);
 }
 
-static float urand(ak_rng *r) { return (float)(ak_rng_uniform(r) * 2.0 - 1.0); }
+static float urand(ak_rng *r) {
+    return (float)(ak_rng_uniform(r) * 2.0 - 1.0);
+}
 
 static void *pool(const ak_cache *c, int64_t *bytes) {
     int64_t b = 0, vb = 0;
@@ -504,12 +516,15 @@ static void fx_write(fx *f, const ak_cache *c, int32_t page_size, int32_t r, int
                      int32_t width, int rope) {
     for (int64_t p = 0; p < count; p++) {
         float row[576];
-        for (int32_t e = 0; e < width; e++) row[e] = urand(&f->rng);
-        int32_t slot = f->bt[r * f->max_pages + p / page_size] * page_size + (int32_t)(p % page_size);
+        for (int32_t e = 0; e < width; e++)
+            row[e] = urand(&f->rng);
+        int32_t slot =
+            f->bt[r * f->max_pages + p / page_size] * page_size + (int32_t)(p % page_size);
         ak_tensor sl = ak_tensor_make(&slot, AK_DTYPE_I32, 1, (int64_t[]){1});
         ak_tensor no = ak_tensor_make(row, AK_DTYPE_F32, 2, (int64_t[]){1, width - rope});
         ak_tensor ro = ak_tensor_make(row + width - rope, AK_DTYPE_F32, 2, (int64_t[]){1, rope});
-        CHECK_STATUS(ak_cache_write(f->ctx, c, &no, rope ? &ro : NULL, &sl, AK_QUANT_DEFAULT), AK_OK);
+        CHECK_STATUS(ak_cache_write(f->ctx, c, &no, rope ? &ro : NULL, &sl, AK_QUANT_DEFAULT),
+                     AK_OK);
     }
 }
 
@@ -529,12 +544,14 @@ static void fx_init(fx *f, ak_plan_desc d, int32_t n, const ak_phase *ph, const 
     f->max_pages = (maxkv + d.page_size - 1) / d.page_size + 1;
     int32_t pages = n * f->max_pages;
     f->bt = (int32_t *)malloc((size_t)pages * 4);
-    for (int32_t i = 0; i < pages; i++) f->bt[i] = pages - 1 - i; /* pages in reverse order */
+    for (int32_t i = 0; i < pages; i++)
+        f->bt[i] = pages - 1 - i; /* pages in reverse order */
     int64_t b;
     char probe[64];
     if (d.kind == AK_ATTN_MHA) {
         CHECK_STATUS(ak_cache_init_mha(&f->main, d.layout, AK_DTYPE_BF16, probe, probe, pages,
-                                       d.page_size, d.h_kv, d.d_qk, d.d_v), AK_OK);
+                                       d.page_size, d.h_kv, d.d_qk, d.d_v),
+                     AK_OK);
         int64_t vb = 0;
         ak_cache_bytes(&f->main, &b, &vb);
         f->mbuf = malloc((size_t)b), f->vbuf = malloc((size_t)vb);
@@ -542,7 +559,8 @@ static void fx_init(fx *f, ak_plan_desc d, int32_t n, const ak_phase *ph, const 
         for (int32_t r = 0; r < n; r++)
             for (int64_t p = 0; p < kv[r]; p++) {
                 float k[8 * 128], v[8 * 128];
-                for (int32_t e = 0; e < d.h_kv * d.d_qk; e++) k[e] = urand(&f->rng), v[e] = urand(&f->rng);
+                for (int32_t e = 0; e < d.h_kv * d.d_qk; e++)
+                    k[e] = urand(&f->rng), v[e] = urand(&f->rng);
                 int32_t slot = f->bt[r * f->max_pages + p / d.page_size] * d.page_size +
                                (int32_t)(p % d.page_size);
                 ak_tensor sl = ak_tensor_make(&slot, AK_DTYPE_I32, 1, (int64_t[]){1});
@@ -554,10 +572,12 @@ static void fx_init(fx *f, ak_plan_desc d, int32_t n, const ak_phase *ph, const 
         CHECK_STATUS(ak_cache_init(&f->main, d.layout, probe, pages, d.page_size), AK_OK);
         f->mbuf = pool(&f->main, &b);
         f->main.data = f->mbuf;
-        for (int32_t r = 0; r < n; r++) fx_write(f, &f->main, d.page_size, r, kv[r], d.d_qk, 64);
+        for (int32_t r = 0; r < n; r++)
+            fx_write(f, &f->main, d.page_size, r, kv[r], d.d_qk, 64);
         int c4 = d.kind == AK_ATTN_DSV4 && d.compress_ratio;
         if (c4) {
-            CHECK_STATUS(ak_cache_init(&f->extra, d.extra_layout, probe, pages, d.extra_page_size), AK_OK);
+            CHECK_STATUS(ak_cache_init(&f->extra, d.extra_layout, probe, pages, d.extra_page_size),
+                         AK_OK);
             f->ebuf = pool(&f->extra, &b);
             f->extra.data = f->ebuf;
             for (int32_t r = 0; r < n; r++)
@@ -577,11 +597,14 @@ static void fx_init(fx *f, ak_plan_desc d, int32_t n, const ak_phase *ph, const 
     f->iq = (uint8_t *)malloc((size_t)T * H * 128);
     f->iw = (float *)malloc((size_t)T * H * 4);
     f->sink = (float *)malloc((size_t)d.h_q * 4);
-    for (int64_t i = 0; i < f->T * d.h_q * d.d_qk; i++) f->qb[i] = to_bf16(urand(&f->rng));
+    for (int64_t i = 0; i < f->T * d.h_q * d.d_qk; i++)
+        f->qb[i] = to_bf16(urand(&f->rng));
     for (int64_t i = 0; i < f->T * H * 128; i++)
         f->iq[i] = (uint8_t)(ak_rng_range(&f->rng, 0, 0x50) | (ak_rng_range(&f->rng, 0, 2) << 7));
-    for (int64_t i = 0; i < f->T * H; i++) f->iw[i] = urand(&f->rng) * 0.05f;
-    for (int32_t h = 0; h < d.h_q; h++) f->sink[h] = urand(&f->rng);
+    for (int64_t i = 0; i < f->T * H; i++)
+        f->iw[i] = urand(&f->rng) * 0.05f;
+    for (int32_t h = 0; h < d.h_q; h++)
+        f->sink[h] = urand(&f->rng);
 }
 
 static void fx_free(fx *f) {
@@ -618,7 +641,8 @@ static float *fx_run(fx *f, const char *prefill, const char *decode, int64_t bud
     ak_tensor sk = ak_tensor_make(f->sink, AK_DTYPE_F32, 1, (int64_t[]){d.h_q});
     ak_plan_io io;
     memset(&io, 0, sizeof io);
-    io.q = &q, io.out = &o, io.lse = &l, io.cache = &f->main, io.block_table = &bt, io.seq_lens = &sl;
+    io.q = &q, io.out = &o, io.lse = &l, io.cache = &f->main, io.block_table = &bt,
+    io.seq_lens = &sl;
     if (f->ebuf) io.extra_cache = &f->extra;
     if (f->ibuf) io.index_cache = &f->index, io.index_q = &iq, io.index_weights = &iw;
     if (d.has_sink) io.attn_sink = &sk;
@@ -627,7 +651,9 @@ static float *fx_run(fx *f, const char *prefill, const char *decode, int64_t bud
     void *ws = malloc(wsb + 1);
     CHECK_STATUS(ak_plan_run(f->ctx, p, &io, ws, wsb), AK_OK);
     /* one byte short is refused before anything runs */
-    if (wsb > 0) CHECK_REJECT(ak_plan_run(f->ctx, p, &io, ws, wsb - 1), AK_ERR_WORKSPACE_TOO_SMALL, "workspace");
+    if (wsb > 0)
+        CHECK_REJECT(ak_plan_run(f->ctx, p, &io, ws, wsb - 1), AK_ERR_WORKSPACE_TOO_SMALL,
+                     "workspace");
     for (int64_t i = 0; i < T * d.h_q * (d.d_v + 1); i++)
         if (out[i] != out[i]) {
             CHECK_MSG(0, "%s/%s: output %lld not written", prefill, decode, (long long)i);
@@ -646,7 +672,8 @@ static float *fx_run(fx *f, const char *prefill, const char *decode, int64_t bud
 static void fx_compare(const char *what, const fx *f, const float *got, const float *ref) {
     int64_t n = f->T * f->d.h_q * (f->d.d_v + 1); /* out, then lse */
     double *r = (double *)malloc((size_t)(n > 0 ? n : 1) * sizeof(double));
-    for (int64_t i = 0; i < n; i++) r[i] = ref[i];
+    for (int64_t i = 0; i < n; i++)
+        r[i] = ref[i];
     /* Two fp32 CPU paths over the same dequantized keys and the same key sets: they differ only
        in summation order (tiles, chunks, key order), a few fp32 ulps of outputs of magnitude ~1. */
     ak_tol tol = {1e-5, 1e-4, 1e-9, 1e-9};
@@ -659,7 +686,7 @@ static void fx_compare(const char *what, const fx *f, const float *got, const fl
 AK_TEST(plan_run_dsa_paths_agree) {
     ak_plan_desc d = desc_of(AK_ATTN_DSA);
     d.h_q = 4, d.topk = 64, d.index_heads = 4;
-    ak_phase ph[7] = {AK_PHASE_DECODE, AK_PHASE_DECODE, AK_PHASE_TARGET_VERIFY, AK_PHASE_EXTEND,
+    ak_phase ph[7] = {AK_PHASE_DECODE,  AK_PHASE_DECODE, AK_PHASE_TARGET_VERIFY, AK_PHASE_EXTEND,
                       AK_PHASE_PREFILL, AK_PHASE_EXTEND, AK_PHASE_DRAFT_EXTEND};
     int32_t q[7] = {1, 1, 3, 50, 30, 0, 2}, kv[7] = {300, 40, 200, 250, 30, 10, 60};
     fx f;
@@ -714,7 +741,8 @@ AK_TEST(plan_run_matches_direct_ops) {
             ak_tensor o3 = ak_tensor_make(ref, AK_DTYPE_F32, 3, (int64_t[]){15, d.h_q, d.d_v});
             ak_mha_args a;
             memset(&a, 0, sizeof a);
-            a.q = &q3, a.cu_seqlens_q = &cut, a.cache = &f.main, a.block_table = &bt, a.seq_lens = &sl;
+            a.q = &q3, a.cu_seqlens_q = &cut, a.cache = &f.main, a.block_table = &bt,
+            a.seq_lens = &sl;
             ak_tensor l2 = ak_tensor_make(ref_lse, AK_DTYPE_F32, 2, (int64_t[]){15, d.h_q});
             a.softmax_scale = d.softmax_scale, a.causal = 1, a.window_left = -1, a.out = &o3;
             a.lse = &l2;
@@ -738,7 +766,8 @@ AK_TEST(plan_run_dsv4_layers) {
         d.compress_ratio = ratios[i];
         d.extra_page_size = ratios[i] ? 256 / ratios[i] : 0;
         if (!ratios[i]) d.extra_layout = AK_LAYOUT_INVALID;
-        ak_phase ph[4] = {AK_PHASE_DECODE, AK_PHASE_EXTEND, AK_PHASE_TARGET_VERIFY, AK_PHASE_PREFILL};
+        ak_phase ph[4] = {AK_PHASE_DECODE, AK_PHASE_EXTEND, AK_PHASE_TARGET_VERIFY,
+                          AK_PHASE_PREFILL};
         int32_t q[4] = {1, 20, 3, 40}, kv[4] = {600, 300, 520, 40};
         fx f;
         fx_init(&f, d, 4, ph, q, kv);
@@ -787,8 +816,12 @@ AK_TEST(plan_auto_follows_cost_model) {
 /* Every (kind, layout, preference pair) on a batch with every phase: each plan either runs and
    equals the auto plan of the same cache, or is rejected at plan time (checked in fx_run). */
 AK_TEST(plan_run_every_layout_and_preference) {
-    const char *prefs[] = {"auto", "mla_decode_dense", "mla_decode_sparse", "sparse_prefill_paged",
-                           "gather_sparse_prefill", "mha_paged"};
+    const char *prefs[] = {"auto",
+                           "mla_decode_dense",
+                           "mla_decode_sparse",
+                           "sparse_prefill_paged",
+                           "gather_sparse_prefill",
+                           "mha_paged"};
     const struct {
         ak_attn_kind kind;
         ak_layout layout;

@@ -56,8 +56,10 @@ int ak_cli_int_list(const char *s, int32_t *out, int cap) {
         long v = strtol(s, &end, 10);
         if (end == s || errno != 0 || v < -2147483647L || v > 2147483647L || n == cap) return -1;
         out[n++] = (int32_t)v;
-        if (*end == ',') end++;
-        else if (*end != '\0') return -1;
+        if (*end == ',')
+            end++;
+        else if (*end != '\0')
+            return -1;
         s = end;
     }
     return n;
@@ -81,15 +83,16 @@ static int phase_list(const char *s, ak_phase *out, int cap) {
 }
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: attnkit plan --model M [--layout L] --phase P[,P...] --q-lens N[,N...]\n"
-            "                    [--kv-lens N[,N...]] [--prefill auto|KERNEL] [--decode auto|KERNEL]\n"
-            "                    [--backend cpu|cuda] [--budget BYTES] [--ratio 0|4|128] [--json]\n\n"
-            "Plans one batch of one attention layer of model M (dsv3, dsv32, dsv4-flash, dsv4-pro,\n"
-            "llama3-8b) and prints the steps, the kernels, the cost model's candidates and why.\n"
-            "One phase applies to every request, or give one per request: prefill, extend, decode,\n"
-            "target-verify, draft-extend. kv lengths default to the q lengths. A rejected request\n"
-            "prints the reason and exits 1.\n");
+    fprintf(
+        f,
+        "usage: attnkit plan --model M [--layout L] --phase P[,P...] --q-lens N[,N...]\n"
+        "                    [--kv-lens N[,N...]] [--prefill auto|KERNEL] [--decode auto|KERNEL]\n"
+        "                    [--backend cpu|cuda] [--budget BYTES] [--ratio 0|4|128] [--json]\n\n"
+        "Plans one batch of one attention layer of model M (dsv3, dsv32, dsv4-flash, dsv4-pro,\n"
+        "llama3-8b) and prints the steps, the kernels, the cost model's candidates and why.\n"
+        "One phase applies to every request, or give one per request: prefill, extend, decode,\n"
+        "target-verify, draft-extend. kv lengths default to the q lengths. A rejected request\n"
+        "prints the reason and exits 1.\n");
 }
 
 #define MAX_REQ 4096
@@ -103,8 +106,10 @@ int ak_cmd_plan(int argc, char **argv) {
     const char *mname = ak_cli_option(argc, argv, "--model");
     const ak_model *m = ak_model_find(mname ? mname : "dsv32");
     if (m == NULL) {
-        fprintf(stderr, "attnkit plan: unknown model '%s' (dsv3, dsv32, dsv4-flash, dsv4-pro, "
-                        "llama3-8b)\n", mname);
+        fprintf(stderr,
+                "attnkit plan: unknown model '%s' (dsv3, dsv32, dsv4-flash, dsv4-pro, "
+                "llama3-8b)\n",
+                mname);
         return 2;
     }
     ak_plan_desc d;
@@ -120,8 +125,10 @@ int ak_cmd_plan(int argc, char **argv) {
     const char *ratio = ak_cli_option(argc, argv, "--ratio");
     if (ratio != NULL) {
         d.compress_ratio = atoi(ratio);
-        if (d.compress_ratio == 0) d.extra_layout = AK_LAYOUT_INVALID;
-        else d.extra_page_size = d.page_size / d.compress_ratio;
+        if (d.compress_ratio == 0)
+            d.extra_layout = AK_LAYOUT_INVALID;
+        else
+            d.extra_page_size = d.page_size / d.compress_ratio;
     }
     static int32_t q[MAX_REQ], kv[MAX_REQ];
     static ak_phase ph[MAX_REQ];
@@ -131,12 +138,15 @@ int ak_cmd_plan(int argc, char **argv) {
     if (kvs == NULL && nq > 0) memcpy(kv, q, (size_t)nq * sizeof *q);
     int np = phase_list(ak_cli_option(argc, argv, "--phase"), ph, MAX_REQ);
     if (nq < 1 || nkv != nq || np < 1 || (np != 1 && np != nq)) {
-        fprintf(stderr, "attnkit plan: need --phase (one, or one per request), --q-lens and "
-                        "--kv-lens of the same length (<= %d requests)\n\n", MAX_REQ);
+        fprintf(stderr,
+                "attnkit plan: need --phase (one, or one per request), --q-lens and "
+                "--kv-lens of the same length (<= %d requests)\n\n",
+                MAX_REQ);
         usage(stderr);
         return 2;
     }
-    for (int i = np; i < nq; i++) ph[i] = ph[0];
+    for (int i = np; i < nq; i++)
+        ph[i] = ph[0];
     d.num_requests = nq;
     d.phases = ph;
     d.q_lens = q;
@@ -195,11 +205,13 @@ int ak_cmd_plan(int argc, char **argv) {
                 ak_json_int(&j, "req_end", st.req_end);
                 ak_json_int(&j, "rows", st.rows);
                 ak_json_int(&j, "chunk_rows", st.chunk_rows);
-                ak_json_str(&j, "transform", st.transform == AK_TRANSFORM_PAGED    ? "PAGED"
-                                             : st.transform == AK_TRANSFORM_RAGGED ? "RAGGED"
-                                                                                   : "NONE");
+                ak_json_str(&j, "transform",
+                            st.transform == AK_TRANSFORM_PAGED    ? "PAGED"
+                            : st.transform == AK_TRANSFORM_RAGGED ? "RAGGED"
+                                                                  : "NONE");
                 ak_layout_traits t;
-                ak_json_str(&j, "reads", ak_layout_traits_get(st.reads, &t) == AK_OK ? t.name : NULL);
+                ak_json_str(&j, "reads",
+                            ak_layout_traits_get(st.reads, &t) == AK_OK ? t.name : NULL);
                 ak_json_int(&j, "workspace_bytes", st.workspace_bytes);
                 ak_json_num(&j, "est_seconds", st.est_seconds);
                 ak_json_str(&j, "reason", st.reason);
@@ -207,7 +219,8 @@ int ak_cmd_plan(int argc, char **argv) {
             }
             ak_json_array_end(&j);
             size_t ws = 0;
-            if (ak_plan_workspace_size(plan, &ws) == AK_OK) ak_json_int(&j, "workspace_bytes", (int64_t)ws);
+            if (ak_plan_workspace_size(plan, &ws) == AK_OK)
+                ak_json_int(&j, "workspace_bytes", (int64_t)ws);
             ak_json_str(&j, "explain", ak_plan_explain(plan));
         }
         ak_json_object_end(&j);
@@ -216,7 +229,8 @@ int ak_cmd_plan(int argc, char **argv) {
         fputs(ak_plan_explain(plan), stdout);
     }
     if (s != AK_OK) {
-        if (!json) fprintf(stderr, "attnkit plan: rejected: %s: %s\n", ak_status_name(s), ak_last_error());
+        if (!json)
+            fprintf(stderr, "attnkit plan: rejected: %s: %s\n", ak_status_name(s), ak_last_error());
         rc = 1;
     }
     ak_plan_destroy(plan);

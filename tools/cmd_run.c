@@ -22,10 +22,10 @@
 #define MAX_REQ 16
 
 typedef struct req {
-    int32_t id, len;  /* tokens in the cache after this step */
-    int32_t q;        /* new tokens this step */
+    int32_t id, len; /* tokens in the cache after this step */
+    int32_t q;       /* new tokens this step */
     ak_phase phase;
-    int32_t *pages;   /* page ids, [max_pages] */
+    int32_t *pages; /* page ids, [max_pages] */
 } req;
 
 typedef struct sim {
@@ -44,7 +44,8 @@ typedef struct sim {
     double worst;
 } sim;
 
-/* ---- small helpers ------------------------------------------------------------------------------ */
+/* ---- small helpers ------------------------------------------------------------------------------
+ */
 
 static double now_s(void) {
     struct timespec t;
@@ -59,7 +60,9 @@ static uint64_t rnd(sim *s) {
     return s->rng;
 }
 
-static float rnd_f(sim *s) { return (float)((double)(rnd(s) >> 11) / 9007199254740992.0 * 2.0 - 1.0); }
+static float rnd_f(sim *s) {
+    return (float)((double)(rnd(s) >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
 
 static uint16_t f32_to_bf16(float f) {
     uint32_t u;
@@ -95,21 +98,22 @@ static int fail(const char *what) {
     return 1;
 }
 
-#define TRY(expr, what)                                                                           \
-    do {                                                                                          \
-        ak_status st_ = (expr);                                                                   \
-        if (st_ != AK_OK) {                                                                       \
-            fprintf(stderr, "attnkit run: %s: %s: %s\n", what, ak_status_name(st_),               \
-                    ak_last_error());                                                             \
-            return 1;                                                                             \
-        }                                                                                         \
+#define TRY(expr, what)                                                                            \
+    do {                                                                                           \
+        ak_status st_ = (expr);                                                                    \
+        if (st_ != AK_OK) {                                                                        \
+            fprintf(stderr, "attnkit run: %s: %s: %s\n", what, ak_status_name(st_),                \
+                    ak_last_error());                                                              \
+            return 1;                                                                              \
+        }                                                                                          \
     } while (0)
 
 static int32_t slot_of(const sim *s, const req *r, int64_t pos) {
     return r->pages[pos / s->d.page_size] * s->d.page_size + (int32_t)(pos % s->d.page_size);
 }
 
-/* ---- cache writes ------------------------------------------------------------------------------- */
+/* ---- cache writes -------------------------------------------------------------------------------
+ */
 
 /* Writes positions [from, to) of request r: main latent rows, indexer keys, V4 compressed rows. */
 static int write_tokens(sim *s, req *r, int64_t from, int64_t to) {
@@ -119,8 +123,10 @@ static int write_tokens(sim *s, req *r, int64_t from, int64_t to) {
     float *rows = (float *)malloc((size_t)n * (size_t)dq * 4);
     int32_t *slots = (int32_t *)malloc((size_t)n * 4);
     if (rows == NULL || slots == NULL) return fail("host allocation");
-    for (int64_t i = 0; i < n * dq; i++) rows[i] = rnd_f(s);
-    for (int64_t i = 0; i < n; i++) slots[i] = slot_of(s, r, from + i);
+    for (int64_t i = 0; i < n * dq; i++)
+        rows[i] = rnd_f(s);
+    for (int64_t i = 0; i < n; i++)
+        slots[i] = slot_of(s, r, from + i);
     ak_tensor sl = t1(slots, AK_DTYPE_I32, n);
     int rc = 0;
     if (s->d.kind == AK_ATTN_MHA) {
@@ -128,13 +134,15 @@ static int write_tokens(sim *s, req *r, int64_t from, int64_t to) {
         float *v = (float *)malloc((size_t)n * hk * D * 4);
         float *k = (float *)malloc((size_t)n * hk * D * 4);
         if (v == NULL || k == NULL) return fail("host allocation");
-        for (int64_t i = 0; i < n * hk * D; i++) k[i] = rnd_f(s), v[i] = rnd_f(s);
+        for (int64_t i = 0; i < n * hk * D; i++)
+            k[i] = rnd_f(s), v[i] = rnd_f(s);
         ak_tensor kt = t3(k, AK_DTYPE_F32, n, hk, D), vt = t3(v, AK_DTYPE_F32, n, hk, D);
         ak_status st = ak_mha_cache_write(s->ctx, &s->main, &kt, &vt, &sl);
         free(k), free(v);
         if (st != AK_OK) rc = fail("ak_mha_cache_write");
     } else {
-        ak_tensor nope = t2(rows, AK_DTYPE_F32, n, dq - rope), rp = t2(rows + dq - rope, AK_DTYPE_F32, n, rope);
+        ak_tensor nope = t2(rows, AK_DTYPE_F32, n, dq - rope),
+                  rp = t2(rows + dq - rope, AK_DTYPE_F32, n, rope);
         nope.strides[0] = rp.strides[0] = dq;
         if (ak_cache_write(s->ctx, &s->main, &nope, &rp, &sl, AK_QUANT_DEFAULT) != AK_OK)
             rc = fail("ak_cache_write main");
@@ -154,11 +162,13 @@ static int write_tokens(sim *s, req *r, int64_t from, int64_t to) {
                 int32_t es = r->pages[c / EP] * EP + (int32_t)(c % EP);
                 ak_tensor es_t = t1(&es, AK_DTYPE_I32, 1);
                 float *row = rows + (p - from) * dq;
-                ak_tensor en = t2(row, AK_DTYPE_F32, 1, dq - rope), er = t2(row + dq - rope, AK_DTYPE_F32, 1, rope);
+                ak_tensor en = t2(row, AK_DTYPE_F32, 1, dq - rope),
+                          er = t2(row + dq - rope, AK_DTYPE_F32, 1, rope);
                 if (ak_cache_write(s->ctx, &s->extra, &en, &er, &es_t, AK_QUANT_DEFAULT) != AK_OK)
                     rc = fail("ak_cache_write compressed");
                 ak_tensor ik = t2(row, AK_DTYPE_F32, 1, 128);
-                if (rc == 0 && ak_cache_write(s->ctx, &s->index, &ik, NULL, &es_t, AK_QUANT_DEFAULT) != AK_OK)
+                if (rc == 0 &&
+                    ak_cache_write(s->ctx, &s->index, &ik, NULL, &es_t, AK_QUANT_DEFAULT) != AK_OK)
                     rc = fail("ak_cache_write C4 indexer");
             }
         }
@@ -167,7 +177,8 @@ static int write_tokens(sim *s, req *r, int64_t from, int64_t to) {
     return rc;
 }
 
-/* ---- requests ----------------------------------------------------------------------------------- */
+/* ---- requests -----------------------------------------------------------------------------------
+ */
 
 static req *admit(sim *s, ak_phase phase, int32_t prefix, int32_t q) {
     if (s->nreq == MAX_REQ) return NULL;
@@ -175,7 +186,8 @@ static req *admit(sim *s, ak_phase phase, int32_t prefix, int32_t q) {
     if (s->nfree < s->max_pages) return NULL;
     r->pages = (int32_t *)malloc((size_t)s->max_pages * 4);
     if (r->pages == NULL) return NULL;
-    for (int32_t i = 0; i < s->max_pages; i++) r->pages[i] = s->free_pages[--s->nfree];
+    for (int32_t i = 0; i < s->max_pages; i++)
+        r->pages[i] = s->free_pages[--s->nfree];
     r->id = s->next_id++;
     r->len = prefix;
     r->q = q;
@@ -186,17 +198,19 @@ static req *admit(sim *s, ak_phase phase, int32_t prefix, int32_t q) {
 
 static void retire(sim *s, int32_t i) {
     req *r = &s->reqs[i];
-    for (int32_t p = 0; p < s->max_pages; p++) s->free_pages[s->nfree++] = r->pages[p];
+    for (int32_t p = 0; p < s->max_pages; p++)
+        s->free_pages[s->nfree++] = r->pages[p];
     free(r->pages);
     memmove(&s->reqs[i], &s->reqs[i + 1], (size_t)(s->nreq - i - 1) * sizeof *r);
     s->nreq--;
 }
 
-/* ---- reference for one query row ----------------------------------------------------------------- */
+/* ---- reference for one query row
+ * ----------------------------------------------------------------- */
 
 /* Exact attention in double over keys gathered (dequantized) from the caches. */
-static int reference_row(sim *s, const req *r, int64_t pos, const uint16_t *q_row, const uint8_t *iq,
-                         const float *iw, const float *sink, const float *got,
+static int reference_row(sim *s, const req *r, int64_t pos, const uint16_t *q_row,
+                         const uint8_t *iq, const float *iw, const float *sink, const float *got,
                          const float *got_lse) {
     const ak_plan_desc *d = &s->d;
     int32_t dq = d->d_qk, dv = d->d_v, hq = s->h_q;
@@ -206,13 +220,15 @@ static int reference_row(sim *s, const req *r, int64_t pos, const uint16_t *q_ro
     if (slots == NULL) return fail("host allocation");
     int sparse = d->kind == AK_ATTN_DSA && pos + 1 > d->topk;
     if (d->kind == AK_ATTN_DSV4) {
-        for (int64_t j = 0; j < d->window && pos - j >= 0; j++) slots[n++] = slot_of(s, r, pos - j);
+        for (int64_t j = 0; j < d->window && pos - j >= 0; j++)
+            slots[n++] = slot_of(s, r, pos - j);
     } else if (!sparse) {
-        for (int64_t p = 0; p <= pos; p++) slots[n++] = slot_of(s, r, p);
+        for (int64_t p = 0; p <= pos; p++)
+            slots[n++] = slot_of(s, r, p);
     }
     int idx_rows = d->kind == AK_ATTN_DSA ? (sparse ? (int)(pos + 1) : 0)
                    : d->kind == AK_ATTN_DSV4 && d->compress_ratio == 4 ? (int)((pos + 1) / 4)
-                                                                        : 0;
+                                                                       : 0;
     int32_t EP = d->kind == AK_ATTN_DSV4 ? d->extra_page_size : d->page_size;
     if (idx_rows > 0) {
         /* The key set from direct indexer and top-k calls on this single row. */
@@ -224,9 +240,11 @@ static int reference_row(sim *s, const req *r, int64_t pos, const uint16_t *q_ro
         memcpy(bt, r->pages, (size_t)s->max_pages * 4);
         int64_t shq[4] = {1, 1, d->index_heads, 128};
         ak_tensor qt = ak_tensor_make((void *)iq, AK_DTYPE_E4M3, 4, shq);
-        ak_tensor wt = t2((void *)iw, AK_DTYPE_F32, 1, d->index_heads), btt = t2(bt, AK_DTYPE_I32, 1, s->max_pages);
+        ak_tensor wt = t2((void *)iw, AK_DTYPE_F32, 1, d->index_heads),
+                  btt = t2(bt, AK_DTYPE_I32, 1, s->max_pages);
         ak_tensor cl = t1(&ctxlen, AK_DTYPE_I32, 1), lt = t2(lg, AK_DTYPE_F32, 1, width);
-        TRY(ak_indexer_logits_paged(s->ctx, &qt, &wt, &s->index, &btt, &cl, 1, &lt), "reference indexer");
+        TRY(ak_indexer_logits_paged(s->ctx, &qt, &wt, &s->index, &btt, &cl, 1, &lt),
+            "reference indexer");
         ak_tensor st = t2(sel, AK_DTYPE_I32, 1, k);
         TRY(ak_topk(s->ctx, &lt, &cl, NULL, k, 1, NULL, &st), "reference top-k");
         int32_t *dst = slots;
@@ -244,22 +262,27 @@ static int reference_row(sim *s, const req *r, int64_t pos, const uint16_t *q_ro
         int64_t nc = (pos + 1) / 128;
         eslots = (int32_t *)malloc((size_t)(nc > 0 ? nc : 1) * 4);
         if (eslots == NULL) return fail("host allocation");
-        for (int64_t c = 0; c < nc; c++) eslots[ne++] = r->pages[c / EP] * EP + (int32_t)(c % EP);
+        for (int64_t c = 0; c < nc; c++)
+            eslots[ne++] = r->pages[c / EP] * EP + (int32_t)(c % EP);
     }
     int64_t nk = n + ne;
     int32_t hk = d->kind == AK_ATTN_MHA ? d->h_kv : 1;
     float *K = (float *)malloc((size_t)(nk > 0 ? nk : 1) * hk * dq * 4);
-    float *V = d->kind == AK_ATTN_MHA ? (float *)malloc((size_t)(nk > 0 ? nk : 1) * hk * dv * 4) : K;
+    float *V =
+        d->kind == AK_ATTN_MHA ? (float *)malloc((size_t)(nk > 0 ? nk : 1) * hk * dv * 4) : K;
     if (K == NULL || V == NULL) return fail("host allocation");
     if (d->kind == AK_ATTN_MHA) {
-        ak_tensor sl = t1(slots, AK_DTYPE_I32, n), kt = t3(K, AK_DTYPE_F32, n, hk, dq), vt = t3(V, AK_DTYPE_F32, n, hk, dv);
+        ak_tensor sl = t1(slots, AK_DTYPE_I32, n), kt = t3(K, AK_DTYPE_F32, n, hk, dq),
+                  vt = t3(V, AK_DTYPE_F32, n, hk, dv);
         TRY(ak_mha_cache_gather(s->ctx, &s->main, &sl, &kt, &vt), "reference gather");
     } else {
         ak_tensor sl = t1(slots, AK_DTYPE_I32, n), kt = t2(K, AK_DTYPE_F32, n, dq);
         if (n > 0) TRY(ak_cache_gather(s->ctx, &s->main, &sl, &kt, NULL), "reference gather");
         if (ne > 0) {
-            ak_tensor esl = t1(eslots, AK_DTYPE_I32, ne), ekt = t2(K + n * dq, AK_DTYPE_F32, ne, dq);
-            TRY(ak_cache_gather(s->ctx, &s->extra, &esl, &ekt, NULL), "reference gather compressed");
+            ak_tensor esl = t1(eslots, AK_DTYPE_I32, ne),
+                      ekt = t2(K + n * dq, AK_DTYPE_F32, ne, dq);
+            TRY(ak_cache_gather(s->ctx, &s->extra, &esl, &ekt, NULL),
+                "reference gather compressed");
         }
     }
     double *logit = (double *)malloc((size_t)(nk > 0 ? nk : 1) * sizeof(double));
@@ -271,12 +294,14 @@ static int reference_row(sim *s, const req *r, int64_t pos, const uint16_t *q_ro
         for (int64_t j = 0; j < nk; j++) {
             const float *kr = K + (j * hk + g) * dq;
             double acc = 0;
-            for (int32_t e = 0; e < dq; e++) acc += (double)bf16_to_f32(q_row[(int64_t)h * dq + e]) * kr[e];
+            for (int32_t e = 0; e < dq; e++)
+                acc += (double)bf16_to_f32(q_row[(int64_t)h * dq + e]) * kr[e];
             logit[j] = acc * d->softmax_scale;
             if (logit[j] > mx) mx = logit[j];
         }
         double sum = 0;
-        for (int64_t j = 0; j < nk; j++) sum += (logit[j] = exp(logit[j] - mx)); /* now weights */
+        for (int64_t j = 0; j < nk; j++)
+            sum += (logit[j] = exp(logit[j] - mx)); /* now weights */
         double denom = sum + (sink != NULL && nk > 0 ? exp((double)sink[h] - mx) : 0.0);
         /* lse without the sink (natural log); a row always has keys here */
         double lse_ref = mx + log(sum), lse_err = fabs((double)got_lse[h] - lse_ref);
@@ -284,11 +309,13 @@ static int reference_row(sim *s, const req *r, int64_t pos, const uint16_t *q_ro
         int64_t vs = d->kind == AK_ATTN_MHA ? dv : dq;
         for (int32_t e = 0; e < dv; e++) {
             double o = 0;
-            for (int64_t j = 0; j < nk; j++) o += logit[j] * (double)V[(j * hk + g) * vs + e];
+            for (int64_t j = 0; j < nk; j++)
+                o += logit[j] * (double)V[(j * hk + g) * vs + e];
             o = nk > 0 ? o / denom : 0.0;
             double gv = (double)got[(int64_t)h * dv + e];
             double err = fabs(gv - o);
-            /* fp32 kernels on the same dequantized inputs: rounding of fp32 sums over <= 8k keys. */
+            /* fp32 kernels on the same dequantized inputs: rounding of fp32 sums over <= 8k keys.
+             */
             if (err > 2e-4 + 2e-3 * fabs(o)) bad++;
             if (err > s->worst) s->worst = err;
         }
@@ -297,12 +324,14 @@ static int reference_row(sim *s, const req *r, int64_t pos, const uint16_t *q_ro
     if (V != K) free(V);
     free(slots), free(eslots);
     s->checked_rows++;
-    if (bad) fprintf(stderr, "attnkit run: request %d position %lld: %d values off the reference\n",
-                     (int)r->id, (long long)pos, bad);
+    if (bad)
+        fprintf(stderr, "attnkit run: request %d position %lld: %d values off the reference\n",
+                (int)r->id, (long long)pos, bad);
     return bad ? 1 : 0;
 }
 
-/* ---- one engine step ------------------------------------------------------------------------------ */
+/* ---- one engine step
+ * ------------------------------------------------------------------------------ */
 
 static int run_step(sim *s, int step, int verbose, double *secs, int64_t *tokens) {
     ak_plan_desc d = s->d;
@@ -321,7 +350,8 @@ static int run_step(sim *s, int step, int verbose, double *secs, int64_t *tokens
     ak_plan *plan = NULL;
     ak_status st = ak_plan_create(s->ctx, &d, &plan);
     if (st != AK_OK) {
-        fprintf(stderr, "attnkit run: plan rejected: %s: %s\n", ak_status_name(st), ak_last_error());
+        fprintf(stderr, "attnkit run: plan rejected: %s: %s\n", ak_status_name(st),
+                ak_last_error());
         return 1;
     }
     if (step == 0) fputs(ak_plan_explain(plan), stdout);
@@ -337,12 +367,17 @@ static int run_step(sim *s, int step, int verbose, double *secs, int64_t *tokens
     size_t wsb = 0;
     TRY(ak_plan_workspace_size(plan, &wsb), "ak_plan_workspace_size");
     void *ws = malloc(wsb ? wsb : 1);
-    if (!q || !out || !lse || !iq || !iw || !sink || !bt || !seq || !ws) return fail("host allocation");
-    for (int64_t i = 0; i < T * hq * dq; i++) q[i] = f32_to_bf16(rnd_f(s));
+    if (!q || !out || !lse || !iq || !iw || !sink || !bt || !seq || !ws)
+        return fail("host allocation");
+    for (int64_t i = 0; i < T * hq * dq; i++)
+        q[i] = f32_to_bf16(rnd_f(s));
     /* e4m3 bytes with exponent field <= 9 and a random sign: finite, |x| < 8 */
-    for (int64_t i = 0; i < T * H * 128; i++) iq[i] = (uint8_t)((rnd(s) % 0x50) | (rnd(s) & 0x80));
-    for (int64_t i = 0; i < T * H; i++) iw[i] = rnd_f(s) * 0.05f;
-    for (int32_t h = 0; h < hq; h++) sink[h] = rnd_f(s);
+    for (int64_t i = 0; i < T * H * 128; i++)
+        iq[i] = (uint8_t)((rnd(s) % 0x50) | (rnd(s) & 0x80));
+    for (int64_t i = 0; i < T * H; i++)
+        iw[i] = rnd_f(s) * 0.05f;
+    for (int32_t h = 0; h < hq; h++)
+        sink[h] = rnd_f(s);
     for (int32_t i = 0; i < n; i++) {
         memcpy(bt + (int64_t)i * s->max_pages, s->reqs[i].pages, (size_t)s->max_pages * 4);
         seq[i] = s->reqs[i].len;
@@ -357,7 +392,9 @@ static int run_step(sim *s, int step, int verbose, double *secs, int64_t *tokens
     io.q = &qt;
     io.cache = &s->main;
     io.extra_cache = d.kind == AK_ATTN_DSV4 && d.compress_ratio ? &s->extra : NULL;
-    io.index_cache = d.kind == AK_ATTN_DSA || (d.kind == AK_ATTN_DSV4 && d.compress_ratio == 4) ? &s->index : NULL;
+    io.index_cache = d.kind == AK_ATTN_DSA || (d.kind == AK_ATTN_DSV4 && d.compress_ratio == 4)
+                         ? &s->index
+                         : NULL;
     io.block_table = &btt;
     io.seq_lens = &sqt;
     io.index_q = io.index_cache ? &iqt : NULL;
@@ -405,10 +442,11 @@ static int run_step(sim *s, int step, int verbose, double *secs, int64_t *tokens
             ak_plan_step ps;
             if (ak_plan_step_get(plan, i, &ps) == AK_OK) est += ps.est_seconds;
         }
-        printf("step %3d: %2d requests [%s], %5lld rows, %2d plan steps, %8.2f ms (model %7.2f ms), "
-               "%7.0f tok/s, checks %s\n",
-               step, (int)n, mix, (long long)T, (int)ak_plan_step_count(plan), *secs * 1e3,
-               est * 1e3, *secs > 0 ? (double)T / *secs : 0.0, bad ? "FAILED" : "ok");
+        printf(
+            "step %3d: %2d requests [%s], %5lld rows, %2d plan steps, %8.2f ms (model %7.2f ms), "
+            "%7.0f tok/s, checks %s\n",
+            step, (int)n, mix, (long long)T, (int)ak_plan_step_count(plan), *secs * 1e3, est * 1e3,
+            *secs > 0 ? (double)T / *secs : 0.0, bad ? "FAILED" : "ok");
         fflush(stdout);
     }
     free(q), free(out), free(lse), free(iq), free(iw), free(sink), free(bt), free(seq), free(ws);
@@ -419,8 +457,10 @@ static int run_step(sim *s, int step, int verbose, double *secs, int64_t *tokens
 /* After a step: prefill-class requests become decodes; verifies accept their drafts; one
    request retires when the batch is full; new arrivals are admitted. */
 static int advance(sim *s, int step) {
-    for (int32_t i = 0; i < s->nreq; i++) s->reqs[i].phase = AK_PHASE_DECODE, s->reqs[i].q = 1;
-    while (s->nreq >= 5) retire(s, 0);
+    for (int32_t i = 0; i < s->nreq; i++)
+        s->reqs[i].phase = AK_PHASE_DECODE, s->reqs[i].q = 1;
+    while (s->nreq >= 5)
+        retire(s, 0);
     for (int32_t i = 0; i < s->nreq; i++)
         if (s->reqs[i].len + 8 > s->max_ctx) retire(s, i--);
     if (step % 3 == 1 && s->nreq > 0) {
@@ -439,15 +479,15 @@ static int advance(sim *s, int step) {
 }
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: attnkit run [--model dsv32|dsv4-flash|dsv4-pro|dsv3|llama3-8b]\n"
-            "                   [--backend auto|cpu|cuda] [--steps N] [--threads N] [--seed S]\n\n"
-            "Simulates serving one attention layer for N engine steps over a paged cache in the\n"
-            "model's default layout: running decodes (and a speculative verify every third step),\n"
-            "a new prefill and a new request over a cached prefix each step. Every step writes its\n"
-            "tokens into the caches, plans the batch, runs the plan and checks sampled rows\n"
-            "against a double-precision reference. On the CPU the shapes are one tensor-parallel\n"
-            "shard (heads / 8) with contexts of a few thousand tokens.\n");
+    fprintf(
+        f, "usage: attnkit run [--model dsv32|dsv4-flash|dsv4-pro|dsv3|llama3-8b]\n"
+           "                   [--backend auto|cpu|cuda] [--steps N] [--threads N] [--seed S]\n\n"
+           "Simulates serving one attention layer for N engine steps over a paged cache in the\n"
+           "model's default layout: running decodes (and a speculative verify every third step),\n"
+           "a new prefill and a new request over a cached prefix each step. Every step writes its\n"
+           "tokens into the caches, plans the batch, runs the plan and checks sampled rows\n"
+           "against a double-precision reference. On the CPU the shapes are one tensor-parallel\n"
+           "shard (heads / 8) with contexts of a few thousand tokens.\n");
 }
 
 int ak_cmd_run(int argc, char **argv) {
@@ -472,8 +512,10 @@ int ak_cmd_run(int argc, char **argv) {
     ak_context_options o;
     memset(&o, 0, sizeof o);
     o.backend = AK_BACKEND_AUTO;
-    if (bname != NULL && strcmp(bname, "cpu") == 0) o.backend = AK_BACKEND_CPU;
-    else if (bname != NULL && strcmp(bname, "cuda") == 0) o.backend = AK_BACKEND_CUDA;
+    if (bname != NULL && strcmp(bname, "cpu") == 0)
+        o.backend = AK_BACKEND_CPU;
+    else if (bname != NULL && strcmp(bname, "cuda") == 0)
+        o.backend = AK_BACKEND_CUDA;
     else if (bname != NULL && strcmp(bname, "auto") != 0) {
         fprintf(stderr, "attnkit run: --backend %s, expected auto, cpu or cuda\n", bname);
         return 2;
@@ -506,9 +548,9 @@ int ak_cmd_run(int argc, char **argv) {
         ak_plan_destroy(p);
     }
     int cuda = ak_context_backend(s.ctx) == AK_BACKEND_CUDA;
-    /* CPU: one tensor-parallel shard of 8 for the MLA models (heads / 8; GQA keeps all) and contexts of a few
-       thousand tokens, so that DSA rows fall on both sides of top-k 2048 and V4 rows see a few
-       hundred compressed entries. CUDA: full heads and long contexts. */
+    /* CPU: one tensor-parallel shard of 8 for the MLA models (heads / 8; GQA keeps all) and
+       contexts of a few thousand tokens, so that DSA rows fall on both sides of top-k 2048 and V4
+       rows see a few hundred compressed entries. CUDA: full heads and long contexts. */
     s.h_q = cuda || m->kind == AK_MODEL_MHA ? m->h_q : m->h_q / 8;
     s.d.h_q = s.h_q;
     s.max_ctx = cuda ? 65536 : 4608;
@@ -516,8 +558,9 @@ int ak_cmd_run(int argc, char **argv) {
     s.prefix = cuda ? 16384 : 2200;
     s.max_pages = (s.max_ctx + s.d.page_size - 1) / s.d.page_size;
     s.num_pages = s.max_pages * (MAX_REQ + 2);
-    printf("attnkit run: %s, one attention layer, %d query heads, backend %s (%d threads), %d steps\n",
-           m->title, (int)s.h_q, cuda ? "cuda" : "cpu", (int)ak_context_num_threads(s.ctx), steps);
+    printf(
+        "attnkit run: %s, one attention layer, %d query heads, backend %s (%d threads), %d steps\n",
+        m->title, (int)s.h_q, cuda ? "cuda" : "cpu", (int)ak_context_num_threads(s.ctx), steps);
     if (cuda) {
         /* The tool's buffers are host memory; CUDA batches stop at the plan when rejected. */
         ak_phase ph = AK_PHASE_DECODE;
@@ -527,7 +570,8 @@ int ak_cmd_run(int argc, char **argv) {
         ak_plan *p = NULL;
         ak_status st = ak_plan_create(s.ctx, &d, &p);
         if (st != AK_OK) {
-            fprintf(stderr, "attnkit run: plan rejected: %s: %s\n", ak_status_name(st), ak_last_error());
+            fprintf(stderr, "attnkit run: plan rejected: %s: %s\n", ak_status_name(st),
+                    ak_last_error());
             ak_context_destroy(s.ctx);
             return 1;
         }
@@ -558,15 +602,16 @@ int ak_cmd_run(int argc, char **argv) {
         s.main_buf = malloc((size_t)bytes + 1);
         s.main.data = s.main_buf;
         if (rc == 0 && s.d.kind == AK_ATTN_DSV4 && s.d.compress_ratio) {
-            if (ak_cache_init(&s.extra, s.d.extra_layout, probe, s.num_pages, s.d.extra_page_size) !=
-                    AK_OK ||
+            if (ak_cache_init(&s.extra, s.d.extra_layout, probe, s.num_pages,
+                              s.d.extra_page_size) != AK_OK ||
                 ak_cache_bytes(&s.extra, &ebytes, NULL) != AK_OK)
                 rc = fail("ak_cache_init compressed");
             s.extra_buf = malloc((size_t)ebytes + 1);
             s.extra.data = s.extra_buf;
             if (s.extra_buf) memset(s.extra_buf, 0xff, (size_t)ebytes);
         }
-        if (rc == 0 && (s.d.kind == AK_ATTN_DSA || (s.d.kind == AK_ATTN_DSV4 && s.d.compress_ratio == 4))) {
+        if (rc == 0 &&
+            (s.d.kind == AK_ATTN_DSA || (s.d.kind == AK_ATTN_DSV4 && s.d.compress_ratio == 4))) {
             if (ak_cache_init(&s.index, AK_LAYOUT_INDEXER_FP8, probe, s.num_pages, 64) != AK_OK ||
                 ak_cache_bytes(&s.index, &ibytes, NULL) != AK_OK)
                 rc = fail("ak_cache_init indexer");
@@ -580,7 +625,8 @@ int ak_cmd_run(int argc, char **argv) {
     if (rc == 0) {
         /* unused pages hold NaN bytes: a kernel reading outside its keys shows up in the checks */
         memset(s.main_buf, 0xff, (size_t)bytes);
-        for (int32_t i = 0; i < s.num_pages; i++) s.free_pages[i] = i;
+        for (int32_t i = 0; i < s.num_pages; i++)
+            s.free_pages[i] = i;
         for (int32_t i = s.num_pages - 1; i > 0; i--) { /* shuffled page ids */
             int32_t j = (int32_t)(rnd(&s) % (uint64_t)(i + 1)), t = s.free_pages[i];
             s.free_pages[i] = s.free_pages[j], s.free_pages[j] = t;
@@ -591,8 +637,10 @@ int ak_cmd_run(int argc, char **argv) {
         for (int i = 0; i < 4 && rc == 0; i++) {
             int32_t L = cuda ? start[i] * 8 : start[i];
             req *r = admit(&s, AK_PHASE_DECODE, 0, 1);
-            if (r == NULL || write_tokens(&s, r, 0, L - 1)) rc = 1;
-            else r->len = L - 1;
+            if (r == NULL || write_tokens(&s, r, 0, L - 1))
+                rc = 1;
+            else
+                r->len = L - 1;
         }
         if (rc == 0 && advance(&s, -1)) rc = 1;
     }
@@ -615,12 +663,13 @@ int ak_cmd_run(int argc, char **argv) {
     if (rc == 0) {
         printf("total: %d steps, %lld query tokens, attention %.3f s (%.0f tok/s), wall %.3f s; "
                "%lld sampled rows checked against the reference, max abs error %.3e: %s\n",
-               steps, (long long)total_tok, total_s, total_s > 0 ? (double)total_tok / total_s : 0.0,
-               now_s() - t_begin, (long long)s.checked_rows, s.worst,
-               failed ? "CHECKS FAILED" : "checks passed");
+               steps, (long long)total_tok, total_s,
+               total_s > 0 ? (double)total_tok / total_s : 0.0, now_s() - t_begin,
+               (long long)s.checked_rows, s.worst, failed ? "CHECKS FAILED" : "checks passed");
         rc = failed ? 1 : 0;
     }
-    while (s.nreq > 0) retire(&s, 0);
+    while (s.nreq > 0)
+        retire(&s, 0);
     free(s.main_buf), free(s.extra_buf), free(s.index_buf), free(s.free_pages);
     ak_context_destroy(s.ctx);
     return rc;
