@@ -34,6 +34,8 @@ typedef enum kern_id {
     K_TOPK,
     K_SWA_INDICES,
     K_TOPK_TRANSFORM,
+    K_V4_GATHER_SPARSE_PREFILL,
+    K_COMBINE,
     K_CONVERT,
     K_GATHER,
     K_COUNT
@@ -96,6 +98,20 @@ static const kern k_kernels[K_COUNT] = {
                           0,
                           0,
                           0},
+    [K_V4_GATHER_SPARSE_PREFILL] = {{"v4_gather_sparse_prefill",
+                                     "ak_cache_gather + ak_dsv4_combine_indices + "
+                                     "ak_sparse_prefill",
+                                     "DSV4", "DSV4_FP8_UE8M0", 0, 1, 1, 0,
+                                     "bf16 workspace of the compressed entries and the window a "
+                                     "row chunk sees (semantics.md 10.4-10.5)"},
+                                    LBIT(AK_LAYOUT_DSV4_FP8_UE8M0),
+                                    0,
+                                    1},
+    [K_COMBINE] = {{"dsv4_combine_indices", "ak_dsv4_combine_indices", "DSV4", "-", 0, 1, 1, 1,
+                    "ratio 0, 4, 128"},
+                   0,
+                   0,
+                   0},
     [K_CONVERT] = {{"cache_convert", "ak_cache_convert", "all", "layouts.md section 6 pairs", 1, 1,
                     1, 1, "touched pages only"},
                    L_MLA3 | L_MHA,
@@ -359,7 +375,8 @@ static void evaluate(ak_plan *p, const costmodel *m, const ak_plan_seg *s, segca
     case AK_PATH_DSA_DECODE:
     case AK_PATH_DSA_PAGED:
     case AK_PATH_DSA_GATHER:
-    case AK_PATH_V4_DECODE: {
+    case AK_PATH_V4_DECODE:
+    case AK_PATH_V4_GATHER: {
         if (idx_pairs > 0) {
             /* Indexer: 2 * H * 128 FLOPs per (row, key); reads 132 B per key per request and
                writes the fp32 logits, which top-k reads back. */
@@ -367,7 +384,7 @@ static void evaluate(ak_plan *p, const costmodel *m, const ak_plan_seg *s, segca
                       idx_pairs * 2.0 * d->index_heads * 128.0);
             c->per_row += width * 4 + (topk + 1) * 4;
         }
-        if (d->kind == AK_ATTN_DSV4) {
+        if (c->path == AK_PATH_V4_DECODE) {
             c->per_row += ((int64_t)d->window + 2) * 4;
             if (d->compress_ratio == 128) c->per_row += (width + 1) * 4;
         }
@@ -378,6 +395,14 @@ static void evaluate(ak_plan *p, const costmodel *m, const ak_plan_seg *s, segca
             cost_pass(m, &c->c, kv_sum * (bpt + bf) + kv_sum * 4.0, 0.0);
             cost_pass(m, &c->c, keys_sparse * bf + qo, keys_sparse * hflops);
             c->fixed = kv_max * (int64_t)(bf + 4);
+        } else if (c->path == AK_PATH_V4_GATHER) {
+            /* Per row chunk: the request's compressed entries and the window the chunk sees,
+               dequantized once to bf16 rows; then bf16 reads per selection. The combined index
+               row holds the compressed selections and the window. */
+            int64_t topk_eff = d->compress_ratio == 4 ? topk : d->compress_ratio ? width : 0;
+            c->fixed = (width + 1 + d->window) * (int64_t)(bf + 4);
+            c->per_row += (int64_t)(bf + 4) + (topk_eff + d->window + 1) * 4;
+            cost_pass(m, &c->c, keys_sparse * bf + qo, keys_sparse * hflops);
         } else {
             cost_pass(m, &c->c, keys_sparse * (bpt + deq) + qo, keys_sparse * hflops);
         }
@@ -409,6 +434,15 @@ static void evaluate(ak_plan *p, const costmodel *m, const ak_plan_seg *s, segca
             if (c->chunk < 1) c->chunk = 1;
         }
     }
+    if (c->path == AK_PATH_V4_GATHER && c->feasible) {
+        double rows = 0;
+        for (int32_t r = s->r0; r < s->r1; r++) {
+            int64_t chunks = (p->q_lens[r] + c->chunk - 1) / c->chunk;
+            int64_t cmp = d->compress_ratio ? p->kv_lens[r] / d->compress_ratio + 1 : 0;
+            rows += (double)chunks * (double)(cmp + d->window - 1) + p->q_lens[r];
+        }
+        cost_pass(m, &c->c, rows * (bpt + bf + 4.0), 0.0);
+    }
     if (c->path == AK_PATH_DSA_GATHER && c->feasible) {
         /* every further row chunk of a request gathers its context again */
         double again = 0;
@@ -437,7 +471,7 @@ static ak_status pref_kernel(const char *name, const char *option, int *out) {
     return ak_fail(AK_ERR_INVALID_ARGUMENT,
                    "ak_plan_create: %s '%s' is not a kernel name; supported: auto, "
                    "mla_decode_dense, mla_decode_sparse, sparse_prefill_paged, "
-                   "gather_sparse_prefill, mha_paged",
+                   "gather_sparse_prefill, v4_gather_sparse_prefill, mha_paged",
                    option, name);
 }
 
@@ -449,6 +483,7 @@ static kern_id path_attn_kernel(ak_path path) {
     case AK_PATH_DSA_PAGED: return K_SPARSE_PREFILL_PAGED;
     case AK_PATH_DSA_GATHER: return K_GATHER_SPARSE_PREFILL;
     case AK_PATH_V4_DECODE: return K_MLA_SPARSE;
+    case AK_PATH_V4_GATHER: return K_V4_GATHER_SPARSE_PREFILL;
     }
     return K_MHA;
 }
@@ -463,11 +498,12 @@ static ak_status check_path_backend(ak_plan *p, ak_path path) {
     int n = 0;
     need[n++] = path_attn_kernel(path);
     if (path == AK_PATH_DSA_DECODE || path == AK_PATH_DSA_PAGED || path == AK_PATH_DSA_GATHER ||
-        (path == AK_PATH_V4_DECODE && p->d.compress_ratio == 4)) {
+        ((path == AK_PATH_V4_DECODE || path == AK_PATH_V4_GATHER) && p->d.compress_ratio == 4)) {
         need[n++] = K_INDEXER;
         need[n++] = K_TOPK;
     }
     if (path == AK_PATH_V4_DECODE) need[n++] = K_SWA_INDICES;
+    if (path == AK_PATH_V4_GATHER) need[n++] = K_COMBINE;
     for (int i = 0; i < n; i++)
         if (!kern_on(need[i], p->backend))
             return ak_fail(AK_ERR_UNSUPPORTED,
@@ -686,6 +722,9 @@ static int candidates(const ak_plan *p, const ak_plan_seg *s, int dense, segcand
     case AK_ATTN_DSV4:
         c[n].path = AK_PATH_V4_DECODE, c[n].tf = AK_TRANSFORM_PAGED,
         c[n].label = "sparse decode kernel over SWA + compressed lists", n++;
+        if (!s->decode)
+            c[n].path = AK_PATH_V4_GATHER, c[n].tf = AK_TRANSFORM_NONE,
+            c[n].label = "gather-dequantize compressed + window rows, flat sparse prefill", n++;
         break;
     case AK_ATTN_DSA:
         if (dense) {
@@ -755,6 +794,31 @@ static ak_status emit(ak_plan *p, const ak_plan_seg *s, const segcand *c) {
                         s->decode ? ""
                                   : "; prefill rows run as decode rows (every decode kernel "
                                     "accepts extend-shaped batches)");
+    case AK_PATH_V4_GATHER:
+        AK_TRY(add_step(p, AK_STEP_GATHER, K_GATHER, s, AK_TRANSFORM_NONE, L, c->fixed, 0.0,
+                        "gather and dequantize, per row chunk, the request's compressed entries "
+                        "(<= %lld) and the window the chunk sees into bf16 rows [.., 512], "
+                        "compressed region first (semantics.md 10.4)",
+                        (long long)s->width));
+        if (d->compress_ratio == 4) {
+            AK_TRY(add_step(p, AK_STEP_INDEXER, K_INDEXER, s, AK_TRANSFORM_NONE,
+                            AK_LAYOUT_INDEXER_FP8, pr, c->c_index.secs,
+                            "C4 indexer logits over the (pos+1)/4 visible compressed entries, "
+                            "%lld columns, chunked to the budget",
+                            (long long)s->width));
+            AK_TRY(add_step(p, AK_STEP_TOPK, K_TOPK, s, AK_TRANSFORM_NONE, AK_LAYOUT_INVALID, 0,
+                            0.0,
+                            "top-%d without a transform: the consumer is the index combiner, "
+                            "which offsets request-local positions into the gathered rows",
+                            (int)d->topk));
+        }
+        AK_TRY(add_step(p, AK_STEP_INDEX_LIST, K_COMBINE, s, AK_TRANSFORM_RAGGED, AK_LAYOUT_INVALID,
+                        d->compress_ratio == 4 ? 0 : pr, 0.0,
+                        "combined rows: compressed selections then the window, as row numbers "
+                        "of the gathered bf16 rows (semantics.md 10.5)"));
+        return add_step(p, AK_STEP_SPARSE_PREFILL, K_V4_GATHER_SPARSE_PREFILL, s,
+                        AK_TRANSFORM_RAGGED, AK_LAYOUT_MLA_BF16, 0, c->c.secs - c->c_index.secs,
+                        "%s; %s", cls, c->label);
     case AK_PATH_DSA_DECODE:
     case AK_PATH_DSA_PAGED:
     case AK_PATH_DSA_GATHER: {
@@ -792,9 +856,9 @@ static ak_status plan_segment(ak_plan *p, const costmodel *m, ak_plan_seg *s, in
     const char *option = s->decode ? "decode_kernel" : "prefill_kernel";
     segcand c[3];
     int n = candidates(p, s, dense, c);
-    say(p, "segment %d: requests [%d, %d), %s, %lld rows, max context %lld\n", (int)p->nseg,
-        (int)s->r0, (int)s->r1, s->decode ? "decode-class" : "prefill-class", (long long)s->rows,
-        (long long)s->width);
+    say(p, "segment %d: requests [%d, %d), %s, %lld rows, max kv %lld, indexed width %lld\n",
+        (int)p->nseg, (int)s->r0, (int)s->r1, s->decode ? "decode-class" : "prefill-class",
+        (long long)s->rows, (long long)s->gather_rows, (long long)s->width);
     if (pref >= 0) {
         int keep = -1;
         for (int i = 0; i < n; i++)
@@ -891,7 +955,7 @@ static ak_status plan_build(ak_plan *p, const ak_plan_desc *names, const ak_devi
             AK_ERR_UNSUPPORTED,
             "ak_plan_create: prefill_kernel '%s' is not a prefill-capable kernel; "
             "supported: auto, mla_decode_dense, mla_decode_sparse, sparse_prefill_paged, "
-            "gather_sparse_prefill, mha_paged",
+            "gather_sparse_prefill, v4_gather_sparse_prefill, mha_paged",
             k_kernels[pre].pub.name);
     if (dec >= 0 && !k_kernels[dec].pub.decode)
         return ak_fail(AK_ERR_UNSUPPORTED,

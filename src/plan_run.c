@@ -151,6 +151,74 @@ static ak_status scratch(arena *a, void **ws, size_t *bytes) {
     return AK_OK;
 }
 
+/* DeepSeek V4 prefill rows through the flat sparse prefill (semantics.md 10.4-10.5): one request,
+   rows c->sq ending at position c->seq[0] - 1. Workspace rows: the compressed region (c_max rows,
+   entry c of the extra cache) then the window rows the chunk sees, dequantized to bf16. */
+static ak_status run_v4_gather(call *c, arena *a, const ak_tensor *q, ak_tensor *out,
+                               ak_tensor *lse) {
+    const ak_plan_desc *d = &c->p->d;
+    const ak_plan_io *io = c->io;
+    int64_t R = c->sq, seqp = c->seq[0], ratio = d->compress_ratio;
+    int64_t cmax = ratio ? (seqp / ratio > 1 ? seqp / ratio : 1) : 0;
+    int64_t glen = seqp < R + d->window - 1 ? seqp : R + d->window - 1;
+    int64_t nrows = cmax + glen, tk = ratio == 4 ? d->topk : cmax, W = tk + d->window;
+    int32_t *slots = i32_buf(a, cmax > glen ? cmax : glen), *idx = i32_buf(a, R * W);
+    int32_t *lens = i32_buf(a, R), *raw = ratio == 4 ? i32_buf(a, R * tk) : NULL;
+    void *rows = take(a, (size_t)(nrows > 0 ? nrows : 1) * 512 * 2);
+    if (slots == NULL || idx == NULL || lens == NULL || rows == NULL || (ratio == 4 && !raw))
+        return no_space("the gathered V4 rows");
+    ak_tensor bt = tbl(c);
+    const int32_t *btd = (const int32_t *)bt.data;
+    int64_t pages = bt.shape[1];
+    if (cmax > 0) {
+        int64_t ep = d->extra_page_size, visible = seqp / ratio;
+        for (int64_t e = 0; e < cmax; e++) {
+            int32_t pg = e / ep < pages ? btd[(e / ep) * bt.strides[1]] : -1;
+            slots[e] = e < visible && pg >= 0 ? (int32_t)(pg * ep + e % ep) : -1;
+        }
+        ak_tensor sl = vec(c, slots, cmax);
+        int64_t sh[2] = {cmax, 512};
+        ak_tensor g = mk(rows, c->dev, AK_DTYPE_BF16, 2, sh);
+        AK_TRY(ak_cache_gather(c->ctx, io->extra_cache, &sl, &g, NULL));
+    }
+    for (int64_t k = 0; k < glen; k++) {
+        int64_t pos = seqp - glen + k, pg_i = pos / d->page_size;
+        int32_t pg = pg_i < pages ? btd[pg_i * bt.strides[1]] : -1;
+        slots[k] = pg >= 0 ? (int32_t)(pg * (int64_t)d->page_size + pos % d->page_size) : -1;
+    }
+    ak_tensor sl = vec(c, slots, glen);
+    int64_t shs[2] = {glen, 512};
+    ak_tensor gs = mk((char *)rows + cmax * 512 * 2, c->dev, AK_DTYPE_BF16, 2, shs);
+    AK_TRY(ak_cache_gather(c->ctx, c->cache, &sl, &gs, NULL));
+    ak_tensor rawt;
+    if (raw != NULL) {
+        AK_TRY(index_topk(c, a, 4, NULL, raw));
+        int64_t shr[2] = {R, tk};
+        rawt = mk(raw, c->dev, AK_DTYPE_I32, 2, shr);
+    }
+    ak_tensor seq = vec(c, c->seq, 1), cu = vec(c, c->cu_q, 2), lt = vec(c, lens, R);
+    int64_t shi[2] = {R, W};
+    ak_tensor it = mk(idx, c->dev, AK_DTYPE_I32, 2, shi);
+    AK_TRY(ak_dsv4_combine_indices(c->ctx, raw ? &rawt : NULL, &seq, &cu, (int32_t)ratio,
+                                   (int32_t)tk, (int32_t)cmax, d->window, &it, &lt, NULL));
+    int64_t shk[2] = {nrows, 512};
+    ak_tensor kv = mk(rows, c->dev, AK_DTYPE_BF16, 2, shk);
+    ak_sparse_prefill_args sp;
+    memset(&sp, 0, sizeof sp);
+    sp.q = q;
+    sp.kv = &kv;
+    sp.indices = &it;
+    sp.topk_length = &lt;
+    sp.attn_sink = io->attn_sink;
+    sp.softmax_scale = d->softmax_scale;
+    sp.out = out;
+    sp.lse = io->lse ? lse : NULL;
+    void *ws;
+    size_t wsb;
+    scratch(a, &ws, &wsb);
+    return ak_sparse_prefill(c->ctx, &sp, ws, wsb);
+}
+
 /* One call of a path over c's rows. */
 static ak_status run_call(call *c, arena *a, int64_t first) {
     const ak_plan_desc *d = &c->p->d;
@@ -158,7 +226,9 @@ static ak_status run_call(call *c, arena *a, int64_t first) {
     int64_t R = (int64_t)c->b * c->sq;
     AK_TRY(call_meta(c, a, first));
     ak_tensor q = rows_of(io->q, c->row0, R), out, lse;
-    set_out(c, R, &out, &lse, c->s->path != AK_PATH_DSA_PAGED && c->s->path != AK_PATH_DSA_GATHER);
+    set_out(c, R, &out, &lse,
+            c->s->path != AK_PATH_DSA_PAGED && c->s->path != AK_PATH_DSA_GATHER &&
+                c->s->path != AK_PATH_V4_GATHER);
     ak_tensor seq = vec(c, c->seq, c->b), bt = tbl(c);
     void *ws;
     size_t wsb;
@@ -320,6 +390,7 @@ static ak_status run_call(call *c, arena *a, int64_t first) {
         scratch(a, &ws, &wsb);
         return ak_mla_decode(c->ctx, &m, ws, wsb);
     }
+    case AK_PATH_V4_GATHER: return run_v4_gather(c, a, &q, &out, &lse);
     case AK_PATH_MHA: break;
     }
     return AK_OK;
@@ -530,11 +601,16 @@ ak_status ak_plan_workspace_size(const ak_plan *plan, size_t *bytes) {
         ak_tensor q3 = mk(dummy, dev, AK_DTYPE_BF16, 3, shq3),
                   o3 = mk(dummy, dev, AK_DTYPE_F32, 3, sho3);
         ak_tensor i2 = mk(dummy, dev, AK_DTYPE_I32, 2, shi2);
-        if (d->kind == AK_ATTN_DSA) {
+        if (d->kind == AK_ATTN_DSA || d->kind == AK_ATTN_DSV4) {
+            int64_t shk[2] = {1, d->d_qk};
+            ak_tensor kv = mk(dummy, dev, AK_DTYPE_BF16, 2, shk);
             ak_sparse_prefill_args sp;
             memset(&sp, 0, sizeof sp);
             sp.q = &q3;
-            sp.cache = &c;
+            if (d->kind == AK_ATTN_DSA)
+                sp.cache = &c;
+            else
+                sp.kv = &kv;
             sp.indices = &i2;
             sp.softmax_scale = d->softmax_scale;
             sp.out = &o3;

@@ -94,6 +94,8 @@ static void check_plan_invariants(const ak_plan *p, const ak_plan_desc *d, int64
                 CHECK(a.req_begin == s.req_begin && a.req_end == s.req_end);
                 if (strcmp(a.kernel, "gather_sparse_prefill") == 0)
                     CHECK_MSG(s.transform == AK_TRANSFORM_RAGGED, "gather consumer needs RAGGED");
+                else if (strcmp(a.kernel, "v4_gather_sparse_prefill") == 0)
+                    CHECK_MSG(s.transform == AK_TRANSFORM_NONE, "the combiner takes raw positions");
                 else
                     CHECK_MSG(s.transform == AK_TRANSFORM_PAGED, "%s needs PAGED", a.kernel);
                 break;
@@ -107,7 +109,8 @@ static void check_plan_invariants(const ak_plan *p, const ak_plan_desc *d, int64
             seg_rows += d->q_lens[r];
             if (is_decode_phase(d->phases[r])) {
                 CHECK_MSG(strcmp(s.kernel, "sparse_prefill_paged") != 0 &&
-                              strcmp(s.kernel, "gather_sparse_prefill") != 0,
+                              strcmp(s.kernel, "gather_sparse_prefill") != 0 &&
+                              strcmp(s.kernel, "v4_gather_sparse_prefill") != 0,
                           "decode-class request %d on prefill kernel %s", (int)r, s.kernel);
                 CHECK(s.transform != AK_TRANSFORM_RAGGED);
             }
@@ -331,6 +334,7 @@ AK_TEST(plan_support_matrix_is_complete) {
                            "mla_decode_sparse",
                            "sparse_prefill_paged",
                            "gather_sparse_prefill",
+                           "v4_gather_sparse_prefill",
                            "mha_paged"};
     int planned = 0, rejected = 0;
     for (int k = 0; k <= AK_ATTN_MHA; k++)
@@ -756,8 +760,8 @@ AK_TEST(plan_run_matches_direct_ops) {
     }
 }
 
-/* DeepSeek V4 (C4, C128 and SWA-only layers): chunked runs equal unchunked ones, and a prefill
-   request equals the same tokens planned as verify-shaped decode rows. */
+/* DeepSeek V4 (C4, C128 and SWA-only layers): chunked runs equal unchunked ones, and the gathered
+   flat sparse prefill equals prefill rows through the decode kernel. */
 AK_TEST(plan_run_dsv4_layers) {
     const int32_t ratios[3] = {4, 128, 0};
     for (int i = 0; i < 3; i++) {
@@ -774,6 +778,15 @@ AK_TEST(plan_run_dsv4_layers) {
         float *ref = fx_run(&f, "auto", "auto", 0);
         float *o = fx_run(&f, "auto", "auto", 16 * 1024);
         if (ref && o) fx_compare("dsv4 chunked", &f, o, ref);
+        free(o);
+        /* the gathered-workspace path (semantics.md 10.4-10.5), whole and chunked */
+        o = fx_run(&f, "v4_gather_sparse_prefill", "auto", 0);
+        if (ref && o) fx_compare("dsv4 gather", &f, o, ref);
+        CHECK(o != NULL);
+        free(o);
+        o = fx_run(&f, "v4_gather_sparse_prefill", "auto", 96 * 1024);
+        if (ref && o) fx_compare("dsv4 gather chunked", &f, o, ref);
+        CHECK(o != NULL);
         free(o), free(ref);
         fx_free(&f);
     }
@@ -821,6 +834,7 @@ AK_TEST(plan_run_every_layout_and_preference) {
                            "mla_decode_sparse",
                            "sparse_prefill_paged",
                            "gather_sparse_prefill",
+                           "v4_gather_sparse_prefill",
                            "mha_paged"};
     const struct {
         ak_attn_kind kind;
@@ -848,8 +862,8 @@ AK_TEST(plan_run_every_layout_and_preference) {
         fx_init(&f, d, 5, ph, q, kv);
         float *ref = fx_run(&f, "auto", "auto", 0);
         CHECK_MSG(ref != NULL, "auto rejected for kind %d layout %d", (int)d.kind, (int)d.layout);
-        for (size_t a = 0; a < 6 && ref; a++)
-            for (size_t b = 0; b < 6; b++) {
+        for (size_t a = 0; a < sizeof prefs / sizeof prefs[0] && ref; a++)
+            for (size_t b = 0; b < sizeof prefs / sizeof prefs[0]; b++) {
                 float *o = fx_run(&f, prefs[a], prefs[b], 0);
                 if (o == NULL) {
                     rejected++;
