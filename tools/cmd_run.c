@@ -93,9 +93,10 @@ static ak_tensor t3(void *p, ak_dtype dt, int64_t a, int64_t b, int64_t c) {
     return ak_tensor_make(p, dt, 3, sh);
 }
 
+/* Errors return 2 (the run stops); a sampled row off the reference returns 1 (counted). */
 static int fail(const char *what) {
     fprintf(stderr, "attnkit run: %s failed: %s\n", what, ak_last_error());
-    return 1;
+    return 2;
 }
 
 #define TRY(expr, what)                                                                            \
@@ -104,7 +105,7 @@ static int fail(const char *what) {
         if (st_ != AK_OK) {                                                                        \
             fprintf(stderr, "attnkit run: %s: %s: %s\n", what, ak_status_name(st_),                \
                     ak_last_error());                                                              \
-            return 1;                                                                              \
+            return 2;                                                                              \
         }                                                                                          \
     } while (0)
 
@@ -341,7 +342,7 @@ static int run_step(sim *s, int step, int verbose, double *secs, int64_t *tokens
     int64_t T = 0;
     for (int32_t i = 0; i < n; i++) {
         req *r = &s->reqs[i];
-        if (write_tokens(s, r, r->len, r->len + r->q)) return 1;
+        if (write_tokens(s, r, r->len, r->len + r->q)) return 2;
         r->len += r->q;
         ph[i] = r->phase, ql[i] = r->q, kl[i] = r->len;
         T += r->q;
@@ -352,7 +353,7 @@ static int run_step(sim *s, int step, int verbose, double *secs, int64_t *tokens
     if (st != AK_OK) {
         fprintf(stderr, "attnkit run: plan rejected: %s: %s\n", ak_status_name(st),
                 ak_last_error());
-        return 1;
+        return 2;
     }
     if (step == 0) fputs(ak_plan_explain(plan), stdout);
     int32_t hq = s->h_q, dq = d.d_qk, dv = d.d_v, H = d.index_heads > 0 ? d.index_heads : 1;
@@ -473,7 +474,7 @@ static int advance(sim *s, int step) {
     int32_t prefix = s->prefix + (int32_t)(rnd(s) % (uint64_t)(s->prefix / 3 + 1));
     r = admit(s, AK_PHASE_EXTEND, 0, s->new_q);
     if (r == NULL) return 0;
-    if (write_tokens(s, r, 0, prefix)) return 1;
+    if (write_tokens(s, r, 0, prefix)) return 2;
     r->len = prefix;
     return 0;
 }
@@ -481,7 +482,8 @@ static int advance(sim *s, int step) {
 static void usage(FILE *f) {
     fprintf(
         f, "usage: attnkit run [--model dsv32|dsv4-flash|dsv4-pro|dsv3|llama3-8b]\n"
-           "                   [--backend auto|cpu|cuda] [--steps N] [--threads N] [--seed S]\n\n"
+           "                   [--backend auto|cpu|cuda] [--steps N] [--threads N] [--seed S]\n"
+           "                   [--prefill auto|KERNEL] [--decode auto|KERNEL] [--budget BYTES]\n\n"
            "Simulates serving one attention layer for N engine steps over a paged cache in the\n"
            "model's default layout: running decodes (and a speculative verify every third step),\n"
            "a new prefill and a new request over a cached prefix each step. Every step writes its\n"
@@ -527,8 +529,15 @@ int ak_cmd_run(int argc, char **argv) {
     s.m = m;
     const char *seed = ak_cli_option(argc, argv, "--seed");
     s.rng = seed ? strtoull(seed, NULL, 10) * 2654435761u + 1 : 0x9e3779b97f4a7c15ull;
-    TRY(ak_context_create(&o, &s.ctx), "ak_context_create");
+    if (ak_context_create(&o, &s.ctx) != AK_OK) {
+        fail("ak_context_create");
+        return 1;
+    }
     ak_cli_plan_desc(m, &s.d);
+    s.d.prefill_kernel = ak_cli_option(argc, argv, "--prefill");
+    s.d.decode_kernel = ak_cli_option(argc, argv, "--decode");
+    const char *budget = ak_cli_option(argc, argv, "--budget");
+    if (budget != NULL) s.d.workspace_budget = strtoll(budget, NULL, 10);
     if (o.backend == AK_BACKEND_AUTO && ak_context_backend(s.ctx) == AK_BACKEND_CUDA) {
         /* auto takes the GPU only when the planner accepts this model's batches there */
         ak_phase ph = AK_PHASE_DECODE;
@@ -543,7 +552,10 @@ int ak_cmd_run(int argc, char **argv) {
             ak_context_destroy(s.ctx);
             s.ctx = NULL;
             o.backend = AK_BACKEND_CPU;
-            TRY(ak_context_create(&o, &s.ctx), "ak_context_create");
+            if (ak_context_create(&o, &s.ctx) != AK_OK) {
+                fail("ak_context_create");
+                return 1;
+            }
         }
         ak_plan_destroy(p);
     }
@@ -646,7 +658,7 @@ int ak_cmd_run(int argc, char **argv) {
     }
     double total_s = 0, t_begin = now_s();
     int64_t total_tok = 0;
-    int failed = 0, verbose = 1, tty = isatty(1);
+    int failed = 0, verbose = 1, tty = isatty(1), steps_run = 0;
     for (int step = 0; step < steps && rc == 0; step++) {
         if (tty && step > 0) { /* progress while the step runs; its figures line replaces it */
             printf("step %3d/%d: writing, planning, running, checking ...\r", step, steps);
@@ -655,7 +667,12 @@ int ak_cmd_run(int argc, char **argv) {
         double secs = 0;
         int64_t tok = 0;
         int r = run_step(&s, step, verbose, &secs, &tok);
+        if (r >= 2) {
+            rc = 1;
+            break;
+        }
         if (r) failed++;
+        steps_run++;
         total_s += secs;
         total_tok += tok;
         if (advance(&s, step)) rc = 1;
@@ -663,7 +680,7 @@ int ak_cmd_run(int argc, char **argv) {
     if (rc == 0) {
         printf("total: %d steps, %lld query tokens, attention %.3f s (%.0f tok/s), wall %.3f s; "
                "%lld sampled rows checked against the reference, max abs error %.3e: %s\n",
-               steps, (long long)total_tok, total_s,
+               steps_run, (long long)total_tok, total_s,
                total_s > 0 ? (double)total_tok / total_s : 0.0, now_s() - t_begin,
                (long long)s.checked_rows, s.worst, failed ? "CHECKS FAILED" : "checks passed");
         rc = failed ? 1 : 0;
