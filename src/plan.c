@@ -36,6 +36,7 @@ typedef enum kern_id {
     K_TOPK_TRANSFORM,
     K_V4_GATHER_SPARSE_PREFILL,
     K_COMBINE,
+    K_MERGE,
     K_CONVERT,
     K_GATHER,
     K_COUNT
@@ -61,7 +62,7 @@ static const kern k_kernels[K_COUNT] = {
                       L_MLA4,
                       LBIT(AK_LAYOUT_DSA_FP8_BLOCKSCALE) | LBIT(AK_LAYOUT_DSV4_FP8_UE8M0),
                       1},
-    [K_SPARSE_PREFILL_PAGED] = {{"sparse_prefill_paged", "ak_sparse_prefill", "DSA",
+    [K_SPARSE_PREFILL_PAGED] = {{"sparse_prefill_paged", "ak_sparse_prefill", "DSA, DSV4",
                                  "MLA_BF16, MLA_FP8_PERTENSOR, DSA_FP8_BLOCKSCALE, DSV4_FP8_UE8M0",
                                  0, 1, 1, 0, "h_kv 1, any h_q, any topk; PAGED indices"},
                                 L_MLA4,
@@ -112,6 +113,11 @@ static const kern k_kernels[K_COUNT] = {
                    0,
                    0,
                    0},
+    [K_MERGE] = {{"merge_states", "ak_merge_states", "DSV4 (two pools)", "-", 0, 1, 1, 1,
+                  "any n partials; sink applied once"},
+                 0,
+                 0,
+                 0},
     [K_CONVERT] = {{"cache_convert", "ak_cache_convert", "all", "layouts.md section 6 pairs", 1, 1,
                     1, 1, "touched pages only"},
                    L_MLA3 | L_MHA,
@@ -306,6 +312,7 @@ typedef struct segcand {
     cost c, c_index; /* total; its indexer + top-k part */
     int64_t per_row, fixed, chunk;
     double kv_sum, keys, idx_pairs; /* cost-model inputs, shown by explain */
+    double merge_bytes;             /* V4 paged + merge: the partial states' traffic */
 } segcand;
 
 static int32_t lay_bpt(ak_layout l) {
@@ -334,6 +341,7 @@ static void evaluate(ak_plan *p, const costmodel *m, const ak_plan_seg *s, segca
     memset(&c->c, 0, sizeof c->c);
     memset(&c->c_index, 0, sizeof c->c_index);
     c->feasible = 1;
+    c->merge_bytes = 0;
     c->per_row = 0;
     c->fixed = 0;
     double kv_sum = 0, keys_dense = 0, keys_sparse = 0, idx_pairs = 0, idx_ctx = 0;
@@ -376,7 +384,8 @@ static void evaluate(ak_plan *p, const costmodel *m, const ak_plan_seg *s, segca
     case AK_PATH_DSA_PAGED:
     case AK_PATH_DSA_GATHER:
     case AK_PATH_V4_DECODE:
-    case AK_PATH_V4_GATHER: {
+    case AK_PATH_V4_GATHER:
+    case AK_PATH_V4_PAGED_MERGE: {
         if (idx_pairs > 0) {
             /* Indexer: 2 * H * 128 FLOPs per (row, key); reads 132 B per key per request and
                writes the fp32 logits, which top-k reads back. */
@@ -384,9 +393,16 @@ static void evaluate(ak_plan *p, const costmodel *m, const ak_plan_seg *s, segca
                       idx_pairs * 2.0 * d->index_heads * 128.0);
             c->per_row += width * 4 + (topk + 1) * 4;
         }
-        if (c->path == AK_PATH_V4_DECODE) {
+        if (c->path == AK_PATH_V4_DECODE || c->path == AK_PATH_V4_PAGED_MERGE) {
             c->per_row += ((int64_t)d->window + 2) * 4;
             if (d->compress_ratio == 128) c->per_row += (width + 1) * 4;
+        }
+        if (c->path == AK_PATH_V4_PAGED_MERGE && d->compress_ratio != 0) {
+            /* two fp32 partial states per row, written by the prefills and read by the merge,
+               which writes the final row */
+            double st = (double)d->h_q * (d->d_v + 1) * 4.0;
+            c->per_row += 2 * (int64_t)st;
+            c->merge_bytes = (double)s->rows * st * 3.0;
         }
         c->c = c->c_index;
         if (c->path == AK_PATH_DSA_GATHER) {
@@ -405,6 +421,7 @@ static void evaluate(ak_plan *p, const costmodel *m, const ak_plan_seg *s, segca
             cost_pass(m, &c->c, keys_sparse * bf + qo, keys_sparse * hflops);
         } else {
             cost_pass(m, &c->c, keys_sparse * (bpt + deq) + qo, keys_sparse * hflops);
+            if (c->merge_bytes > 0) cost_pass(m, &c->c, c->merge_bytes, 0.0);
         }
         break;
     }
@@ -484,6 +501,7 @@ static kern_id path_attn_kernel(ak_path path) {
     case AK_PATH_DSA_GATHER: return K_GATHER_SPARSE_PREFILL;
     case AK_PATH_V4_DECODE: return K_MLA_SPARSE;
     case AK_PATH_V4_GATHER: return K_V4_GATHER_SPARSE_PREFILL;
+    case AK_PATH_V4_PAGED_MERGE: return K_SPARSE_PREFILL_PAGED;
     }
     return K_MHA;
 }
@@ -494,16 +512,22 @@ static const char *backend_name(ak_backend b) {
 
 /* The kernels a path uses, besides its attention kernel, must exist on the backend too. */
 static ak_status check_path_backend(ak_plan *p, ak_path path) {
-    kern_id need[4];
+    kern_id need[8];
     int n = 0;
     need[n++] = path_attn_kernel(path);
     if (path == AK_PATH_DSA_DECODE || path == AK_PATH_DSA_PAGED || path == AK_PATH_DSA_GATHER ||
-        ((path == AK_PATH_V4_DECODE || path == AK_PATH_V4_GATHER) && p->d.compress_ratio == 4)) {
+        ((path == AK_PATH_V4_DECODE || path == AK_PATH_V4_GATHER ||
+          path == AK_PATH_V4_PAGED_MERGE) &&
+         p->d.compress_ratio == 4)) {
         need[n++] = K_INDEXER;
         need[n++] = K_TOPK;
     }
     if (path == AK_PATH_V4_DECODE) need[n++] = K_SWA_INDICES;
     if (path == AK_PATH_V4_GATHER) need[n++] = K_COMBINE;
+    if (path == AK_PATH_V4_PAGED_MERGE) {
+        need[n++] = K_SWA_INDICES;
+        if (p->d.compress_ratio != 0) need[n++] = K_MERGE;
+    }
     for (int i = 0; i < n; i++)
         if (!kern_on(need[i], p->backend))
             return ak_fail(AK_ERR_UNSUPPORTED,
@@ -722,9 +746,12 @@ static int candidates(const ak_plan *p, const ak_plan_seg *s, int dense, segcand
     case AK_ATTN_DSV4:
         c[n].path = AK_PATH_V4_DECODE, c[n].tf = AK_TRANSFORM_PAGED,
         c[n].label = "sparse decode kernel over SWA + compressed lists", n++;
-        if (!s->decode)
+        if (!s->decode) {
             c[n].path = AK_PATH_V4_GATHER, c[n].tf = AK_TRANSFORM_NONE,
             c[n].label = "gather-dequantize compressed + window rows, flat sparse prefill", n++;
+            c[n].path = AK_PATH_V4_PAGED_MERGE, c[n].tf = AK_TRANSFORM_PAGED,
+            c[n].label = "paged sparse prefill per pool, merged", n++;
+        }
         break;
     case AK_ATTN_DSA:
         if (dense) {
@@ -764,6 +791,7 @@ static ak_status emit(ak_plan *p, const ak_plan_seg *s, const segcand *c) {
         return add_step(p, AK_STEP_MLA_DENSE, K_MLA_DENSE, s, AK_TRANSFORM_NONE, L, 0, c->c.secs,
                         "%s; %s; reads %s directly (no conversion)", cls, c->label, lay_name(L));
     case AK_PATH_V4_DECODE:
+    case AK_PATH_V4_PAGED_MERGE:
         if (d->compress_ratio == 4) {
             AK_TRY(add_step(p, AK_STEP_INDEXER, K_INDEXER, s, AK_TRANSFORM_NONE,
                             AK_LAYOUT_INDEXER_FP8, pr, c->c_index.secs,
@@ -773,8 +801,8 @@ static ak_status emit(ak_plan *p, const ak_plan_seg *s, const segcand *c) {
             AK_TRY(add_step(p, AK_STEP_TOPK, K_TOPK, s, AK_TRANSFORM_PAGED, AK_LAYOUT_INVALID, 0,
                             0.0,
                             "top-%d with the PAGED transform into C4 slots (page %d): the consumer "
-                            "is the sparse decode kernel, which reads the paged pool",
-                            (int)d->topk, (int)d->extra_page_size));
+                            "(%s) reads the paged pool",
+                            (int)d->topk, (int)d->extra_page_size, k_kernels[c->attn].pub.name));
         } else if (d->compress_ratio == 128) {
             AK_TRY(add_step(p, AK_STEP_INDEX_LIST, K_TOPK_TRANSFORM, s, AK_TRANSFORM_PAGED,
                             AK_LAYOUT_INVALID, 0, 0.0,
@@ -786,6 +814,25 @@ static ak_status emit(ak_plan *p, const ak_plan_seg *s, const segcand *c) {
                         AK_LAYOUT_INVALID, d->compress_ratio == 4 ? 0 : pr, 0.0,
                         "sliding-window list of the last %d positions as slots of the main cache",
                         (int)d->window));
+        if (c->path == AK_PATH_V4_PAGED_MERGE) {
+            double secs = c->c.secs - c->c_index.secs;
+            if (d->compress_ratio == 0)
+                return add_step(p, AK_STEP_SPARSE_PREFILL, K_SPARSE_PREFILL_PAGED, s,
+                                AK_TRANSFORM_PAGED, L, 0, secs,
+                                "%s; SWA-only layer: one paged sparse prefill over the window "
+                                "with the sink",
+                                cls);
+            AK_TRY(add_step(p, AK_STEP_SPARSE_PREFILL, K_SPARSE_PREFILL_PAGED, s,
+                            AK_TRANSFORM_PAGED, L, 0, secs / 2,
+                            "%s; partial state over the window (main cache), no sink", cls));
+            AK_TRY(add_step(p, AK_STEP_SPARSE_PREFILL, K_SPARSE_PREFILL_PAGED, s,
+                            AK_TRANSFORM_PAGED, d->extra_layout, 0, secs / 2,
+                            "partial state over the compressed list (extra cache), no sink"));
+            return add_step(p, AK_STEP_MERGE, K_MERGE, s, AK_TRANSFORM_NONE, AK_LAYOUT_INVALID, 0,
+                            0.0,
+                            "merge the two partial states (disjoint key sets, rule M1) and apply "
+                            "the sink once (rule M2)");
+        }
         return add_step(p, AK_STEP_MLA_SPARSE, K_MLA_SPARSE, s, AK_TRANSFORM_PAGED, L, 0,
                         c->c.secs - c->c_index.secs,
                         "%s; one softmax over the window (main cache) and the %s list (extra "

@@ -15,8 +15,10 @@ typedef enum ak_path {
     AK_PATH_DSA_PAGED = 3,  /* indexer -> top-k PAGED -> ak_sparse_prefill paged */
     AK_PATH_DSA_GATHER = 4, /* gather bf16 -> indexer -> top-k RAGGED -> ak_sparse_prefill flat */
     AK_PATH_V4_DECODE = 5,  /* [indexer -> top-k PAGED | C128 list] + SWA list -> sparse decode */
-    AK_PATH_V4_GATHER = 6   /* gather compressed + window rows to bf16 -> [indexer -> raw top-k]
+    AK_PATH_V4_GATHER = 6,  /* gather compressed + window rows to bf16 -> [indexer -> raw top-k]
                                -> ak_dsv4_combine_indices -> ak_sparse_prefill flat */
+    AK_PATH_V4_PAGED_MERGE = 7 /* lists as V4_DECODE -> ak_sparse_prefill paged per pool
+                                  -> ak_merge_states (sink once) */
 } ak_path;
 
 /* A run of consecutive requests computed one way. Decode segments have one q_len for all of

@@ -151,6 +151,112 @@ static ak_status scratch(arena *a, void **ws, size_t *bytes) {
     return AK_OK;
 }
 
+/* DeepSeek V4 index lists of the call's rows: the window as main-cache slots (newest first) and
+   the compressed list as extra-cache slots (C4: indexer + top-k PAGED; C128: every visible entry).
+ */
+typedef struct v4_lists {
+    int32_t *swa, *swl; /* [R, window], [R] */
+    int32_t *ext;       /* [R, extk] or NULL (SWA-only layer) */
+    int64_t extk;
+} v4_lists;
+
+static ak_status v4_build_lists(call *c, arena *a, v4_lists *l) {
+    const ak_plan_desc *d = &c->p->d;
+    int64_t R = (int64_t)c->b * c->sq;
+    memset(l, 0, sizeof *l);
+    l->swa = i32_buf(a, R * d->window);
+    l->swl = i32_buf(a, R);
+    if (l->swa == NULL || l->swl == NULL) return no_space("window indices");
+    ak_tensor cu = vec(c, c->cu_q, c->b + 1), bt = tbl(c), seq = vec(c, c->seq, c->b);
+    if (d->compress_ratio != 0) {
+        ak_transform tf;
+        memset(&tf, 0, sizeof tf);
+        tf.kind = AK_TRANSFORM_PAGED;
+        tf.table = &bt;
+        tf.page_size = d->extra_page_size;
+        tf.cu_seqlens_q = &cu;
+        if (d->compress_ratio == 4) {
+            l->extk = d->topk;
+            l->ext = i32_buf(a, R * l->extk);
+            if (l->ext == NULL) return no_space("compressed indices");
+            AK_TRY(index_topk(c, a, 4, &tf, l->ext));
+        } else {
+            /* C128 is dense over the visible compressed entries. */
+            l->extk = c->s->width > 0 ? c->s->width : 1;
+            l->ext = i32_buf(a, R * l->extk);
+            if (l->ext == NULL) return no_space("compressed indices");
+            for (int64_t t = 0; t < R; t++) {
+                int64_t n = c->row_ctx[t] / 128;
+                for (int64_t j = 0; j < l->extk; j++)
+                    l->ext[t * l->extk + j] = j < n ? (int32_t)j : -1;
+            }
+            int64_t she[2] = {R, l->extk};
+            ak_tensor e = mk(l->ext, c->dev, AK_DTYPE_I32, 2, she);
+            AK_TRY(ak_topk_transform(c->ctx, &tf, &e, &e));
+        }
+    }
+    int64_t shw[2] = {R, d->window};
+    ak_tensor wi = mk(l->swa, c->dev, AK_DTYPE_I32, 2, shw), wl = vec(c, l->swl, R);
+    return ak_dsv4_swa_indices(c->ctx, &seq, &cu, &bt, d->page_size, d->window, &wi, &wl);
+}
+
+/* DeepSeek V4 prefill rows as two paged sparse prefills, one per pool (they cannot share one
+   softmax call: each reads its own cache), merged by ak_merge_states, which applies the sink once
+   (rule M2). An SWA-only layer is a single call with the sink. */
+static ak_status run_v4_paged_merge(call *c, arena *a, const ak_tensor *q, ak_tensor *out,
+                                    ak_tensor *lse) {
+    const ak_plan_desc *d = &c->p->d;
+    const ak_plan_io *io = c->io;
+    int64_t R = c->sq, h = d->h_q, dv = d->d_v;
+    v4_lists l;
+    AK_TRY(v4_build_lists(c, a, &l));
+    float *po = NULL, *pl = NULL;
+    if (l.ext != NULL) {
+        po = (float *)take(a, (size_t)(2 * R * h * dv) * 4);
+        pl = (float *)take(a, (size_t)(2 * R * h) * 4);
+        if (po == NULL || pl == NULL) return no_space("the partial states");
+    }
+    void *ws;
+    size_t wsb;
+    scratch(a, &ws, &wsb);
+    int64_t shw[2] = {R, d->window};
+    ak_tensor wi = mk(l.swa, c->dev, AK_DTYPE_I32, 2, shw), wl = vec(c, l.swl, R);
+    ak_sparse_prefill_args sp;
+    memset(&sp, 0, sizeof sp);
+    sp.q = q;
+    sp.cache = c->cache;
+    sp.indices = &wi;
+    sp.topk_length = &wl;
+    sp.softmax_scale = d->softmax_scale;
+    if (l.ext == NULL) {
+        sp.attn_sink = io->attn_sink;
+        sp.out = out;
+        sp.lse = io->lse ? lse : NULL;
+        return ak_sparse_prefill(c->ctx, &sp, ws, wsb);
+    }
+    int64_t sho[3] = {R, h, dv}, shl[2] = {R, h};
+    ak_tensor o0 = mk(po, c->dev, AK_DTYPE_F32, 3, sho),
+              o1 = mk(po + R * h * dv, c->dev, AK_DTYPE_F32, 3, sho);
+    ak_tensor l0 = mk(pl, c->dev, AK_DTYPE_F32, 2, shl),
+              l1 = mk(pl + R * h, c->dev, AK_DTYPE_F32, 2, shl);
+    sp.out = &o0;
+    sp.lse = &l0;
+    AK_TRY(ak_sparse_prefill(c->ctx, &sp, ws, wsb));
+    int64_t she[2] = {R, l.extk};
+    ak_tensor ei = mk(l.ext, c->dev, AK_DTYPE_I32, 2, she);
+    sp.cache = io->extra_cache;
+    sp.indices = &ei;
+    sp.topk_length = NULL;
+    sp.out = &o1;
+    sp.lse = &l1;
+    AK_TRY(ak_sparse_prefill(c->ctx, &sp, ws, wsb));
+    int64_t sh4[4] = {2, R, h, dv}, sh3[3] = {2, R, h};
+    ak_tensor outs = mk(po, c->dev, AK_DTYPE_F32, 4, sh4),
+              lses = mk(pl, c->dev, AK_DTYPE_F32, 3, sh3);
+    return ak_merge_states(c->ctx, &outs, &lses, AK_LSE_BASE_E, io->attn_sink, out,
+                           io->lse ? lse : NULL, AK_LSE_BASE_E);
+}
+
 /* DeepSeek V4 prefill rows through the flat sparse prefill (semantics.md 10.4-10.5): one request,
    rows c->sq ending at position c->seq[0] - 1. Workspace rows: the compressed region (c_max rows,
    entry c of the extra cache) then the window rows the chunk sees, dequantized to bf16. */
@@ -228,7 +334,7 @@ static ak_status run_call(call *c, arena *a, int64_t first) {
     ak_tensor q = rows_of(io->q, c->row0, R), out, lse;
     set_out(c, R, &out, &lse,
             c->s->path != AK_PATH_DSA_PAGED && c->s->path != AK_PATH_DSA_GATHER &&
-                c->s->path != AK_PATH_V4_GATHER);
+                c->s->path != AK_PATH_V4_GATHER && c->s->path != AK_PATH_V4_PAGED_MERGE);
     ak_tensor seq = vec(c, c->seq, c->b), bt = tbl(c);
     void *ws;
     size_t wsb;
@@ -333,46 +439,14 @@ static ak_status run_call(call *c, arena *a, int64_t first) {
         return ak_sparse_prefill(c->ctx, &sp, ws, wsb);
     }
     case AK_PATH_V4_DECODE: {
-        int32_t *swa = i32_buf(a, R * d->window), *swl = i32_buf(a, R), *ext = NULL;
-        if (swa == NULL || swl == NULL) return no_space("window indices");
-        ak_tensor cu = vec(c, c->cu_q, c->b + 1);
-        int64_t extk = 0;
-        if (d->compress_ratio != 0) {
-            ak_transform tf;
-            memset(&tf, 0, sizeof tf);
-            tf.kind = AK_TRANSFORM_PAGED;
-            tf.table = &bt;
-            tf.page_size = d->extra_page_size;
-            tf.cu_seqlens_q = &cu;
-            if (d->compress_ratio == 4) {
-                extk = d->topk;
-                ext = i32_buf(a, R * extk);
-                if (ext == NULL) return no_space("compressed indices");
-                AK_TRY(index_topk(c, a, 4, &tf, ext));
-            } else {
-                /* C128 is dense over the visible compressed entries. */
-                extk = c->s->width > 0 ? c->s->width : 1;
-                ext = i32_buf(a, R * extk);
-                if (ext == NULL) return no_space("compressed indices");
-                for (int64_t t = 0; t < R; t++) {
-                    int64_t n = c->row_ctx[t] / 128;
-                    for (int64_t j = 0; j < extk; j++)
-                        ext[t * extk + j] = j < n ? (int32_t)j : -1;
-                }
-                int64_t she[2] = {R, extk};
-                ak_tensor e = mk(ext, c->dev, AK_DTYPE_I32, 2, she);
-                AK_TRY(ak_topk_transform(c->ctx, &tf, &e, &e));
-            }
-        }
-        int64_t shw[2] = {R, d->window};
-        ak_tensor wi = mk(swa, c->dev, AK_DTYPE_I32, 2, shw), wl = vec(c, swl, R);
-        AK_TRY(ak_dsv4_swa_indices(c->ctx, &seq, &cu, &bt, d->page_size, d->window, &wi, &wl));
+        v4_lists l;
+        AK_TRY(v4_build_lists(c, a, &l));
         ak_tensor q4 = split_rows(&q, c->b, c->sq);
         int64_t shi[3] = {c->b, c->sq, d->window}, shl[2] = {c->b, c->sq};
-        ak_tensor it = mk(swa, c->dev, AK_DTYPE_I32, 3, shi),
-                  tl = mk(swl, c->dev, AK_DTYPE_I32, 2, shl);
-        int64_t she[3] = {c->b, c->sq, extk};
-        ak_tensor et = mk(ext, c->dev, AK_DTYPE_I32, 3, she);
+        ak_tensor it = mk(l.swa, c->dev, AK_DTYPE_I32, 3, shi),
+                  tl = mk(l.swl, c->dev, AK_DTYPE_I32, 2, shl);
+        int64_t she[3] = {c->b, c->sq, l.extk};
+        ak_tensor et = mk(l.ext, c->dev, AK_DTYPE_I32, 3, she);
         ak_mla_decode_args m;
         memset(&m, 0, sizeof m);
         m.q = &q4;
@@ -380,7 +454,7 @@ static ak_status run_call(call *c, arena *a, int64_t first) {
         m.softmax_scale = d->softmax_scale;
         m.indices = &it;
         m.topk_length = &tl;
-        if (ext != NULL) {
+        if (l.ext != NULL) {
             m.extra_cache = io->extra_cache;
             m.extra_indices = &et;
         }
@@ -390,6 +464,7 @@ static ak_status run_call(call *c, arena *a, int64_t first) {
         scratch(a, &ws, &wsb);
         return ak_mla_decode(c->ctx, &m, ws, wsb);
     }
+    case AK_PATH_V4_PAGED_MERGE: return run_v4_paged_merge(c, a, &q, &out, &lse);
     case AK_PATH_V4_GATHER: return run_v4_gather(c, a, &q, &out, &lse);
     case AK_PATH_MHA: break;
     }
