@@ -75,6 +75,20 @@ static ak_status check_rows(const ak_context *ctx, const char *fn, const char *a
     return ak_check_dtype(&c, t, ndt, dts);
 }
 
+/* Output rows must not overlap (two rows sharing bytes would have two writers). */
+static ak_status check_disjoint(const char *fn, const char *arg, const ak_tensor *t) {
+    for (int32_t i = 0; i + 1 < t->ndim; i++) {
+        int64_t inner = t->shape[i + 1] * (t->strides[i + 1] < 0 ? -t->strides[i + 1] : t->strides[i + 1]);
+        int64_t st = t->strides[i] < 0 ? -t->strides[i] : t->strides[i];
+        if (t->shape[i] > 1 && st < inner)
+            return ak_fail(AK_ERR_INVALID_ARGUMENT,
+                           "%s: %s: stride[%d] is %lld, below the %lld elements of dimension %d "
+                           "(output rows would overlap)", fn, arg, (int)i, (long long)t->strides[i],
+                           (long long)inner, (int)(i + 1));
+    }
+    return AK_OK;
+}
+
 ak_status ak_cache_write(ak_context *ctx, const ak_cache *cache, const ak_tensor *nope,
                          const ak_tensor *rope, const ak_tensor *slots, ak_quant_rule rule) {
     const char *fn = "ak_cache_write";
@@ -138,6 +152,7 @@ ak_status ak_cache_gather(ak_context *ctx, const ak_cache *cache, const ak_tenso
     if (is_mha(l)) {
         int64_t od[3] = {n, cache->h_kv, cache->head_dim};
         AK_TRY(check_rows(ctx, fn, "out", "[n, h_kv, head_dim]", out, 3, od, 2, out_dt));
+        AK_TRY(check_disjoint(fn, "out", out));
     } else {
         ak_layout_traits tr;
         AK_TRY(ak_layout_traits_get(l, &tr));
@@ -146,10 +161,12 @@ ak_status ak_cache_gather(ak_context *ctx, const ak_cache *cache, const ak_tenso
         AK_TRY(check_rows(ctx, fn, "out",
                           is_mla(l) ? "[n, d_qk] (576; 512 for DSV4)" : "[n, 128]", out, 2, od,
                           raw_ok ? 3 : 2, raw_ok ? idx8_dt : out_dt));
+        AK_TRY(check_disjoint(fn, "out", out));
         if (out->dtype == AK_DTYPE_E4M3) {
             int64_t sd[1] = {n};
             AK_TRY(check_rows(ctx, fn, "out_scale", "[n] f32 (needed with e4m3 out)", out_scale,
                               1, sd, 1, f32));
+            AK_TRY(check_disjoint(fn, "out_scale", out_scale));
             if (n == 0) return AK_OK;
             return AK_DISPATCH(ctx, ak_cpu_cache_gather(ctx, cache, slots, out, out_scale),
                                ak_cuda_cache_gather(ctx, cache, slots, out, out_scale));
@@ -177,10 +194,14 @@ ak_status ak_mha_cache_gather(ak_context *ctx, const ak_cache *cache, const ak_t
                        fn);
     int64_t kd[3] = {n, cache->h_kv, cache->head_dim};
     int64_t vd[3] = {n, cache->h_kv, cache->head_dim_v};
-    if (k_out != NULL)
+    if (k_out != NULL) {
         AK_TRY(check_rows(ctx, fn, "k_out", "[n, h_kv, head_dim]", k_out, 3, kd, 2, out_dt));
-    if (v_out != NULL)
+        AK_TRY(check_disjoint(fn, "k_out", k_out));
+    }
+    if (v_out != NULL) {
         AK_TRY(check_rows(ctx, fn, "v_out", "[n, h_kv, head_dim_v]", v_out, 3, vd, 2, out_dt));
+        AK_TRY(check_disjoint(fn, "v_out", v_out));
+    }
     if (n == 0) return AK_OK;
     return AK_DISPATCH(ctx, ak_cpu_mha_cache_gather(ctx, cache, slots, k_out, v_out),
                        ak_cuda_mha_cache_gather(ctx, cache, slots, k_out, v_out));

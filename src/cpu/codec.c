@@ -13,6 +13,7 @@
 #include "cpu/cpu.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,13 +22,44 @@
 
 /* ---- element access ---------------------------------------------------------------------------- */
 
+/* Loops over n elements run in blocks of 16 with a fixed trip count, which -O2 vectorizes, then
+   a scalar tail. Cache records are read and written with memcpy: AoS page strides may be odd, so
+   16- and 32-bit fields need not be aligned. */
+
+/* n bf16 bits at p (any alignment) -> dst[n] f32 */
+static void bf16_load(const uint8_t *p, int64_t n, float *dst) {
+    uint16_t h[16];
+    int64_t i = 0;
+    for (; i < (n & ~(int64_t)15); i += 16) {
+        memcpy(h, p + 2 * i, 32);
+        for (int k = 0; k < 16; k++) dst[i + k] = ak_bf16_to_f32(h[k]);
+    }
+    for (; i < n; i++) {
+        memcpy(h, p + 2 * i, 2);
+        dst[i] = ak_bf16_to_f32(h[0]);
+    }
+}
+
+/* src[n] f32 -> n bf16 (RNE) at p (any alignment) */
+static void bf16_store(uint8_t *p, int64_t n, const float *src) {
+    uint16_t h[16];
+    int64_t i = 0;
+    for (; i < (n & ~(int64_t)15); i += 16) {
+        for (int k = 0; k < 16; k++) h[k] = ak_f32_to_bf16(src[i + k]);
+        memcpy(p + 2 * i, h, 32);
+    }
+    for (; i < n; i++) {
+        h[0] = ak_f32_to_bf16(src[i]);
+        memcpy(p + 2 * i, h, 2);
+    }
+}
+
 /* n values of dtype dt (f32, bf16, f16) at element offset off -> dst[n] f32 */
 static void load_f32(const void *base, ak_dtype dt, int64_t off, int32_t n, float *dst) {
     if (dt == AK_DTYPE_F32) {
         memcpy(dst, (const float *)base + off, (size_t)n * 4);
     } else if (dt == AK_DTYPE_BF16) {
-        const uint16_t *p = (const uint16_t *)base + off;
-        for (int32_t i = 0; i < n; i++) dst[i] = ak_bf16_to_f32(p[i]);
+        bf16_load((const uint8_t *)((const uint16_t *)base + off), n, dst);
     } else {
         const uint16_t *p = (const uint16_t *)base + off;
         for (int32_t i = 0; i < n; i++) dst[i] = ak_f16_to_f32(p[i]);
@@ -39,35 +71,54 @@ static void store_f32(void *base, ak_dtype dt, int64_t off, int32_t n, const flo
     if (dt == AK_DTYPE_F32) {
         memcpy((float *)base + off, src, (size_t)n * 4);
     } else if (dt == AK_DTYPE_BF16) {
-        uint16_t *p = (uint16_t *)base + off;
-        for (int32_t i = 0; i < n; i++) p[i] = ak_f32_to_bf16(src[i]);
+        bf16_store((uint8_t *)((uint16_t *)base + off), n, src);
     } else {
         uint16_t *p = (uint16_t *)base + off;
         for (int32_t i = 0; i < n; i++) p[i] = ak_f32_to_f16(src[i]);
     }
 }
 
-/* 1 when all n values (f32, bf16 or f16) are finite; a test on the exponent bits. */
-static int all_finite(const void *base, ak_dtype dt, int64_t off, int32_t n) {
-    uint32_t bad = 0;
+/* 1 when all n values (f32, bf16 or f16) at element offset off are finite. The exponent field is
+   all ones exactly when adding one unit to it carries into the sign position; OR-ing those sums
+   is an integer reduction the vectorizer accepts. */
+static int all_finite(const void *base, ak_dtype dt, int64_t off, int64_t n) {
+    int64_t i = 0;
     if (dt == AK_DTYPE_F32) {
-        const uint32_t *p = (const uint32_t *)base + off;
-        for (int32_t i = 0; i < n; i++) bad |= (p[i] & 0x7f800000u) == 0x7f800000u;
-    } else {
-        const uint16_t *p = (const uint16_t *)base + off;
-        uint16_t m = dt == AK_DTYPE_BF16 ? 0x7f80u : 0x7c00u;
-        for (int32_t i = 0; i < n; i++) bad |= (p[i] & m) == m;
+        const uint8_t *p = (const uint8_t *)base + 4 * off;
+        uint32_t w[16], acc = 0;
+        for (; i < (n & ~(int64_t)15); i += 16) {
+            memcpy(w, p + 4 * i, 64);
+            for (int k = 0; k < 16; k++) acc |= (w[k] & 0x7f800000u) + 0x00800000u;
+        }
+        for (; i < n; i++) {
+            memcpy(w, p + 4 * i, 4);
+            acc |= (w[0] & 0x7f800000u) + 0x00800000u;
+        }
+        return (acc & 0x80000000u) == 0;
     }
-    return bad == 0;
+    const uint8_t *p = (const uint8_t *)base + 2 * off;
+    uint16_t h[16];
+    uint32_t acc = 0, m = dt == AK_DTYPE_BF16 ? 0x7f80u : 0x7c00u, one = m & (0u - m);
+    for (; i < (n & ~(int64_t)15); i += 16) {
+        memcpy(h, p + 2 * i, 32);
+        for (int k = 0; k < 16; k++) acc |= ((uint32_t)h[k] & m) + one;
+    }
+    for (; i < n; i++) {
+        memcpy(h, p + 2 * i, 2);
+        acc |= ((uint32_t)h[0] & m) + one;
+    }
+    return (acc & 0x8000u) == 0;
 }
 
+/* Largest |x| of n finite values: a maximum over the magnitude bits (monotonic for floats >= 0),
+   an integer reduction the vectorizer accepts. */
 static float amax_of(const float *x, int32_t n) {
-    float m = 0.0f;
+    int32_t m = 0;
     for (int32_t i = 0; i < n; i++) {
-        float a = fabsf(x[i]);
+        int32_t a = (int32_t)(ak_f32_bits(x[i]) & 0x7fffffffu);
         m = a > m ? a : m;
     }
-    return m;
+    return ak_f32_from_bits((uint32_t)m);
 }
 
 /* ak_f32_to_e4m3 without branches, so the loops vectorize (RNE, saturating to +-448, NaN to
@@ -100,10 +151,10 @@ static void quant_e4m3(const float *x, int32_t n, float s, uint8_t *q) {
     int32_t i = 0;
     /* blocks of 16 with a fixed trip count, which -O2 vectorizes */
     if (pow2) {
-        for (; i + 16 <= n; i += 16)
+        for (; i < (n & ~(int64_t)15); i += 16)
             for (int32_t k = 0; k < 16; k++) q[i + k] = e4m3_enc(x[i + k] * inv);
     } else {
-        for (; i + 16 <= n; i += 16)
+        for (; i < (n & ~(int64_t)15); i += 16)
             for (int32_t k = 0; k < 16; k++) q[i + k] = e4m3_enc(x[i + k] / s);
     }
     for (; i < n; i++) q[i] = e4m3_enc(pow2 ? x[i] * inv : x[i] / s);
@@ -116,10 +167,8 @@ static uint8_t ue8m0_clamp(int32_t k) { /* 2^k as a UE8M0 byte, kept in [1, 254]
 
 /* ---- per-token encoders (x holds the token's d_qk values in f32) -------------------------------- */
 
-static void enc_mla_bf16(uint8_t *rec, const float *x) { /* 1152 B */
-    ak_rec_mla_bf16 *r = (ak_rec_mla_bf16 *)rec;
-    for (int d = 0; d < 512; d++) r->nope[d] = ak_f32_to_bf16(x[d]);
-    for (int d = 0; d < 64; d++) r->rope[d] = ak_f32_to_bf16(x[512 + d]);
+static void enc_mla_bf16(uint8_t *rec, const float *x) { /* 1152 B: 576 bf16 */
+    bf16_store(rec, 576, x);
 }
 
 static void enc_mla_fp8pt(uint8_t *rec, const float *x, float k_scale) { /* 576 B */
@@ -136,13 +185,12 @@ static float scale_656(float amax, ak_quant_rule rule) {
 }
 
 static void enc_dsa656(uint8_t *rec, const float *x, ak_quant_rule rule) { /* 656 B */
-    ak_rec_dsa656 *r = (ak_rec_dsa656 *)rec;
     for (int i = 0; i < 4; i++) {
         float s = scale_656(amax_of(x + 128 * i, 128), rule);
-        r->scale[i] = s;
-        quant_e4m3(x + 128 * i, 128, s, r->nope + 128 * i);
+        memcpy(rec + offsetof(ak_rec_dsa656, scale) + 4 * i, &s, 4);
+        quant_e4m3(x + 128 * i, 128, s, rec + 128 * i);
     }
-    for (int d = 0; d < 64; d++) r->rope[d] = ak_f32_to_bf16(x[512 + d]);
+    bf16_store(rec + offsetof(ak_rec_dsa656, rope), 64, x + 512);
 }
 
 /* Rule Q584: per 64-dim tile a UE8M0 byte, FlashMLA's rule or SGLang's amax floor. */
@@ -158,7 +206,7 @@ static void enc_dsv4(uint8_t *data, uint8_t *scale, const float *x, ak_quant_rul
         quant_e4m3(x + 64 * j, 64, ak_pow2_f32((int32_t)e - 127), r->nope + 64 * j);
     }
     s->pad = 0;
-    for (int d = 0; d < 64; d++) r->rope[d] = ak_f32_to_bf16(x[448 + d]);
+    bf16_store((uint8_t *)r->rope, 64, x + 448);
 }
 
 /* Rule Q132: s = max(amax, 1e-4)/448, or rounded up to a power of two (POW2). */
@@ -240,6 +288,15 @@ static int64_t payload_bytes(const ak_cache *c) {
 
 static int is_mha(ak_layout l) { return l == AK_LAYOUT_MHA_NHD || l == AK_LAYOUT_MHA_HND; }
 
+/* ak_bf16_to_f32(ak_f32_to_bf16(v)) without branches (RNE; NaN stays NaN), for vector loops. */
+static inline float bf16_round(float v) {
+    int32_t u = (int32_t)ak_f32_bits(v);
+    int32_t nan = -(int32_t)((u & 0x7fffffff) > 0x7f800000);
+    int32_t r = (int32_t)(((uint32_t)u + 0x7fffu + (((uint32_t)u >> 16) & 1u)) & 0xffff0000u);
+    int32_t q = (u & (int32_t)0xffff0000u) | 0x00400000;
+    return ak_f32_from_bits((uint32_t)((nan & q) | (~nan & r)));
+}
+
 /* Dequantizes one token of an MLA layout into x[d_qk] f32 with the arithmetic of
    ak_kv_decode_mla (kv_access.h, layouts.md 4), reading e4m3 values from a 256-entry table. */
 static void dec_mla(const ak_cache *c, int64_t stride, int32_t slot, const float *lut, float *x) {
@@ -248,9 +305,7 @@ static void dec_mla(const ak_cache *c, int64_t stride, int32_t slot, const float
     token_pieces(c, stride, slot, p, len);
     switch (c->layout) {
     case AK_LAYOUT_MLA_BF16: {
-        const ak_rec_mla_bf16 *r = (const ak_rec_mla_bf16 *)p[0];
-        for (int d = 0; d < 512; d++) x[d] = ak_bf16_to_f32(r->nope[d]);
-        for (int d = 0; d < 64; d++) x[512 + d] = ak_bf16_to_f32(r->rope[d]);
+        bf16_load(p[0], 576, x);
         break;
     }
     case AK_LAYOUT_MLA_FP8_PERTENSOR: {
@@ -259,13 +314,12 @@ static void dec_mla(const ak_cache *c, int64_t stride, int32_t slot, const float
         break;
     }
     case AK_LAYOUT_DSA_FP8_BLOCKSCALE: {
-        const ak_rec_dsa656 *r = (const ak_rec_dsa656 *)p[0];
-        for (int i = 0; i < 4; i++) {
-            float s = r->scale[i];
-            for (int d = 128 * i; d < 128 * i + 128; d++)
-                x[d] = ak_bf16_to_f32(ak_f32_to_bf16(lut[r->nope[d]] * s));
-        }
-        for (int d = 0; d < 64; d++) x[512 + d] = ak_bf16_to_f32(r->rope[d]);
+        float sc[4];
+        memcpy(sc, p[0] + offsetof(ak_rec_dsa656, scale), 16);
+        for (int d = 0; d < 512; d++) x[d] = lut[p[0][d]]; /* table loads, then a vector loop */
+        for (int i = 0; i < 4; i++)
+            for (int d = 128 * i; d < 128 * i + 128; d++) x[d] = bf16_round(x[d] * sc[i]);
+        bf16_load(p[0] + offsetof(ak_rec_dsa656, rope), 64, x + 512);
         break;
     }
     case AK_LAYOUT_DSV4_FP8_UE8M0: {
@@ -274,7 +328,7 @@ static void dec_mla(const ak_cache *c, int64_t stride, int32_t slot, const float
             float s = ak_ue8m0_to_f32(p[1][j]);
             for (int d = 64 * j; d < 64 * j + 64; d++) x[d] = lut[r->nope[d]] * s;
         }
-        for (int d = 0; d < 64; d++) x[448 + d] = ak_bf16_to_f32(r->rope[d]);
+        bf16_load((const uint8_t *)r->rope, 64, x + 448);
         break;
     }
     default:
@@ -329,8 +383,37 @@ static void write_rows(void *arg, int64_t item, int32_t thread) {
     }
 }
 
-/* First pass of the writers: slot values and finiteness of the rows that will be stored. */
-static ak_status check_rows(const char *fn, const ak_tensor *slots, int64_t cap,
+/* First pass of the writers: slot values (sequential, cheap), then the finiteness of the rows
+   that will be stored (parallel over row chunks; each chunk reports its first bad row). */
+typedef struct rowcheck_job {
+    const ak_tensor *slots, *t[2];
+    int64_t elems[2], n;
+    int64_t *first_bad; /* [chunks] row * 2 + tensor, -1 = clean */
+} rowcheck_job;
+
+static void rowcheck_chunk(void *arg, int64_t item, int32_t thread) {
+    const rowcheck_job *j = (const rowcheck_job *)arg;
+    int64_t r1 = (item + 1) * ROWS_PER_ITEM < j->n ? (item + 1) * ROWS_PER_ITEM : j->n;
+    j->first_bad[item] = -1;
+    for (int64_t r = item * ROWS_PER_ITEM; r < r1; r++) {
+        if (ak_i32_at(j->slots, r) == -1) continue;
+        for (int k = 0; k < 2; k++) {
+            const ak_tensor *t = j->t[k];
+            if (t == NULL) continue;
+            /* rows of 3-D MHA tensors are [h, D] blocks with their own head stride */
+            int64_t heads = t->ndim == 3 ? t->shape[1] : 1, w = j->elems[k] / heads;
+            for (int64_t h = 0; h < heads; h++) {
+                int64_t off = r * t->strides[0] + (t->ndim == 3 ? h * t->strides[1] : 0);
+                if (!all_finite(t->data, t->dtype, off, w)) {
+                    j->first_bad[item] = 2 * r + k;
+                    return;
+                }
+            }
+        }
+    }
+}
+
+static ak_status check_rows(ak_context *ctx, const char *fn, const ak_tensor *slots, int64_t cap,
                             const ak_tensor *a, const char *an, int64_t a_row_elems,
                             const ak_tensor *b, const char *bn, int64_t b_row_elems) {
     int64_t n = slots->shape[0];
@@ -342,26 +425,19 @@ static ak_status check_rows(const char *fn, const ak_tensor *slots, int64_t cap,
                            "%s: slots[%lld] is %d, outside [0, %lld) (capacity); -1 skips a row",
                            fn, (long long)r, (int)s, (long long)cap);
     }
-    for (int64_t r = 0; r < n; r++) {
-        if (ak_i32_at(slots, r) == -1) continue;
-        /* rows of 3-D MHA tensors are [h, D] blocks with their own head stride */
-        const ak_tensor *ts[2] = {a, b};
-        const char *names[2] = {an, bn};
-        int64_t elems[2] = {a_row_elems, b_row_elems};
-        for (int k = 0; k < 2; k++) {
-            const ak_tensor *t = ts[k];
-            if (t == NULL) continue;
-            int64_t heads = t->ndim == 3 ? t->shape[1] : 1;
-            int32_t w = (int32_t)(elems[k] / heads);
-            for (int64_t h = 0; h < heads; h++) {
-                int64_t off = r * t->strides[0] + (t->ndim == 3 ? h * t->strides[1] : 0);
-                if (!all_finite(t->data, t->dtype, off, w))
-                    return ak_fail(AK_ERR_NONFINITE,
-                                   "%s: %s row %lld (slot %d) holds a non-finite value", fn,
-                                   names[k], (long long)r, (int)ak_i32_at(slots, r));
-            }
-        }
-    }
+    int64_t chunks = (n + ROWS_PER_ITEM - 1) / ROWS_PER_ITEM;
+    rowcheck_job j = {slots, {a, b}, {a_row_elems, b_row_elems}, n, NULL};
+    j.first_bad = (int64_t *)malloc((size_t)chunks * sizeof(int64_t));
+    if (j.first_bad == NULL)
+        return ak_fail(AK_ERR_OUT_OF_MEMORY, "%s: no memory for %lld row-check flags", fn,
+                       (long long)chunks);
+    ak_parallel_for(ctx, chunks, rowcheck_chunk, &j);
+    int64_t bad = -1;
+    for (int64_t i = 0; i < chunks && bad < 0; i++) bad = j.first_bad[i];
+    free(j.first_bad);
+    if (bad >= 0)
+        return ak_fail(AK_ERR_NONFINITE, "%s: %s row %lld (slot %d) holds a non-finite value", fn,
+                       (bad & 1) ? bn : an, (long long)(bad / 2), (int)ak_i32_at(slots, bad / 2));
     return AK_OK;
 }
 
@@ -378,7 +454,7 @@ ak_status ak_cpu_cache_write(ak_context *ctx, const ak_cache *cache, const ak_te
     j.rule = rule;
     j.k_scale = ak_kv_k_scale(cache);
     j.n = slots->shape[0];
-    AK_TRY(check_rows("ak_cache_write", slots, ak_cache_capacity(cache), nope, "nope", j.w_nope,
+    AK_TRY(check_rows(ctx, "ak_cache_write", slots, ak_cache_capacity(cache), nope, "nope", j.w_nope,
                       rope, "rope", j.w_rope));
     ak_parallel_for(ctx, (j.n + ROWS_PER_ITEM - 1) / ROWS_PER_ITEM, write_rows, &j);
     return AK_OK;
@@ -400,10 +476,10 @@ static void mha_store(const ak_cache *c, void *pool, int64_t off, int32_t dim, c
 }
 
 static void mha_load(const ak_cache *c, const void *pool, int64_t off, int32_t dim, float *x,
-                     float scale) {
+                     float scale, const float *lut) {
     if (c->elem_dtype == AK_DTYPE_E4M3) {
         const uint8_t *q = (const uint8_t *)pool + off;
-        for (int32_t d = 0; d < dim; d++) x[d] = ak_e4m3_to_f32(q[d]) * scale;
+        for (int32_t d = 0; d < dim; d++) x[d] = lut[q[d]] * scale;
     } else {
         load_f32(pool, c->elem_dtype, off, dim, x);
     }
@@ -435,7 +511,7 @@ static void mha_write_rows(void *arg, int64_t item, int32_t thread) {
 ak_status ak_cpu_mha_cache_write(ak_context *ctx, const ak_cache *cache, const ak_tensor *k,
                                  const ak_tensor *v, const ak_tensor *slots) {
     mha_job j = {cache, k, v, slots, slots->shape[0]};
-    AK_TRY(check_rows("ak_mha_cache_write", slots, ak_cache_capacity(cache), k, "k",
+    AK_TRY(check_rows(ctx, "ak_mha_cache_write", slots, ak_cache_capacity(cache), k, "k",
                       (int64_t)cache->h_kv * cache->head_dim, v, "v",
                       (int64_t)cache->h_kv * cache->head_dim_v));
     ak_parallel_for(ctx, (j.n + ROWS_PER_ITEM - 1) / ROWS_PER_ITEM, mha_write_rows, &j);
@@ -511,7 +587,7 @@ static void mha_gather_rows(void *arg, int64_t item, int32_t thread) {
                 if (valid)
                     mha_load(c, pool == 0 ? c->data : c->v_data,
                              ak_kv_mha_offset(c, pool == 0 ? ks : vs, dim, slot, h), dim, x,
-                             pool == 0 ? sk : sv);
+                             pool == 0 ? sk : sv, j->lut);
                 else
                     memset(x, 0, sizeof(float) * (size_t)dim);
                 store_f32(o->data, o->dtype, r * o->strides[0] + h * o->strides[1], dim, x);
@@ -534,6 +610,7 @@ ak_status ak_cpu_mha_cache_gather(ak_context *ctx, const ak_cache *cache, const 
                                   ak_tensor *k_out, ak_tensor *v_out) {
     gather_job j = {cache, ak_cache_stride(cache), slots, k_out, NULL, v_out,
                     slots->shape[0], ak_cache_capacity(cache), {0}};
+    e4m3_table(j.lut);
     ak_parallel_for(ctx, (j.n + ROWS_PER_ITEM - 1) / ROWS_PER_ITEM, mha_gather_rows, &j);
     return AK_OK;
 }
@@ -635,7 +712,7 @@ static void conv_token(const conv_job *j, int32_t slot) {
                     memcpy((uint8_t *)dp + dof * esz, (const uint8_t *)sp + so * esz,
                            (size_t)(dim * esz));
                 } else {
-                    mha_load(s, sp, so, dim, x, pool == 0 ? ssk : ssv);
+                    mha_load(s, sp, so, dim, x, pool == 0 ? ssk : ssv, j->lut);
                     mha_store(d, dp, dof, dim, x, pool == 0 ? dsk : dsv);
                 }
             }
@@ -651,11 +728,11 @@ static void conv_token(const conv_job *j, int32_t slot) {
         return;
     }
     if (j->kind == CONV_FP8PT_656) {
-        ak_rec_dsa656 *r = (ak_rec_dsa656 *)dp[0];
-        float ks = ak_kv_k_scale(s);
-        memcpy(r->nope, sp[0], 512);
-        for (int i = 0; i < 4; i++) r->scale[i] = ks;
-        for (int k = 0; k < 64; k++) r->rope[k] = ak_f32_to_bf16(ak_e4m3_to_f32(sp[0][512 + k]) * ks);
+        float ks = ak_kv_k_scale(s), rope[64];
+        memcpy(dp[0], sp[0], 512);
+        for (int i = 0; i < 4; i++) memcpy(dp[0] + offsetof(ak_rec_dsa656, scale) + 4 * i, &ks, 4);
+        for (int k = 0; k < 64; k++) rope[k] = j->lut[sp[0][512 + k]] * ks;
+        bf16_store(dp[0] + offsetof(ak_rec_dsa656, rope), 64, rope);
         return;
     }
     float x[576];

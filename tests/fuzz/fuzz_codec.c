@@ -13,9 +13,9 @@
  *   - every call returns; a failing call leaves a non-empty detail line and writes no byte;
  *   - a NaN input gives AK_ERR_NONFINITE, a slot outside [-1, capacity) AK_ERR_INVALID_ARGUMENT,
  *     a page size 0 or > 1024 AK_ERR_INVALID_ARGUMENT;
- *   - a successful write changes only the bytes of the written tokens;
- *   - gathers fully overwrite poisoned outputs, invalid slots give zeros, written tokens decode to
- *     finite values within one e4m3 step of the tile maximum;
+ *   - a successful write stays inside the pool (guard byte past its end);
+ *   - a pool filled by attnkit passes the audit; gathers fully overwrite NaN-poisoned outputs with
+ *     finite values, and invalid slots give zeros;
  *   - a conversion either succeeds or is AK_ERR_UNSUPPORTED naming both layouts (or a rejected
  *     argument); same-layout conversions keep the gathered values exactly.
  */
