@@ -151,6 +151,10 @@ AK_TEST(block_table_defaults_and_rejects) {
                  "req_ids");
     CHECK_REJECT(ak_block_table_build(ctx, &tr, NULL, &tk, &ts, 4, &tb), AK_ERR_INVALID_ARGUMENT,
                  "kv_start");
+    int32_t three[3] = {4, 3, 1}, bt3[3 * 3];
+    ak_tensor t3 = t1(three, 3), tb3 = t2(bt3, 3, 3);
+    CHECK_REJECT(ak_block_table_build(ctx, &tr, NULL, NULL, &t3, 4, &tb3), AK_ERR_INVALID_ARGUMENT,
+                 "req_ids NULL");
     CHECK_REJECT(ak_block_table_build(ctx, &tr, NULL, NULL, &ts, 0, &tb), AK_ERR_INVALID_ARGUMENT,
                  "page_size");
     CHECK_REJECT(ak_block_table_build(ctx, &tr, NULL, NULL, &ts, 1025, &tb),

@@ -49,11 +49,17 @@ static ak_status tt_check(const tt_view *v, int64_t b, const char *fn) {
     if (len == 0) return AK_OK; /* nothing is read for an empty request */
     int64_t rows = v->r2t->shape[0], max_ctx = v->r2t->shape[1];
     int64_t r = v->req_ids ? ak_i32_at(v->req_ids, b) : b;
-    if (r < 0 || r >= rows)
-        return fn ? ak_fail(AK_ERR_INVALID_ARGUMENT,
-                            "%s: req_ids[%lld] is %lld, expected 0..%lld (req_to_token rows)", fn,
-                            (long long)b, (long long)r, (long long)rows - 1)
-                  : AK_ERR_INVALID_ARGUMENT;
+    if (r < 0 || r >= rows) {
+        if (fn == NULL) return AK_ERR_INVALID_ARGUMENT;
+        if (v->req_ids == NULL)
+            return ak_fail(AK_ERR_INVALID_ARGUMENT,
+                           "%s: req_to_token has %lld rows; with req_ids NULL request %lld reads "
+                           "row %lld (pass req_ids or more rows)",
+                           fn, (long long)rows, (long long)b, (long long)b);
+        return ak_fail(AK_ERR_INVALID_ARGUMENT,
+                       "%s: req_ids[%lld] is %lld, expected 0..%lld (req_to_token rows)", fn,
+                       (long long)b, (long long)r, (long long)rows - 1);
+    }
     int64_t s = v->kv_start ? ak_i32_at(v->kv_start, b) : 0;
     if (s < 0 || s + len > max_ctx)
         return fn ? ak_fail(AK_ERR_INVALID_ARGUMENT,

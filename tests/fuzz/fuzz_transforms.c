@@ -1,11 +1,11 @@
 /*
  * fuzz_transforms.c -- libFuzzer target for ak_topk_transform and the fused ak_topk: random
- * tables, cu_seqlens and positions, including negative and overflowing values. On success every
- * output must be -1 or the slot of a position of the row's own request (recomputed here from
- * the definitions), and the fused top-k must equal top-k followed by the transform; on failure
- * nothing may be written. The remaining bytes drive the block-table builder and the V4 combiner
- * with the same properties. An input starting with "REJ!" must make the transform fail
- * (tests/fuzz/must-reject).
+ * tables, cu_seqlens and positions, including negative and overflowing values. The transform must
+ * succeed exactly when the page size and the cu_seqlens it uses are valid (the inputs in
+ * tests/fuzz/must-reject are ones it must refuse). On success every output must be -1 or the slot
+ * of a position of the row's own request (recomputed here from the definitions), and the fused
+ * top-k must equal top-k followed by the transform; on failure nothing may be written. The
+ * remaining bytes drive the block-table builder and the V4 combiner with the same properties.
  */
 #include <math.h>
 #include <stdint.h>
@@ -51,6 +51,13 @@ static void rd_cu(reader *r, int32_t *cu, int64_t n, int raw) {
             acc += rd_u8(r) % 9;
         }
     }
+}
+
+/* cu [n] starts at >= 0 and never decreases. */
+static int cu_valid(const int32_t *cu, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (cu[i] < (i ? cu[i - 1] : 0)) return 0;
+    return 1;
 }
 
 static ak_tensor t1(int32_t *p, int64_t n) {
@@ -151,8 +158,7 @@ static void fuzz_builders(ak_context *ctx, reader *rd) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    int must_reject = size >= 4 && memcmp(data, "REJ!", 4) == 0;
-    reader rd = {data + (must_reject ? 4 : 0), size - (must_reject ? 4 : 0)};
+    reader rd = {data, size};
     static const int32_t pages[7] = {1, 2, 63, 64, 65, 256, 1024};
     int kind = rd_u8(&rd) % 3;
     int32_t page = pages[rd_u8(&rd) % 7];
@@ -187,7 +193,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         out[i] = POISON;
     ak_status s = ak_topk_transform(ctx, &tf, &ti, &to);
     const int32_t *res = alias ? idx : out;
-    if (must_reject && s == AK_OK) abort();
+    /* accepted exactly when the page size and the cu_seqlens the transform uses are valid */
+    int expect_ok = (kind != 1 || (page >= 1 && page <= 1024)) &&
+                    (!use_q || cu_valid(cuq, b + 1)) && (kind != 2 || cu_valid(cuk, b + 1));
+    if ((s == AK_OK) != expect_ok) abort();
     for (int64_t i = 0; i < rows * k; i++) {
         if (s != AK_OK) {
             if (res[i] != (alias ? keep[i] : POISON)) abort(); /* written on failure */
