@@ -1022,6 +1022,8 @@ static ak_status plan_build(ak_plan *p, const ak_plan_desc *names, const ak_devi
         say(p, ", topk %d, indexer %d x 128", (int)d->topk, (int)d->index_heads);
     if (d->kind == AK_ATTN_DSV4)
         say(p, ", window %d, compress ratio %d", (int)d->window, (int)d->compress_ratio);
+    if (t.bytes_per_token == 0) /* MHA: K and V of every kv head, bf16 */
+        t.bytes_per_token = d->h_kv * (d->d_qk + d->d_v) * 2;
     say(p, "\ncache: %s (%d B/token), page %d", lay_name(d->layout), (int)t.bytes_per_token,
         (int)d->page_size);
     if (d->kind == AK_ATTN_DSV4 && d->compress_ratio != 0)
