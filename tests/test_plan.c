@@ -673,10 +673,14 @@ static float *fx_run(fx *f, const char *prefill, const char *decode, int64_t bud
             break;
         }
     /* io values outside the plan are refused before anything runs */
-    int32_t keep = f->kv[0];
-    f->kv[0] = keep + 1;
-    CHECK_REJECT(ak_plan_run(f->ctx, p, &io, ws, wsb), AK_ERR_INVALID_ARGUMENT, "seq_lens");
-    f->kv[0] = keep;
+    for (int32_t r = 0; r < f->n; r++) {
+        if (f->q[r] == 0) continue; /* empty requests have no rows to check */
+        int32_t keep = f->kv[r];
+        f->kv[r] = keep + 1;
+        CHECK_REJECT(ak_plan_run(f->ctx, p, &io, ws, wsb), AK_ERR_INVALID_ARGUMENT, "seq_lens");
+        f->kv[r] = keep;
+        break;
+    }
     free(ws);
     ak_plan_destroy(p);
     return out;
@@ -899,4 +903,23 @@ AK_TEST(plan_run_every_layout_and_preference) {
         fx_free(&f);
     }
     CHECK(ran > 9 && rejected > 0);
+}
+
+/* Empty batches and empty (padded) requests plan and run; they produce no rows and cost nothing. */
+AK_TEST(plan_run_empty_requests) {
+    ak_plan_desc d = desc_of(AK_ATTN_DSA);
+    d.h_q = 4, d.topk = 64, d.index_heads = 4;
+    ak_phase ph[3] = {AK_PHASE_DECODE, AK_PHASE_EXTEND, AK_PHASE_DECODE};
+    int32_t q[3] = {0, 0, 1}, kv[3] = {0, 100, 200};
+    fx f;
+    fx_init(&f, d, 3, ph, q, kv);
+    float *o = fx_run(&f, "auto", "auto", 0);
+    CHECK(o != NULL);
+    free(o);
+    fx_free(&f);
+    fx_init(&f, d, 0, ph, q, kv);
+    o = fx_run(&f, "auto", "auto", 0);
+    CHECK(o != NULL);
+    free(o);
+    fx_free(&f);
 }
