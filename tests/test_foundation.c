@@ -58,6 +58,11 @@ AK_TEST(cache_descriptor_checks) {
     c.page_stride = 37376; /* not a multiple of 576 */
     CHECK_REJECT(ak_cache_validate(&c), AK_ERR_INVALID_ARGUMENT, "page_stride");
     CHECK_REJECT(ak_cache_init(&c, AK_LAYOUT_MLA_BF16, NULL, 4, 64), AK_ERR_INVALID_ARGUMENT, "data");
+    CHECK_STATUS(ak_cache_init(&c, AK_LAYOUT_DSA_FP8_BLOCKSCALE, pool, 2, 64), AK_OK);
+    c.page_stride = 65 * 656; /* FlashMLA's padded (P + 1) * 656 stride: legal */
+    CHECK_STATUS(ak_cache_validate(&c), AK_OK);
+    c.page_stride = 64 * 656 + 8; /* misaligns the fp32 scales and bf16 rope of later pages */
+    CHECK_REJECT(ak_cache_validate(&c), AK_ERR_INVALID_ARGUMENT, "multiple of 16");
     CHECK_REJECT(ak_cache_init(&c, AK_LAYOUT_MLA_BF16, pool, 1 << 30, 1024), AK_ERR_INVALID_ARGUMENT, "capacity");
     CHECK_REJECT(ak_cache_init(&c, AK_LAYOUT_MLA_BF16, pool, -1, 64), AK_ERR_INVALID_ARGUMENT, "num_pages");
     static uint16_t k[2 * 16 * 8 * 128], v[2 * 16 * 8 * 128];

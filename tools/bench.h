@@ -59,9 +59,11 @@ int ak_bench_wants(const char *op, const char *name);
 
 /* Builders of the op families (each in tools/bench_<family>.c). */
 ak_status ak_bench_codec(ak_context *ctx, const ak_bench_opts *o, const char *op, ak_bench_list *out);
-ak_status ak_bench_mla(ak_context *ctx, const ak_bench_opts *o, const char *op, ak_bench_list *out);
-ak_status ak_bench_mha(ak_context *ctx, const ak_bench_opts *o, const char *op, ak_bench_list *out);
 ak_status ak_bench_pagetable(ak_context *ctx, const ak_bench_opts *o, const char *op,
                              ak_bench_list *out);
+ak_status ak_bench_mla(ak_context *ctx, const ak_bench_opts *o, const char *op, ak_bench_list *out);
+ak_status ak_bench_sparse_decode(ak_context *ctx, const ak_bench_opts *o, const char *op,
+                                 ak_bench_list *out);
+ak_status ak_bench_mha(ak_context *ctx, const ak_bench_opts *o, const char *op, ak_bench_list *out);
 
 #endif

@@ -22,6 +22,7 @@ typedef struct ak_check_result {
     char op[40];        /* e.g. "mla_decode" */
     char shape[200];    /* the case's printable parameters */
     int32_t passed;
+    int32_t skipped;    /* the test backend has no kernel for this case (AK_ERR_UNSUPPORTED) */
     double max_abs;     /* worst absolute error over the outputs compared */
     double max_rel;
     double nmse;

@@ -290,6 +290,7 @@ static void check_mha_op(ak_context *ref, ak_context *test, const ak_check_opts 
             snprintf(res.note, sizeof res.note, "reference: %s: %.150s", ak_status_name(st),
                      ak_last_error());
         } else if ((st = mha_run_on(test, &h, 0xfe, to, tl)) != AK_OK) {
+            res.skipped = st == AK_ERR_UNSUPPORTED; /* no kernel on the test backend */
             snprintf(res.note, sizeof res.note, "test: %s: %.150s", ak_status_name(st),
                      ak_last_error());
         } else {
@@ -412,6 +413,7 @@ static void check_merge_op(ak_context *ref, ak_context *test, const ak_check_opt
                 snprintf(res.note, sizeof res.note, "reference: %s: %.150s", ak_status_name(st),
                          ak_last_error());
             } else if ((st = merge_run_on(test, s, 0xfe, outs, lses, sink, to, tl)) != AK_OK) {
+                res.skipped = st == AK_ERR_UNSUPPORTED;
                 snprintf(res.note, sizeof res.note, "test: %s: %.150s", ak_status_name(st),
                          ak_last_error());
             } else {

@@ -83,7 +83,7 @@ int ak_cmd_bench(int argc, char **argv) {
     ak_context_set_ceilings(ctx, copy, gemm);
     ak_device_info info;
     ak_context_device_info(ctx, &info);
-    const char *gemm_kind = cuda ? "bf16 GEMM 8192^3 (cuBLAS)" : "f32 GEMM 512^3 (blocked C)";
+    const char *gemm_kind = cuda ? "bf16 GEMM 8192^3 (cuBLAS)" : "f32 GEMM 512^3 (8-lane vectors)";
     ak_json j;
     if (json) {
         ak_json_init(&j, stdout);
@@ -100,8 +100,8 @@ int ak_cmd_bench(int argc, char **argv) {
     } else {
         printf("attnkit %s bench on %s (%s)%s%s\n", ak_version_string(), info.name,
                cuda ? "cuda" : "cpu", extra[0] ? "; " : "", extra);
-        printf("ceilings measured in this run: copy %.1f GB/s (read + write), %s %.2f TFLOPS\n",
-               copy * 1e-9, gemm_kind, gemm * 1e-12);
+        printf("ceilings measured in this run: copy %.1f GB/s (read + write), %s %.2f %s\n",
+               copy * 1e-9, gemm_kind, cuda ? gemm * 1e-12 : gemm * 1e-9, cuda ? "TFLOPS" : "GFLOPS");
         printf("timing: %s; median of samples\n\n",
                cuda ? "CUDA events per call; decode ops (*) by graph replay of 20 calls"
                     : "wall clock per call");

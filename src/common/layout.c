@@ -169,6 +169,19 @@ static ak_status validate(const char *fn, const char *arg, const ak_cache *c) {
         return ak_fail(AK_ERR_INVALID_ARGUMENT,
                        "%s: %s.page_stride %lld is below the %s page size of %lld bytes", fn, arg,
                        (long long)c->page_stride, t->name, (long long)min_stride);
+    /* Kernels read records with 16-byte loads and decode fields in place, so an explicit stride
+       keeps every field aligned: MLA strides are multiples of 16 bytes, MHA strides of the
+       element size. */
+    if (!layout_is_mha(c->layout) && c->page_stride % 16 != 0 && t->soa == 0)
+        return ak_fail(AK_ERR_INVALID_ARGUMENT,
+                       "%s: %s.page_stride %lld is not a multiple of 16 bytes (required by %s)",
+                       fn, arg, (long long)c->page_stride, t->name);
+    if (layout_is_mha(c->layout) && (c->page_stride % ak_dtype_size(c->elem_dtype) != 0 ||
+                                     c->v_page_stride % ak_dtype_size(c->elem_dtype) != 0))
+        return ak_fail(AK_ERR_INVALID_ARGUMENT,
+                       "%s: %s: page_stride %lld / v_page_stride %lld are not multiples of the "
+                       "%s element size", fn, arg, (long long)c->page_stride,
+                       (long long)c->v_page_stride, ak_dtype_name(c->elem_dtype));
     if (t->page_align > 0 && c->page_stride % t->page_align != 0)
         return ak_fail(AK_ERR_INVALID_ARGUMENT,
                        "%s: %s.page_stride %lld is not a multiple of %d (required by %s)", fn, arg,

@@ -1,0 +1,508 @@
+/*
+ * gpu_test_sparse_decode.c -- CUDA sparse MLA decode (ak_mla_decode with indices) against the CPU
+ * backend on the same cache bytes: all four MLA layouts, h_q {1, 8, 16, 32, 64, 128}, s_q
+ * {1, 2, 4}, extra cache, ragged and zero lengths ([b] and [b, s_q] forms), every kind of invalid
+ * index, all-invalid rows, sinks including +-inf, NaN-poisoned unused slots and outputs, bitwise
+ * reruns and CUDA-graph replay with changed indices and lengths. Exit 77 without a GPU. Timing of
+ * the target shapes lives in `attnkit bench --op mla_decode_sparse`.
+ *
+ * Tolerances (semantics.md 14.2, FlashMLA's sparse decode test): both backends see the same
+ * dequantized keys (k_scale is a power of two, so MLA_FP8_PERTENSOR's fp32 dequantization is exact
+ * in bf16 too); the kernel rounds P to bf16 for the PV product and sums in another order, so out
+ * passes per element at abs 1e-3 or rel 2.01/128 (two bf16 ulps), cosine diff 5e-6, NMSE 5e-4;
+ * lse, a log of an fp32 sum, at abs 1e-6 or rel 8.01/65536 (eight fp32-sum ulps of lse's scale).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ak_test.h"
+#include "attnkit.h"
+
+#ifdef AK_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+static const ak_tol k_out_tol = {1e-3, 2.01 / 128, 5e-6, 5e-4};
+static const ak_tol k_lse_tol = {1e-6, 8.01 / 65536, -1.0, -1.0};
+
+static uint16_t sd_bf16(float x) { /* round to nearest even; inputs are finite */
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static float sd_bf16_f(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+/* A finite e4m3 byte of magnitude below 16 (exponent field <= 10), random sign. */
+static uint8_t sd_e4m3(ak_rng *r) { return (uint8_t)(ak_rng_range(r, 0, 0x58) | (ak_rng_range(r, 0, 2) << 7)); }
+
+static uint8_t sd_dummy; /* ak_cache_init wants a non-NULL pool before the real one exists */
+
+static const int32_t k_bad[8] = {INT32_MIN, -123456, -1, 0 /* = capacity */, 114514, 1919810,
+                                 2147480000, INT32_MAX};
+
+typedef struct sd_pool {
+    ak_layout layout;
+    int32_t num_pages, page_size;
+    int64_t stride, bytes;
+    uint8_t *host;   /* [num_pages, stride] bytes */
+    void *dev;
+    ak_cache c_cpu, c_gpu;
+    int32_t *used;   /* slots holding records (the rest stay NaN) */
+    int32_t n_used, n_unused;
+    int32_t *unused;
+} sd_pool;
+
+static int sd_rec_bytes(ak_layout l) {
+    return l == AK_LAYOUT_MLA_BF16 ? 1152 : l == AK_LAYOUT_DSA_FP8_BLOCKSCALE ? 656 : 576;
+}
+
+/* Writes random records into the used slots of a NaN-filled pool (0xff bytes: NaN in bf16, e4m3,
+   f32 and ue8m0 alike). */
+static void sd_pool_make(sd_pool *p, ak_rng *r, ak_layout layout, int32_t num_pages, int32_t page) {
+    memset(p, 0, sizeof *p);
+    p->layout = layout;
+    p->num_pages = num_pages;
+    p->page_size = page;
+    CHECK_STATUS(ak_cache_init(&p->c_cpu, layout, &sd_dummy, num_pages, page), AK_OK);
+    int64_t minb = 0;
+    CHECK_STATUS(ak_cache_page_bytes(&p->c_cpu, &minb), AK_OK);
+    /* A page stride above the minimum catches kernels that assume packed pages. */
+    p->stride = minb + (layout == AK_LAYOUT_DSV4_FP8_UE8M0 ? 576 : sd_rec_bytes(layout));
+    p->bytes = p->stride * num_pages;
+    p->host = malloc((size_t)p->bytes);
+    memset(p->host, 0xff, (size_t)p->bytes);
+    int32_t cap = num_pages * page;
+    p->used = malloc(sizeof(int32_t) * (size_t)cap);
+    p->unused = malloc(sizeof(int32_t) * (size_t)cap);
+    for (int32_t s = 0; s < cap; s++) {
+        if (s % 4 == 3) {
+            p->unused[p->n_unused++] = s;
+            continue;
+        }
+        p->used[p->n_used++] = s;
+        int32_t pg = s / page, t = s % page;
+        uint8_t *base = p->host + (int64_t)pg * p->stride;
+        if (layout == AK_LAYOUT_MLA_BF16) {
+            uint16_t *rec = (uint16_t *)(base + (int64_t)t * 1152);
+            for (int d = 0; d < 576; d++) rec[d] = sd_bf16((float)ak_rng_normal(r));
+        } else if (layout == AK_LAYOUT_MLA_FP8_PERTENSOR) {
+            uint8_t *rec = base + (int64_t)t * 576;
+            for (int d = 0; d < 576; d++) rec[d] = sd_e4m3(r);
+        } else if (layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE) {
+            uint8_t *rec = base + (int64_t)t * 656;
+            for (int d = 0; d < 512; d++) rec[d] = sd_e4m3(r);
+            for (int k = 0; k < 4; k++) { /* non-power-of-two scales exercise the bf16 rounding */
+                float sc = (float)(0.01 + 0.1 * ak_rng_uniform(r));
+                memcpy(rec + 512 + 4 * k, &sc, 4);
+            }
+            uint16_t *rope = (uint16_t *)(rec + 528);
+            for (int d = 0; d < 64; d++) rope[d] = sd_bf16((float)ak_rng_normal(r));
+        } else {
+            uint8_t *row = base + (int64_t)t * 576;
+            for (int d = 0; d < 448; d++) row[d] = sd_e4m3(r);
+            uint16_t *rope = (uint16_t *)(row + 448);
+            for (int d = 0; d < 64; d++) rope[d] = sd_bf16((float)ak_rng_normal(r));
+            uint8_t *sc = base + (int64_t)page * 576 + (int64_t)t * 8;
+            for (int k = 0; k < 7; k++) sc[k] = (uint8_t)ak_rng_range(r, 121, 126);
+            sc[7] = 0;
+        }
+    }
+    CHECK(cudaMalloc(&p->dev, (size_t)p->bytes) == cudaSuccess);
+    CHECK(cudaMemcpy(p->dev, p->host, (size_t)p->bytes, cudaMemcpyHostToDevice) == cudaSuccess);
+    p->c_cpu.data = p->host;
+    p->c_cpu.page_stride = p->stride;
+    p->c_cpu.k_scale = 0.5f;
+    p->c_gpu = p->c_cpu;
+    p->c_gpu.data = p->dev;
+    p->c_gpu.device.type = AK_DEVICE_CUDA;
+    p->c_gpu.device.id = 0;
+}
+
+static void sd_pool_free(sd_pool *p) {
+    free(p->host);
+    free(p->used);
+    free(p->unused);
+    cudaFree(p->dev);
+}
+
+/* Index rows: distinct used slots; with `bad`, about one in six replaced by an invalid value;
+   positions at or past the row's length hold unused (NaN) slots that must never be read. Row 0 of
+   request 0 is all invalid when `bad`. */
+static void sd_fill_indices(int32_t *idx, const int32_t *len, int len2d, const sd_pool *p, ak_rng *r,
+                            int64_t b, int64_t s_q, int64_t topk, int bad) {
+    int32_t cap = p->num_pages * p->page_size;
+    for (int64_t ri = 0; ri < b * s_q; ri++) {
+        int32_t n = len == NULL ? (int32_t)topk : len[len2d ? ri : ri / s_q];
+        int32_t *row = idx + ri * topk;
+        for (int64_t j = 0; j < topk; j++) {
+            if (j >= n) {
+                row[j] = p->unused[ak_rng_range(r, 0, p->n_unused)];
+                continue;
+            }
+            for (;;) { /* distinct within the row: a short rejection loop, pools are >= 4x topk */
+                int32_t v = p->used[ak_rng_range(r, 0, p->n_used)];
+                int dup = 0;
+                for (int64_t k = 0; k < j; k++) dup |= row[k] == v;
+                if (!dup) {
+                    row[j] = v;
+                    break;
+                }
+            }
+            if (bad && (ak_rng_range(r, 0, 6) == 0 || ri == 0)) {
+                int32_t v = k_bad[ak_rng_range(r, 0, 8)];
+                row[j] = v == 0 ? cap : v;
+            }
+        }
+    }
+}
+
+typedef struct sd_case {
+    ak_layout layout;
+    int64_t b, s_q, h_q, topk, etopk; /* etopk 0: no extra cache */
+    int len_mode;                     /* 0 none, 1 [b], 2 [b, s_q] */
+    int bad, sink, out_f32;
+} sd_case;
+
+static void sd_fill_lengths(int32_t *len, int64_t n, int64_t topk, ak_rng *r) {
+    for (int64_t k = 0; k < n; k++) {
+        int64_t v = ak_rng_range(r, 0, 5) == 0 ? 0 : ak_rng_range(r, 1, topk + 1);
+        if (k % 7 == 3) v = topk + 5;  /* above the width: clamped */
+        if (k % 11 == 5) v = -3;      /* negative: treated as 0 */
+        len[k] = (int32_t)v;
+    }
+}
+
+typedef struct sd_io {
+    uint16_t *q;           /* [b, s_q, h_q, d_qk] bf16 */
+    int32_t *idx, *eidx;   /* [b, s_q, topk], [b, s_q, etopk] int32 */
+    int32_t *len, *elen;   /* [b] or [b, s_q] int32 */
+    float *sink;           /* [h_q] f32 */
+    void *dq, *didx, *deidx, *dlen, *delen, *dsink;
+} sd_io;
+
+static void sd_fill_lists(sd_io *io, const sd_case *cs, const sd_pool *mp, const sd_pool *ep, ak_rng *r) {
+    int64_t nlen = cs->len_mode == 2 ? cs->b * cs->s_q : cs->b;
+    sd_fill_lengths(io->len, nlen, cs->topk, r);
+    sd_fill_lengths(io->elen, nlen, cs->etopk, r);
+    /* indices see the clamped lengths the kernel uses (negative -> 0, above width -> width) */
+    int32_t *cl = malloc(sizeof(int32_t) * (size_t)nlen), *ecl = malloc(sizeof(int32_t) * (size_t)nlen);
+    for (int64_t k = 0; k < nlen; k++) {
+        cl[k] = io->len[k] < 0 ? 0 : io->len[k] > cs->topk ? (int32_t)cs->topk : io->len[k];
+        ecl[k] = io->elen[k] < 0 ? 0 : io->elen[k] > cs->etopk ? (int32_t)cs->etopk : io->elen[k];
+    }
+    sd_fill_indices(io->idx, cs->len_mode ? cl : NULL, cs->len_mode == 2, mp, r, cs->b, cs->s_q,
+                    cs->topk, cs->bad);
+    if (cs->etopk > 0)
+        sd_fill_indices(io->eidx, cs->len_mode ? ecl : NULL, cs->len_mode == 2, ep, r, cs->b,
+                        cs->s_q, cs->etopk, cs->bad);
+    free(cl);
+    free(ecl);
+}
+
+static void sd_upload(void *d, const void *h, size_t n) {
+    CHECK(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice) == cudaSuccess);
+}
+
+/* Runs the CPU backend into f32 out/lse (the reference). */
+static void sd_cpu_ref(ak_context *cpu, ak_mla_decode_args a, float *out, float *lse,
+                       const int64_t *os, const int64_t *lss) {
+    ak_tensor to = ak_tensor_make(out, AK_DTYPE_F32, 4, os), tl = ak_tensor_make(lse, AK_DTYPE_F32, 3, lss);
+    a.out = &to;
+    a.lse = &tl;
+    size_t ws = 0;
+    CHECK_STATUS(ak_mla_decode_workspace_size(cpu, &a, &ws), AK_OK);
+    void *w = ws > 0 ? malloc(ws) : NULL;
+    CHECK_STATUS(ak_mla_decode(cpu, &a, w, ws), AK_OK);
+    free(w);
+}
+
+static void sd_compare(const char *what, const void *out, int f32, const float *lse, const float *out_ref,
+                       const float *lse_ref, int64_t nrow) {
+    float *g = malloc(sizeof(float) * (size_t)nrow * 512);
+    double *rd = malloc(sizeof(double) * (size_t)nrow * 512);
+    for (int64_t k = 0; k < nrow * 512; k++) {
+        g[k] = f32 ? ((const float *)out)[k] : sd_bf16_f(((const uint16_t *)out)[k]);
+        rd[k] = out_ref[k];
+    }
+    char w[240];
+    snprintf(w, sizeof w, "%s: out", what);
+    ak_compare(w, g, rd, nrow * 512, k_out_tol);
+    for (int64_t k = 0; k < nrow; k++) rd[k] = lse_ref[k];
+    snprintf(w, sizeof w, "%s: lse", what);
+    ak_compare(w, lse, rd, nrow, k_lse_tol);
+    free(g);
+    free(rd);
+}
+
+/* One case; graph = 1 also captures the GPU call in a CUDA graph and replays it with new indices
+   and lengths written into the captured buffers. */
+static void sd_run_case(ak_context *cpu, ak_context *gpu, const sd_case *cs, ak_rng *r, int graph) {
+    const int dqk = cs->layout == AK_LAYOUT_DSV4_FP8_UE8M0 ? 512 : 576;
+    const int64_t b = cs->b, s_q = cs->s_q, h_q = cs->h_q, topk = cs->topk, etopk = cs->etopk;
+    char what[200];
+    snprintf(what, sizeof what,
+             "layout %d b %lld s_q %lld h_q %lld topk %lld extra %lld len %d bad %d sink %d f32 %d%s",
+             (int)cs->layout, (long long)b, (long long)s_q, (long long)h_q, (long long)topk,
+             (long long)etopk, cs->len_mode, cs->bad, cs->sink, cs->out_f32, graph ? " graph" : "");
+    const ak_device dev = {AK_DEVICE_CUDA, 0};
+    sd_pool mp, ep;
+    memset(&ep, 0, sizeof ep);
+    sd_pool_make(&mp, r, cs->layout, (int32_t)((4 * topk + 63) / 64) + 1, 64);
+    if (etopk > 0) sd_pool_make(&ep, r, cs->layout, (int32_t)((4 * etopk + 15) / 16) + 1, 16);
+
+    const int64_t nq = b * s_q * h_q * dqk, nrow = b * s_q * h_q;
+    const int64_t nlen = cs->len_mode == 2 ? b * s_q : b;
+    const size_t ni = (size_t)(b * s_q * topk), nei = (size_t)(b * s_q * etopk);
+    sd_io io;
+    io.q = malloc(sizeof(uint16_t) * (size_t)nq);
+    io.idx = malloc(4 * ni + 4);
+    io.eidx = malloc(4 * nei + 4);
+    io.len = malloc(4 * (size_t)nlen);
+    io.elen = malloc(4 * (size_t)nlen);
+    io.sink = malloc(4 * (size_t)h_q);
+    for (int64_t k = 0; k < nq; k++) io.q[k] = sd_bf16((float)ak_rng_normal(r));
+    for (int64_t h = 0; h < h_q; h++)
+        io.sink[h] = h % 5 == 1 ? INFINITY : h % 5 == 2 ? -INFINITY : (float)ak_rng_normal(r);
+    sd_fill_lists(&io, cs, &mp, &ep, r);
+    CHECK(cudaMalloc(&io.dq, 2 * (size_t)nq) == cudaSuccess);
+    CHECK(cudaMalloc(&io.didx, 4 * ni + 4) == cudaSuccess);
+    CHECK(cudaMalloc(&io.deidx, 4 * nei + 4) == cudaSuccess);
+    CHECK(cudaMalloc(&io.dlen, 4 * (size_t)nlen) == cudaSuccess);
+    CHECK(cudaMalloc(&io.delen, 4 * (size_t)nlen) == cudaSuccess);
+    CHECK(cudaMalloc(&io.dsink, 4 * (size_t)h_q) == cudaSuccess);
+    sd_upload(io.dq, io.q, 2 * (size_t)nq);
+    sd_upload(io.didx, io.idx, 4 * ni);
+    sd_upload(io.deidx, io.eidx, 4 * nei);
+    sd_upload(io.dlen, io.len, 4 * (size_t)nlen);
+    sd_upload(io.delen, io.elen, 4 * (size_t)nlen);
+    sd_upload(io.dsink, io.sink, 4 * (size_t)h_q);
+
+    const size_t osz = cs->out_f32 ? 4 : 2;
+    void *dout = NULL, *dlse = NULL, *dws = NULL;
+    CHECK(cudaMalloc(&dout, (size_t)nrow * 512 * osz) == cudaSuccess);
+    CHECK(cudaMalloc(&dlse, (size_t)nrow * 4) == cudaSuccess);
+
+    int64_t qs[4] = {b, s_q, h_q, dqk}, is[3] = {b, s_q, topk}, es[3] = {b, s_q, etopk};
+    int64_t ls[2] = {b, s_q}, os[4] = {b, s_q, h_q, 512}, lss[3] = {b, s_q, h_q}, hs[1] = {h_q};
+    ak_tensor cq = ak_tensor_make(io.q, AK_DTYPE_BF16, 4, qs);
+    ak_tensor ci = ak_tensor_make(io.idx, AK_DTYPE_I32, 3, is);
+    ak_tensor cei = ak_tensor_make(io.eidx, AK_DTYPE_I32, 3, es);
+    ak_tensor cl = ak_tensor_make(io.len, AK_DTYPE_I32, cs->len_mode == 2 ? 2 : 1, ls);
+    ak_tensor cel = ak_tensor_make(io.elen, AK_DTYPE_I32, cs->len_mode == 2 ? 2 : 1, ls);
+    ak_tensor cs_ = ak_tensor_make(io.sink, AK_DTYPE_F32, 1, hs);
+    ak_tensor gq = ak_tensor_make_on(io.dq, dev, AK_DTYPE_BF16, 4, qs);
+    ak_tensor gi = ak_tensor_make_on(io.didx, dev, AK_DTYPE_I32, 3, is);
+    ak_tensor gei = ak_tensor_make_on(io.deidx, dev, AK_DTYPE_I32, 3, es);
+    ak_tensor gl = ak_tensor_make_on(io.dlen, dev, AK_DTYPE_I32, cs->len_mode == 2 ? 2 : 1, ls);
+    ak_tensor gel = ak_tensor_make_on(io.delen, dev, AK_DTYPE_I32, cs->len_mode == 2 ? 2 : 1, ls);
+    ak_tensor gs = ak_tensor_make_on(io.dsink, dev, AK_DTYPE_F32, 1, hs);
+    ak_tensor go = ak_tensor_make_on(dout, dev, cs->out_f32 ? AK_DTYPE_F32 : AK_DTYPE_BF16, 4, os);
+    ak_tensor glse = ak_tensor_make_on(dlse, dev, AK_DTYPE_F32, 3, lss);
+
+    ak_mla_decode_args ca, ga;
+    memset(&ca, 0, sizeof ca);
+    ca.q = &cq;
+    ca.cache = &mp.c_cpu;
+    ca.softmax_scale = (float)pow((double)dqk, -0.55); /* not d^-0.5: catches an ignored scale */
+    ca.indices = &ci;
+    ca.topk_length = cs->len_mode ? &cl : NULL;
+    if (etopk > 0) {
+        ca.extra_cache = &ep.c_cpu;
+        ca.extra_indices = &cei;
+        ca.extra_topk_length = cs->len_mode ? &cel : NULL;
+    }
+    ca.attn_sink = cs->sink ? &cs_ : NULL;
+    ga = ca;
+    ga.q = &gq;
+    ga.cache = &mp.c_gpu;
+    ga.indices = &gi;
+    ga.topk_length = cs->len_mode ? &gl : NULL;
+    if (etopk > 0) {
+        ga.extra_cache = &ep.c_gpu;
+        ga.extra_indices = &gei;
+        ga.extra_topk_length = cs->len_mode ? &gel : NULL;
+    }
+    ga.attn_sink = cs->sink ? &gs : NULL;
+    ga.out = &go;
+    ga.lse = &glse;
+
+    float *out_ref = malloc(sizeof(float) * (size_t)nrow * 512), *lse_ref = malloc(4 * (size_t)nrow);
+    void *hout = malloc((size_t)nrow * 512 * osz), *hout2 = malloc((size_t)nrow * 512 * osz);
+    float *hlse = malloc(4 * (size_t)nrow), *hlse2 = malloc(4 * (size_t)nrow);
+    sd_cpu_ref(cpu, ca, out_ref, lse_ref, os, lss);
+
+    size_t ws = 0;
+    CHECK_STATUS(ak_mla_decode_workspace_size(gpu, &ga, &ws), AK_OK);
+    if (ws > 0) CHECK(cudaMalloc(&dws, ws) == cudaSuccess);
+    for (int rep = 0; rep < 2; rep++) { /* the second run must match the first bit for bit */
+        CHECK(cudaMemset(dout, 0xff, (size_t)nrow * 512 * osz) == cudaSuccess); /* NaN poison */
+        CHECK(cudaMemset(dlse, 0xff, (size_t)nrow * 4) == cudaSuccess);
+        CHECK_STATUS(ak_mla_decode(gpu, &ga, dws, ws), AK_OK);
+        CHECK_STATUS(ak_context_synchronize(gpu), AK_OK);
+        CHECK(cudaMemcpy(rep ? hout2 : hout, dout, (size_t)nrow * 512 * osz, cudaMemcpyDeviceToHost) == cudaSuccess);
+        CHECK(cudaMemcpy(rep ? hlse2 : hlse, dlse, 4 * (size_t)nrow, cudaMemcpyDeviceToHost) == cudaSuccess);
+    }
+    sd_compare(what, hout, cs->out_f32, hlse, out_ref, lse_ref, nrow);
+    CHECK_MSG(memcmp(hout, hout2, (size_t)nrow * 512 * osz) == 0 && memcmp(hlse, hlse2, 4 * (size_t)nrow) == 0,
+              "%s: rerun is not bitwise identical", what);
+
+    if (graph) {
+        cudaStream_t st;
+        cudaGraph_t g;
+        cudaGraphExec_t ge;
+        CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) == cudaSuccess);
+        CHECK_STATUS(ak_context_set_stream(gpu, st), AK_OK);
+        CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+        CHECK_STATUS(ak_mla_decode(gpu, &ga, dws, ws), AK_OK);
+        CHECK(cudaStreamEndCapture(st, &g) == cudaSuccess);
+        CHECK(cudaGraphInstantiate(&ge, g, 0) == cudaSuccess);
+        for (int rep = 0; rep < 2; rep++) { /* new lists and lengths in the captured buffers */
+            sd_fill_lists(&io, cs, &mp, &ep, r);
+            sd_upload(io.didx, io.idx, 4 * ni);
+            sd_upload(io.deidx, io.eidx, 4 * nei);
+            sd_upload(io.dlen, io.len, 4 * (size_t)nlen);
+            sd_upload(io.delen, io.elen, 4 * (size_t)nlen);
+            CHECK(cudaMemset(dout, 0xff, (size_t)nrow * 512 * osz) == cudaSuccess);
+            CHECK(cudaMemset(dlse, 0xff, (size_t)nrow * 4) == cudaSuccess);
+            CHECK(cudaGraphLaunch(ge, st) == cudaSuccess);
+            CHECK(cudaStreamSynchronize(st) == cudaSuccess);
+            CHECK(cudaMemcpy(hout, dout, (size_t)nrow * 512 * osz, cudaMemcpyDeviceToHost) == cudaSuccess);
+            CHECK(cudaMemcpy(hlse, dlse, 4 * (size_t)nrow, cudaMemcpyDeviceToHost) == cudaSuccess);
+            sd_cpu_ref(cpu, ca, out_ref, lse_ref, os, lss);
+            sd_compare(what, hout, cs->out_f32, hlse, out_ref, lse_ref, nrow);
+        }
+        CHECK_STATUS(ak_context_set_stream(gpu, NULL), AK_OK);
+        cudaGraphExecDestroy(ge);
+        cudaGraphDestroy(g);
+        cudaStreamDestroy(st);
+    }
+
+    /* Row (0, 0) with bad indices is all invalid: out 0, lse +inf (the CPU reference says so
+       too, but check the rule itself). */
+    if (cs->bad && !graph) {
+        CHECK(isinf(hlse[0]) && hlse[0] > 0);
+    }
+    free(out_ref);
+    free(lse_ref);
+    free(hout);
+    free(hout2);
+    free(hlse);
+    free(hlse2);
+    free(io.q);
+    free(io.idx);
+    free(io.eidx);
+    free(io.len);
+    free(io.elen);
+    free(io.sink);
+    cudaFree(io.dq);
+    cudaFree(io.didx);
+    cudaFree(io.deidx);
+    cudaFree(io.dlen);
+    cudaFree(io.delen);
+    cudaFree(io.dsink);
+    cudaFree(dout);
+    cudaFree(dlse);
+    cudaFree(dws);
+    sd_pool_free(&mp);
+    if (etopk > 0) sd_pool_free(&ep);
+}
+
+static int sd_contexts(ak_context **cpu, ak_context **gpu) {
+    ak_context_options o;
+    memset(&o, 0, sizeof o);
+    o.backend = AK_BACKEND_CUDA;
+    ak_status s = ak_context_create(&o, gpu);
+    if (s != AK_OK) {
+        ak_test_skip("no CUDA device (%s)", ak_last_error());
+        return 0;
+    }
+    o.backend = AK_BACKEND_CPU;
+    CHECK_STATUS(ak_context_create(&o, cpu), AK_OK);
+    return 1;
+}
+
+static const ak_layout k_layouts[4] = {AK_LAYOUT_DSA_FP8_BLOCKSCALE, AK_LAYOUT_MLA_BF16,
+                                       AK_LAYOUT_MLA_FP8_PERTENSOR, AK_LAYOUT_DSV4_FP8_UE8M0};
+
+/* Every layout x h_q x s_q; the other knobs rotate so each layout meets each of them. */
+AK_TEST(sparse_decode_matrix) {
+    ak_context *cpu = NULL, *gpu = NULL;
+    if (!sd_contexts(&cpu, &gpu)) return;
+    ak_rng r;
+    ak_rng_init(&r, ak_test_seed());
+    static const int64_t heads[6] = {1, 8, 16, 32, 64, 128}, sqs[3] = {1, 2, 4};
+    static const int64_t topks[4] = {64, 128, 192, 320}, etopks[3] = {0, 64, 128};
+    int n = 0;
+    for (int li = 0; li < 4; li++)
+        for (int hi = 0; hi < 6; hi++)
+            for (int si = 0; si < 3; si++, n++) {
+                sd_case c;
+                memset(&c, 0, sizeof c);
+                c.layout = k_layouts[li];
+                c.h_q = heads[hi];
+                c.s_q = sqs[si];
+                c.b = heads[hi] * sqs[si] >= 256 ? 2 : 3;
+                c.topk = topks[n % 4];
+                c.etopk = c.layout == AK_LAYOUT_DSV4_FP8_UE8M0 ? 128 + etopks[n % 3] : etopks[(n / 2) % 3];
+                if (c.layout == AK_LAYOUT_DSV4_FP8_UE8M0) c.topk = 128; /* the SWA window */
+                c.len_mode = n % 3;
+                c.bad = (n % 2) == 0;
+                c.sink = (n % 4) < 2;
+                c.out_f32 = (n % 7) == 6;
+                sd_run_case(cpu, gpu, &c, &r, 0);
+            }
+    ak_context_destroy(cpu);
+    ak_context_destroy(gpu);
+}
+
+/* Long lists (many KV splits and tiles per split), and small head counts at a larger batch. */
+AK_TEST(sparse_decode_long) {
+    ak_context *cpu = NULL, *gpu = NULL;
+    if (!sd_contexts(&cpu, &gpu)) return;
+    ak_rng r;
+    ak_rng_init(&r, ak_test_seed() + 1);
+    sd_case c;
+    memset(&c, 0, sizeof c);
+    c.layout = AK_LAYOUT_DSA_FP8_BLOCKSCALE;
+    c.b = 2, c.s_q = 1, c.h_q = 16, c.topk = 2048, c.len_mode = 2, c.bad = 1, c.sink = 1;
+    sd_run_case(cpu, gpu, &c, &r, 0);
+    c.layout = AK_LAYOUT_MLA_BF16;
+    c.b = 40, c.h_q = 8, c.topk = 256, c.len_mode = 0, c.bad = 0, c.sink = 0;
+    sd_run_case(cpu, gpu, &c, &r, 0);
+    c.layout = AK_LAYOUT_DSV4_FP8_UE8M0;
+    c.b = 1, c.h_q = 64, c.topk = 128, c.etopk = 1024, c.len_mode = 1, c.bad = 1, c.sink = 1;
+    sd_run_case(cpu, gpu, &c, &r, 0);
+    ak_context_destroy(cpu);
+    ak_context_destroy(gpu);
+}
+
+/* Capture once, replay with new indices and lengths in the same buffers. */
+AK_TEST(sparse_decode_graph) {
+    ak_context *cpu = NULL, *gpu = NULL;
+    if (!sd_contexts(&cpu, &gpu)) return;
+    ak_rng r;
+    ak_rng_init(&r, ak_test_seed() + 2);
+    for (int li = 0; li < 4; li++) {
+        sd_case c;
+        memset(&c, 0, sizeof c);
+        c.layout = k_layouts[li];
+        c.b = 3, c.s_q = 2, c.h_q = li % 2 ? 128 : 16, c.topk = 256, c.len_mode = 1 + li % 2;
+        c.etopk = li >= 2 ? 128 : 0;
+        c.bad = 1, c.sink = 1;
+        sd_run_case(cpu, gpu, &c, &r, 1);
+    }
+    ak_context_destroy(cpu);
+    ak_context_destroy(gpu);
+}
+
+
+#else
+AK_TEST(sparse_decode_no_cuda) { ak_test_skip("built without CUDA"); }
+#endif
