@@ -56,11 +56,11 @@ static const kern k_kernels[K_COUNT] = {
                      0,
                      1},
     [K_MLA_SPARSE] = {{"mla_decode_sparse", "ak_mla_decode", "DSA, DSV4",
-                       "MLA_BF16, MLA_FP8_PERTENSOR, DSA_FP8_BLOCKSCALE, DSV4_FP8_UE8M0 (CUDA: "
-                       "DSA_FP8_BLOCKSCALE, DSV4_FP8_UE8M0)",
+                       "MLA_BF16, MLA_FP8_PERTENSOR, DSA_FP8_BLOCKSCALE, DSV4_FP8_UE8M0 (CPU "
+                       "and CUDA)",
                        1, 1, 1, 1, "h_kv 1, any h_q, any topk; extra cache; multi-token rows"},
                       L_MLA4,
-                      LBIT(AK_LAYOUT_DSA_FP8_BLOCKSCALE) | LBIT(AK_LAYOUT_DSV4_FP8_UE8M0),
+                      L_MLA4,
                       1},
     [K_SPARSE_PREFILL_PAGED] = {{"sparse_prefill_paged", "ak_sparse_prefill", "DSA, DSV4",
                                  "MLA_BF16, MLA_FP8_PERTENSOR, DSA_FP8_BLOCKSCALE, DSV4_FP8_UE8M0",
