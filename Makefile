@@ -13,9 +13,10 @@ $(BUILD)/CMakeCache.txt:
 build: $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
 
-# The main job (the layout registry and a codec benchmark until the planner's `attnkit run` lands).
+# The main job: one attention layer of DeepSeek V3.2 served for a few engine steps (plan, run,
+# check against a reference); `./build/attnkit run --help` for the other models and options.
 run: build
-	./$(BUILD)/attnkit layouts
+	./$(BUILD)/attnkit run
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)

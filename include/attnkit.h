@@ -575,6 +575,145 @@ AK_API ak_status ak_topk(ak_context *ctx, const ak_tensor *logits, const ak_tens
                          const ak_tensor *row_starts, int32_t k, int32_t deterministic,
                          const ak_transform *tf, ak_tensor *out);
 
+/* ---------------------------------------------------------------------------------------------- */
+/* Planner: one explicit dispatch object per batch                                                 */
+/* ---------------------------------------------------------------------------------------------- */
+
+/*
+ * ak_plan_create turns (attention kind, cache layouts, backend and device, preferences, and the
+ * batch's per-request phases and lengths) into an ordered list of steps, each naming the kernel it
+ * runs, the requests and query rows it covers, its index transform, its workspace bytes and why it
+ * was chosen (docs/planner.md lists the rules). Every rejection happens here, with AK_ERR_UNSUPPORTED
+ * and a message naming the option and the supported alternatives; ak_plan_run never rejects a
+ * request the plan accepted. A plan may be run for any number of steps whose batch has the same
+ * phases and query lengths; kv lengths are read from io->seq_lens at run time and may be anything
+ * from q_len up to the planned kv_len (which sized the workspace).
+ */
+typedef enum ak_attn_kind {
+    AK_ATTN_MLA = 0,  /* DeepSeek V2/V3 dense MLA (d_qk 576, d_v 512) */
+    AK_ATTN_DSA = 1,  /* DeepSeek V3.2: lightning indexer + top-k + sparse MLA */
+    AK_ATTN_DSV4 = 2, /* DeepSeek V4: SWA window + compressed cache (ratio 0, 4 or 128) */
+    AK_ATTN_MHA = 3   /* paged MHA/GQA */
+} ak_attn_kind;
+
+typedef enum ak_phase {
+    AK_PHASE_PREFILL = 0,       /* new request, no cached prefix (q_len == kv_len) */
+    AK_PHASE_EXTEND = 1,        /* new tokens over a cached prefix (q_len <= kv_len) */
+    AK_PHASE_DECODE = 2,        /* one new token (q_len 1) */
+    AK_PHASE_TARGET_VERIFY = 3, /* speculative verify: q_len = 1 + draft tokens */
+    AK_PHASE_DRAFT_EXTEND = 4,  /* draft model extend after a verify */
+    AK_PHASE_COUNT_ = 5
+} ak_phase;
+
+typedef struct ak_plan_desc {
+    ak_attn_kind kind;
+    int32_t h_q, h_kv;          /* h_kv 1 for MLA/DSA/V4 */
+    int32_t d_qk, d_v;          /* 576/512 (MLA, DSA), 512/512 (V4), MHA head dims */
+    int32_t topk;               /* DSA index top-k; V4 C4 top-k */
+    int32_t window;             /* V4 sliding window (128); MHA: window_left + 1, 0 = none */
+    int32_t compress_ratio;     /* V4 layer: 0 (SWA only), 4 (C4 + top-k) or 128 (C128 dense) */
+    int32_t index_heads;        /* DSA / V4 C4 indexer heads (<= 64), head dim 128 */
+    int32_t has_sink;           /* io->attn_sink will be given */
+    float softmax_scale;
+    ak_layout layout;           /* main cache layout (V4: the SWA cache) */
+    int32_t page_size;
+    ak_layout extra_layout;     /* V4 compressed cache (ratio 4 or 128); else AK_LAYOUT_INVALID */
+    int32_t extra_page_size;    /* V4: page_size / ratio entries per page */
+    const char *prefill_kernel; /* NULL or "auto", or a name from ak_plan_kernel_get */
+    const char *decode_kernel;  /* NULL or "auto", or a name; decode rows never read prefill_kernel */
+    int64_t workspace_budget;   /* bytes of plan buffers (logits, indices, gathers); 0 = 256 MiB */
+    ak_backend target;          /* AUTO: ctx's backend; CPU or CUDA: plan for that backend
+                                   (explain only when it differs from ctx's: ak_plan_run refuses) */
+    const ak_device_info *device; /* cost-model constants; NULL: ctx's ak_context_device_info */
+    int32_t num_requests;       /* >= 0 */
+    const ak_phase *phases;     /* [num_requests] host */
+    const int32_t *q_lens;      /* [num_requests] host, >= 0 */
+    const int32_t *kv_lens;     /* [num_requests] host, >= q_len, new tokens included */
+} ak_plan_desc;
+
+typedef enum ak_step_kind {
+    AK_STEP_CONVERT = 0,       /* ak_cache_convert of the pages the batch touches, once */
+    AK_STEP_GATHER = 1,        /* ak_cache_gather of kv positions into a bf16 workspace */
+    AK_STEP_INDEXER = 2,       /* ak_indexer_logits_paged */
+    AK_STEP_TOPK = 3,          /* ak_topk with the consumer's transform */
+    AK_STEP_INDEX_LIST = 4,    /* ak_dsv4_swa_indices, or dense position lists + ak_topk_transform */
+    AK_STEP_MLA_DENSE = 5,     /* ak_mla_decode, dense (block table, causal) */
+    AK_STEP_MLA_SPARSE = 6,    /* ak_mla_decode, sparse (indices, optional extra cache) */
+    AK_STEP_SPARSE_PREFILL = 7,/* ak_sparse_prefill, paged or flat */
+    AK_STEP_MHA = 8,           /* ak_mha */
+    AK_STEP_MERGE = 9          /* ak_merge_states */
+} ak_step_kind;
+
+typedef struct ak_plan_step {
+    ak_step_kind kind;
+    const char *kernel;          /* catalogue name, e.g. "sparse_prefill_paged" */
+    const char *op;              /* the public function it calls */
+    int32_t req_begin, req_end;  /* requests [begin, end) */
+    int64_t rows;                /* query rows covered */
+    int64_t chunk_rows;          /* rows per call (the budget's chunking); rows when unchunked */
+    ak_index_transform transform;/* of the indices this step produces or consumes */
+    ak_layout reads;             /* cache layout it reads (AK_LAYOUT_INVALID: none) */
+    int64_t workspace_bytes;     /* its part of the plan workspace (op scratch excluded) */
+    double est_seconds;          /* cost-model estimate */
+    const char *reason;          /* why this step, this kernel */
+} ak_plan_step;
+
+/* The kernel catalogue the planner chooses from. */
+typedef struct ak_plan_kernel {
+    const char *name;            /* "mla_decode_sparse" */
+    const char *op;              /* public function */
+    const char *kinds;           /* attention kinds it serves, text */
+    const char *layouts;         /* layouts it reads, text */
+    int32_t decode;              /* usable for decode, verify and draft-extend rows */
+    int32_t prefill;             /* usable for prefill and extend rows */
+    int32_t cpu, cuda;           /* exists on the backend */
+    const char *limits;          /* head counts, dims */
+} ak_plan_kernel;
+
+AK_API int32_t ak_plan_kernel_count(void);
+AK_API ak_status ak_plan_kernel_get(int32_t i, ak_plan_kernel *out);
+
+typedef struct ak_plan ak_plan;
+
+/* Plans on ctx's backend with its ak_device_info (cost-model constants included). */
+AK_API ak_status ak_plan_create(ak_context *ctx, const ak_plan_desc *desc, ak_plan **out);
+AK_API void ak_plan_destroy(ak_plan *plan); /* NULL is a no-op */
+/* The explained plan: inputs, the cost model's candidates and figures, the steps. Owned by plan. */
+AK_API const char *ak_plan_explain(const ak_plan *plan);
+AK_API int32_t ak_plan_step_count(const ak_plan *plan);
+AK_API ak_status ak_plan_step_get(const ak_plan *plan, int32_t i, ak_plan_step *out);
+
+/*
+ * Tensors and caches of one engine step. Query rows are ragged in request order: request b owns
+ * rows [cu_q[b], cu_q[b+1]) with cu_q the prefix sum of the plan's q_lens.
+ */
+typedef struct ak_plan_io {
+    const ak_tensor *q;             /* [T, h_q, d_qk] bf16 */
+    const ak_cache *cache;          /* main cache (V4: SWA), plan.layout */
+    const ak_cache *extra_cache;    /* V4 compressed cache (ratio 4, 128), sharing page ids */
+    const ak_cache *index_cache;    /* DSA / V4 C4 indexer cache (INDEXER_FP8), sharing page ids */
+    const ak_cache *convert_cache;  /* destination of a CONVERT step, same page ids; else NULL */
+    const ak_tensor *block_table;   /* [B, max_pages] int32 page ids of the main cache */
+    const ak_tensor *seq_lens;      /* [B] int32 kv lengths, new tokens included */
+    const ak_tensor *index_q;       /* [T, index_heads, 128] e4m3 (DSA, V4 ratio 4) */
+    const ak_tensor *index_weights; /* [T, index_heads] f32 */
+    const ak_tensor *attn_sink;     /* [h_q] f32 when plan.has_sink */
+    ak_tensor *out;                 /* [T, h_q, d_v] bf16 or f32 */
+    ak_tensor *lse;                 /* [T, h_q] f32, optional */
+} ak_plan_io;
+
+/* Workspace bytes for ak_plan_run: the plan's buffers plus the largest op scratch. */
+AK_API ak_status ak_plan_workspace_size(const ak_plan *plan, size_t *bytes);
+/* Runs the steps in order on ctx (the plan's backend). Allocates nothing: per-call metadata (row
+   lengths, cu_seqlens, slot lists) is rebuilt from io->seq_lens on every run at fixed workspace
+   offsets, the shape a CUDA graph capture of the decode path needs. The rebuild is a host loop on
+   the CPU; its device-side builder does not exist yet, so CUDA plans are rejected at plan time. */
+AK_API ak_status ak_plan_run(ak_context *ctx, const ak_plan *plan, const ak_plan_io *io,
+                             void *workspace, size_t workspace_bytes);
+
+AK_API const char *ak_phase_name(ak_phase p);  /* "decode"; "?" when unknown */
+AK_API ak_phase ak_phase_from_name(const char *name); /* AK_PHASE_COUNT_ when unknown */
+
 #ifdef __cplusplus
 }
 #endif

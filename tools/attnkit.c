@@ -15,6 +15,8 @@ static const command k_commands[] = {
     {"layouts", ak_cmd_layouts, "print the KV-cache layout registry [--json]"},
     {"bench", ak_cmd_bench, "time ops on a backend against ceilings measured in the same run"},
     {"check", ak_cmd_check, "compare a backend with the CPU backend op by op"},
+    {"plan", ak_cmd_plan, "plan and explain one batch: --model M --phase P --q-lens .. [--json]"},
+    {"run", ak_cmd_run, "the main job: serve one attention layer for N steps, plan, run, check"},
 };
 
 static void usage(FILE *f) {
