@@ -485,14 +485,14 @@ AK_TEST(write_gather_every_layout_vs_oracle) {
     const wcase cases[] = {
         {AK_LAYOUT_MLA_BF16, 16, 3, 0, 0, AK_QUANT_DEFAULT},
         {AK_LAYOUT_MLA_BF16, 5, 4, 1152, 1, AK_QUANT_DEFAULT},
-        {AK_LAYOUT_MLA_BF16, 4, 3, 3, 0, AK_QUANT_DEFAULT}, /* odd stride: unaligned fields */
+        {AK_LAYOUT_MLA_BF16, 4, 3, 16, 0, AK_QUANT_DEFAULT}, /* padded stride, smallest legal step */
         {AK_LAYOUT_MLA_FP8_PERTENSOR, 16, 3, 0, 0, AK_QUANT_DEFAULT},
         {AK_LAYOUT_MLA_FP8_PERTENSOR, 7, 3, 0, 1, AK_QUANT_DEFAULT},
         {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 64, 2, 0, 0, AK_QUANT_DEFAULT},
         {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 3, 9, 656, 1, AK_QUANT_POW2},
         {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 16, 3, 0, 0, AK_QUANT_FP32},
         {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 16, 3, 0, 1, AK_QUANT_FP32},
-        {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 3, 5, 1, 0, AK_QUANT_DEFAULT}, /* odd stride */
+        {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 3, 5, 48, 0, AK_QUANT_DEFAULT}, /* padded stride */
         {AK_LAYOUT_DSV4_FP8_UE8M0, 64, 2, 0, 0, AK_QUANT_DEFAULT},
         {AK_LAYOUT_DSV4_FP8_UE8M0, 2, 9, 576, 1, AK_QUANT_POW2},
         {AK_LAYOUT_DSV4_FP8_UE8M0, 16, 3, 0, 0, AK_QUANT_POW2_AMAX_FLOOR},
@@ -589,7 +589,7 @@ AK_TEST(convert_mla_matrix_vs_oracle) {
         pool s = pool_make(pairs[k].s, 4, 8, 0);
         if (pairs[k].s == F) s.c.k_scale = 0.25f; /* a power of two: C1 is lossless */
         fill_pool(ctx, &r, &s);
-        pool d = pool_make(pairs[k].d, 3, 16, 101); /* re-page 8 -> 16, odd padded stride */
+        pool d = pool_make(pairs[k].d, 3, 16, 112); /* re-page 8 -> 16, padded stride */
         if (pairs[k].d == F) d.c.k_scale = 2.0f;
         if (pairs[k].s == F && pairs[k].d == F) d.c.k_scale = s.c.k_scale;
         CHECK_STATUS(ak_cache_convert(ctx, &s.c, &d.c, NULL, pairs[k].rule), AK_OK);
@@ -627,8 +627,8 @@ AK_TEST(convert_mla_matrix_vs_oracle) {
             d.c.num_pages = 3;
         }
         int64_t pay = pairs[k].d == B ? 16 * 1152 : pairs[k].d == F ? 16 * 576 : 16 * 656;
-        CHECK(all_bytes(d.mem + pay, 101, 0) && all_bytes(d.mem + (pay + 101) + pay, 101, 0));
-        CHECK(all_bytes(d.mem + 2 * (pay + 101), pay + 101, 0xff)); /* page 2: no source slots */
+        CHECK(all_bytes(d.mem + pay, 112, 0) && all_bytes(d.mem + (pay + 112) + pay, 112, 0));
+        CHECK(all_bytes(d.mem + 2 * (pay + 112), pay + 112, 0xff)); /* page 2: no source slots */
         free(src_rows);
         pool_free(&s);
         pool_free(&d);

@@ -65,6 +65,5 @@ ak_status ak_bench_pagetable(ak_context *ctx, const ak_bench_opts *o, const char
 ak_status ak_bench_mla(ak_context *ctx, const ak_bench_opts *o, const char *op, ak_bench_list *out);
 ak_status ak_bench_sparse_decode(ak_context *ctx, const ak_bench_opts *o, const char *op,
                                  ak_bench_list *out);
-ak_status ak_bench_mha(ak_context *ctx, const ak_bench_opts *o, const char *op, ak_bench_list *out);
 
 #endif

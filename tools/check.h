@@ -60,6 +60,5 @@ ak_status ak_check_pagetable(ak_context *ref, ak_context *test, const ak_check_o
 ak_status ak_check_indexer(ak_context *ref, ak_context *test, const ak_check_opts *o,
                            ak_check_report *rep);
 ak_status ak_check_mla(ak_context *ref, ak_context *test, const ak_check_opts *o, ak_check_report *rep);
-ak_status ak_check_mha(ak_context *ref, ak_context *test, const ak_check_opts *o, ak_check_report *rep);
 
 #endif
