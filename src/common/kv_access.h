@@ -71,6 +71,47 @@ AK_HD void ak_kv_decode_mla(const ak_cache *c, int64_t stride, int32_t slot, flo
     }
 }
 
+/* ak_kv_decode_mla with e4m3 values read from lut[256] (lut[b] = ak_e4m3_to_f32(b)): the same
+   arithmetic, in loops without per-byte conversions, for the CPU codec and attention. */
+AK_HD void ak_kv_decode_mla_lut(const ak_cache *c, int64_t stride, int32_t slot, const float *lut,
+                                float *out) {
+    int32_t t;
+    const uint8_t *page = ak_kv_page_of(c, stride, slot, &t);
+    switch (c->layout) {
+    case AK_LAYOUT_DSA_FP8_BLOCKSCALE: {
+        const ak_rec_dsa656 *r = (const ak_rec_dsa656 *)(page + (int64_t)t * 656);
+        for (int i = 0; i < 4; i++) {
+            float sc = r->scale[i];
+            for (int d = 128 * i; d < 128 * i + 128; d++)
+                out[d] = ak_bf16_round_f32(lut[r->nope[d]] * sc);
+        }
+        for (int d = 0; d < 64; d++) out[512 + d] = ak_bf16_to_f32(r->rope[d]);
+        break;
+    }
+    case AK_LAYOUT_DSV4_FP8_UE8M0: {
+        const ak_rec_dsv4_data *r =
+            (const ak_rec_dsv4_data *)(page + (int64_t)t * AK_DSV4_DATA_BYTES);
+        const ak_rec_dsv4_scale *e =
+            (const ak_rec_dsv4_scale *)(page + (int64_t)c->page_size * AK_DSV4_DATA_BYTES +
+                                        (int64_t)t * AK_DSV4_SCALE_BYTES);
+        for (int j = 0; j < 7; j++) {
+            float sc = ak_ue8m0_to_f32(e->e[j]);
+            for (int d = 64 * j; d < 64 * j + 64; d++) out[d] = lut[r->nope[d]] * sc;
+        }
+        for (int d = 0; d < 64; d++) out[448 + d] = ak_bf16_to_f32(r->rope[d]);
+        break;
+    }
+    case AK_LAYOUT_MLA_FP8_PERTENSOR: {
+        const ak_rec_mla_fp8pt *r = (const ak_rec_mla_fp8pt *)(page + (int64_t)t * 576);
+        float sc = ak_kv_k_scale(c);
+        for (int d = 0; d < 512; d++) out[d] = lut[r->nope[d]] * sc;
+        for (int d = 0; d < 64; d++) out[512 + d] = lut[r->rope[d]] * sc;
+        break;
+    }
+    default: ak_kv_decode_mla(c, stride, slot, out); break;
+    }
+}
+
 /* INDEXER_FP8 token `slot`: its 128 e4m3 bytes and its fp32 scale. */
 AK_HD const uint8_t *ak_kv_indexer_fp8(const ak_cache *c, int64_t stride, int32_t slot,
                                        float *scale) {

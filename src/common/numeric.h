@@ -51,6 +51,15 @@ AK_HD uint16_t ak_f32_to_bf16(float x) {
     return (uint16_t)(u >> 16);
 }
 
+/* ak_bf16_to_f32(ak_f32_to_bf16(x)) without a branch (NaN stays a quiet NaN), so decode loops
+   vectorize. */
+AK_HD float ak_bf16_round_f32(float x) {
+    uint32_t u = ak_f32_bits(x);
+    uint32_t nan = (u & 0x7fffffffu) > 0x7f800000u;
+    uint32_t r = nan ? (u | 0x00400000u) : u + 0x7fffu + ((u >> 16) & 1u);
+    return ak_f32_from_bits(r & 0xffff0000u);
+}
+
 /* ---- f16 --------------------------------------------------------------------------------- */
 
 AK_HD float ak_f16_to_f32(uint16_t h) {

@@ -248,59 +248,11 @@ static inline float *ak_attn_next_key(ak_attn_scratch *s, int32_t g, int32_t d_q
     return s->keys + (size_t)(s->n++) * d_qk;
 }
 
-/* bf16 rounding of ak_f32_to_bf16 without a branch, so the decode loops vectorize. */
-static inline uint32_t ak_attn_bf16_round_bits(uint32_t u) {
-    uint32_t nan = (u & 0x7fffffffu) > 0x7f800000u;
-    uint32_t r = nan ? (u | 0x00400000u) : u + 0x7fffu + ((u >> 16) & 1u);
-    return r & 0xffff0000u;
-}
-
-/* Decodes token `slot` into out[d_qk] exactly as ak_kv_decode_mla (layouts.md 4), with the e4m3
-   table of the work item in place of per-byte conversions. The caller applied rule I1. */
+/* Decodes token `slot` into out[d_qk] with the work item's e4m3 table (kv_access.h).
+   The caller applied rule I1. */
 static inline void ak_attn_decode_key(const ak_attn_scratch *s, const ak_cache *c, int64_t stride,
                                       int32_t slot, float *out) {
-    const float *lut = s->e4m3;
-    int32_t t;
-    const uint8_t *page = ak_kv_page_of(c, stride, slot, &t);
-    switch (c->layout) {
-    case AK_LAYOUT_DSA_FP8_BLOCKSCALE: {
-        const ak_rec_dsa656 *r = (const ak_rec_dsa656 *)(page + (int64_t)t * 656);
-        for (int i = 0; i < 4; i++) {
-            float sc = r->scale[i];
-            for (int d = 128 * i; d < 128 * i + 128; d++)
-                out[d] =
-                    ak_f32_from_bits(ak_attn_bf16_round_bits(ak_f32_bits(lut[r->nope[d]] * sc)));
-        }
-        for (int d = 0; d < 64; d++)
-            out[512 + d] = ak_bf16_to_f32(r->rope[d]);
-        break;
-    }
-    case AK_LAYOUT_DSV4_FP8_UE8M0: {
-        const ak_rec_dsv4_data *r =
-            (const ak_rec_dsv4_data *)(page + (int64_t)t * AK_DSV4_DATA_BYTES);
-        const ak_rec_dsv4_scale *e =
-            (const ak_rec_dsv4_scale *)(page + (int64_t)c->page_size * AK_DSV4_DATA_BYTES +
-                                        (int64_t)t * AK_DSV4_SCALE_BYTES);
-        for (int j = 0; j < 7; j++) {
-            float sc = ak_ue8m0_to_f32(e->e[j]);
-            for (int d = 64 * j; d < 64 * j + 64; d++)
-                out[d] = lut[r->nope[d]] * sc;
-        }
-        for (int d = 0; d < 64; d++)
-            out[448 + d] = ak_bf16_to_f32(r->rope[d]);
-        break;
-    }
-    case AK_LAYOUT_MLA_FP8_PERTENSOR: {
-        const ak_rec_mla_fp8pt *r = (const ak_rec_mla_fp8pt *)(page + (int64_t)t * 576);
-        float sc = ak_kv_k_scale(c);
-        for (int d = 0; d < 512; d++)
-            out[d] = lut[r->nope[d]] * sc;
-        for (int d = 0; d < 64; d++)
-            out[512 + d] = lut[r->rope[d]] * sc;
-        break;
-    }
-    default: ak_kv_decode_mla(c, stride, slot, out); break;
-    }
+    ak_kv_decode_mla_lut(c, stride, slot, s->e4m3, out);
 }
 
 /* Decodes a bf16 key row [d_qk]. */

@@ -288,54 +288,6 @@ static int64_t payload_bytes(const ak_cache *c) {
 
 static int is_mha(ak_layout l) { return l == AK_LAYOUT_MHA_NHD || l == AK_LAYOUT_MHA_HND; }
 
-/* ak_bf16_to_f32(ak_f32_to_bf16(v)) without branches (RNE; NaN stays NaN), for vector loops. */
-static inline float bf16_round(float v) {
-    int32_t u = (int32_t)ak_f32_bits(v);
-    int32_t nan = -(int32_t)((u & 0x7fffffff) > 0x7f800000);
-    int32_t r = (int32_t)(((uint32_t)u + 0x7fffu + (((uint32_t)u >> 16) & 1u)) & 0xffff0000u);
-    int32_t q = (u & (int32_t)0xffff0000u) | 0x00400000;
-    return ak_f32_from_bits((uint32_t)((nan & q) | (~nan & r)));
-}
-
-/* Dequantizes one token of an MLA layout into x[d_qk] f32 with the arithmetic of
-   ak_kv_decode_mla (kv_access.h, layouts.md 4), reading e4m3 values from a 256-entry table. */
-static void dec_mla(const ak_cache *c, int64_t stride, int32_t slot, const float *lut, float *x) {
-    uint8_t *p[2];
-    int32_t len[2];
-    token_pieces(c, stride, slot, p, len);
-    switch (c->layout) {
-    case AK_LAYOUT_MLA_BF16: {
-        bf16_load(p[0], 576, x);
-        break;
-    }
-    case AK_LAYOUT_MLA_FP8_PERTENSOR: {
-        float s = ak_kv_k_scale(c);
-        for (int d = 0; d < 576; d++) x[d] = lut[p[0][d]] * s;
-        break;
-    }
-    case AK_LAYOUT_DSA_FP8_BLOCKSCALE: {
-        float sc[4];
-        memcpy(sc, p[0] + offsetof(ak_rec_dsa656, scale), 16);
-        for (int d = 0; d < 512; d++) x[d] = lut[p[0][d]]; /* table loads, then a vector loop */
-        for (int i = 0; i < 4; i++)
-            for (int d = 128 * i; d < 128 * i + 128; d++) x[d] = bf16_round(x[d] * sc[i]);
-        bf16_load(p[0] + offsetof(ak_rec_dsa656, rope), 64, x + 512);
-        break;
-    }
-    case AK_LAYOUT_DSV4_FP8_UE8M0: {
-        const ak_rec_dsv4_data *r = (const ak_rec_dsv4_data *)p[0];
-        for (int j = 0; j < 7; j++) {
-            float s = ak_ue8m0_to_f32(p[1][j]);
-            for (int d = 64 * j; d < 64 * j + 64; d++) x[d] = lut[r->nope[d]] * s;
-        }
-        bf16_load((const uint8_t *)r->rope, 64, x + 448);
-        break;
-    }
-    default:
-        break;
-    }
-}
-
 static void e4m3_table(float *lut) {
     for (int b = 0; b < 256; b++) lut[b] = ak_e4m3_to_f32((uint8_t)b);
 }
@@ -563,7 +515,7 @@ static void gather_rows(void *arg, int64_t item, int32_t thread) {
                        ak_ue8m0_to_f32(p[1][d >> 5]);
             }
         } else {
-            dec_mla(c, j->stride, slot, j->lut, x);
+            ak_kv_decode_mla_lut(c, j->stride, slot, j->lut, x);
         }
         store_f32(o->data, o->dtype, off, w, x);
     }
@@ -736,7 +688,7 @@ static void conv_token(const conv_job *j, int32_t slot) {
         return;
     }
     float x[576];
-    dec_mla(s, j->s_stride, slot, j->lut, x);
+    ak_kv_decode_mla_lut(s, j->s_stride, slot, j->lut, x);
     switch (d->layout) {
     case AK_LAYOUT_MLA_BF16: enc_mla_bf16(dp[0], x); break;
     case AK_LAYOUT_MLA_FP8_PERTENSOR: enc_mla_fp8pt(dp[0], x, ak_kv_k_scale(d)); break;
