@@ -1,0 +1,105 @@
+/* sparse_decode.cuh -- what the sparse MLA decode kernels share: the parameter block, the KV
+   split rule, the plan, per-layout record geometry and the dequantization helpers. The main
+   kernels and ak_sd_combine all read and write the same partial-row format:
+   oacc [splits, rows, 512] f32 normalized rows, lacc [splits, rows] lse in log2 units. */
+#ifndef AK_SPARSE_DECODE_CUH
+#define AK_SPARSE_DECODE_CUH
+
+#include "cuda/cuda_backend.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <stdint.h>
+
+#define AK_SD_KEYS 64 /* keys per tile */
+#define AK_SD_DV 512
+
+struct ak_sd_list {
+    const uint8_t *pool;   /* the cache pool */
+    int64_t page_stride;   /* bytes */
+    int32_t page_size;
+    uint32_t capacity;     /* num_pages * page_size (rule I1 bound) */
+    const float *k_scale_ptr;
+    float k_scale;
+    const int32_t *idx;    /* [b, s_q, topk] int32 */
+    int64_t idx_s0, idx_s1;
+    int32_t topk;
+    const int32_t *len;    /* [b] or [b, s_q] int32, or NULL (= topk) */
+    int64_t len_s0, len_s1; /* len_s1 = 0 for the [b] form */
+    int32_t tiles;         /* ceil(topk / 64) */
+};
+
+struct ak_sd_params {
+    const uint16_t *q; /* [b, s_q, h_q, d_qk] bf16 */
+    int64_t q_s0, q_s1, q_s2;
+    int32_t q_vec;      /* q rows 16-byte aligned: vector loads */
+    int32_t b, s_q, h_q, htiles, splits;
+    ak_sd_list list[2]; /* main, extra */
+    float scale_log2;   /* softmax_scale * log2(e) */
+    const float *sink;  /* [h_q] f32 or NULL */
+    void *out;          /* [b, s_q, h_q, 512] bf16 or f32 */
+    int32_t out_f32;
+    int64_t o_s0, o_s1, o_s2;
+    float *lse;         /* [b, s_q, h_q] f32 or NULL */
+    int64_t l_s0, l_s1, l_s2;
+    float *oacc;        /* [splits, b * s_q * h_q, 512] f32 workspace */
+    float *lacc;        /* [splits, b * s_q * h_q] f32 workspace, log2 units, -inf = empty */
+};
+
+/* Record geometry per layout: d_qk, 16-byte source chunks per token. */
+template <int LAYOUT> struct ak_sd_geo;
+template <> struct ak_sd_geo<AK_LAYOUT_MLA_BF16> { enum { DQK = 576, CPT = 72, REC = 1152 }; };
+template <> struct ak_sd_geo<AK_LAYOUT_MLA_FP8_PERTENSOR> { enum { DQK = 576, CPT = 36, REC = 576 }; };
+template <> struct ak_sd_geo<AK_LAYOUT_DSA_FP8_BLOCKSCALE> { enum { DQK = 576, CPT = 40, REC = 656 }; };
+template <> struct ak_sd_geo<AK_LAYOUT_DSV4_FP8_UE8M0> { enum { DQK = 512, CPT = 36, REC = 576 }; };
+
+__device__ __forceinline__ uint32_t ak_sd_pack_bf16(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+/* 16 e4m3 bytes -> 16 bf16 of bf16_rn(float(q) * s), as two uint4. e4m3 -> half is exact. */
+__device__ __forceinline__ void ak_sd_dequant16(uint4 raw, float s, uint4 &lo, uint4 &hi) {
+    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+    uint32_t o[8];
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(
+                (__nv_fp8x2_storage_t)((w[k] >> (16 * h)) & 0xffffu), __NV_E4M3);
+            float2 f = __half22float2(*reinterpret_cast<__half2 *>(&hr));
+            o[2 * k + h] = ak_sd_pack_bf16(f.x * s, f.y * s);
+        }
+    }
+    lo = make_uint4(o[0], o[1], o[2], o[3]);
+    hi = make_uint4(o[4], o[5], o[6], o[7]);
+}
+
+__device__ __forceinline__ float ak_sd_ue8m0(uint32_t e) {
+    if (e == 0xffu) return __int_as_float(0x7fc00000);
+    if (e == 0) return __int_as_float(0x00400000);
+    return __int_as_float((int)(e << 23));
+}
+
+/* Row length of list `l` for (r, i): clamped to [0, topk]. */
+__device__ __forceinline__ int32_t ak_sd_len(const ak_sd_list &l, int64_t r, int64_t i) {
+    if (l.len == NULL) return l.topk;
+    int32_t n = l.len[r * l.len_s0 + i * l.len_s1];
+    return n < 0 ? 0 : (n > l.topk ? l.topk : n);
+}
+
+/* Tiles [t0, t1) of the concatenated main + extra tile list that split `s` of `splits` owns. */
+__device__ __forceinline__ void ak_sd_split_range(int s, int n_tiles, int splits, int &t0, int &t1) {
+    t0 = (int)((int64_t)s * n_tiles / splits);
+    t1 = (int)((int64_t)(s + 1) * n_tiles / splits);
+}
+
+struct ak_sd_plan {
+    int mw, htiles, splits, n_tiles;
+    int64_t rows;
+    size_t smem, ws_bytes;
+};
+
+#endif /* AK_SPARSE_DECODE_CUH */
