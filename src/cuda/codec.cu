@@ -4,15 +4,18 @@
  * bit-exact ones of numeric.h (e4m3 through PTX cvt.rn.satfinite, identical for every non-NaN fp32),
  * divisions are IEEE round-to-nearest (__fdiv_rn), scales follow layouts.md section 3.
  *
- * Thread mapping. MLA layouts: one warp per token, lane l owns dims [16 l, 16 l + 16) of the NoPE
- * part (a 128-dim 656 tile is 8 lanes, a 64-dim V4 tile 4 lanes, reduced with shuffles); the 64 RoPE
- * dims are 4 more 16-dim chunks (lanes 28..31 for V4, a second round of lanes 0..3 otherwise).
- * Indexer layouts: 8 lanes per token. MHA: one thread per 8 elements of one (token, head) row.
+ * Thread mapping. MLA layouts: a block stages the source bytes of up to 32 tokens in shared memory
+ * (cp.async, double buffered, the next stage in flight while this one is computed); then one warp
+ * per token, lane l owns dims [16 l, 16 l + 16) of the NoPE part (a 128-dim 656 tile is 8 lanes, a
+ * 64-dim V4 tile 4 lanes, reduced with shuffles); the 64 RoPE dims are 4 more 16-dim chunks (lanes
+ * 28..31 for V4, a second round of lanes 0..3 otherwise). Indexer layouts: 8 lanes per token, 4
+ * tokens per lane in flight. MHA: one thread per 8 elements of one (token, head) row.
  * Invalid slots (rule I1) are skipped by writers and give zero rows in gathers. No allocation and no
  * host synchronisation: every function is capturable in a CUDA graph.
  */
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_common.cuh"
+#include "cuda/ptx.cuh"
 
 #include "common/kv_access.h"
 #include "common/kv_records.h"
@@ -238,15 +241,37 @@ static int ak_grid_for(const ak_context *ctx, int64_t items, int per_block) {
     return blocks < 1 ? 1 : (int)blocks;
 }
 
-/* ---- MLA records: where each 16-dim chunk lives ---------------------------------------------- */
+/* ---- MLA layouts: tokens staged through shared memory ---------------------------------------- */
+
+/* Why staged: a token is 576..2304 source bytes and its scale tiles need shuffles across 8 lanes,
+   so a register-resident warp keeps only one token (about 1 KB) in flight and the codec stalls near
+   half of the copy bandwidth. Here a block copies the source bytes of tb tokens into shared memory
+   with cp.async (16-byte pieces, no registers held, all issued before any is waited on), double
+   buffered, so the next stage's bytes are in flight while the warps quantize or dequantize the
+   current one from shared memory. */
+
+__device__ __forceinline__ void ak_cp_async16(void *smem, const void *gmem) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(ak_smem_addr(smem)), "l"(gmem));
+}
+__device__ __forceinline__ void ak_cp_async8(void *smem, const void *gmem) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(ak_smem_addr(smem)), "l"(gmem));
+}
+__device__ __forceinline__ void ak_cp_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
+/* Waits until at most one committed group (the newest) is still in flight. */
+__device__ __forceinline__ void ak_cp_async_wait1(void) { asm volatile("cp.async.wait_group 1;\n" ::); }
 
 struct ak_mla_geo {
     ak_cache c;      /* descriptor by value (scale pointer is a device pointer) */
     int64_t stride;  /* page stride, bytes */
     uint32_t cap;    /* capacity in tokens */
     int32_t nope_chunks; /* 32 (512 dims) or 28 (V4, 448 dims) */
+    int32_t rec_bytes;   /* 1152, 576, 656 or 576 (V4 data row) */
     bool vec;        /* pool base and page stride 16-byte aligned */
 };
+
+static int32_t ak_mla_rec_bytes(ak_layout l) {
+    return l == AK_LAYOUT_MLA_BF16 ? 1152 : l == AK_LAYOUT_DSA_FP8_BLOCKSCALE ? 656 : 576;
+}
 
 static ak_mla_geo ak_mla_geo_of(const ak_cache *c) {
     ak_mla_geo g;
@@ -254,44 +279,45 @@ static ak_mla_geo ak_mla_geo_of(const ak_cache *c) {
     g.stride = ak_cache_stride(c);
     g.cap = (uint32_t)ak_cache_capacity(c);
     g.nope_chunks = c->layout == AK_LAYOUT_DSV4_FP8_UE8M0 ? 28 : 32;
+    g.rec_bytes = ak_mla_rec_bytes(c->layout);
     g.vec = ak_vec_ok(c->data, g.stride);
     return g;
 }
 
-/* Byte address of token `slot`'s record (AoS) or data row (V4) and its in-page offset. */
-__device__ __forceinline__ uint8_t *ak_mla_rec(const ak_mla_geo &g, uint32_t slot, int32_t *t) {
-    uint32_t page = slot / (uint32_t)g.c.page_size;
-    *t = (int32_t)(slot - page * (uint32_t)g.c.page_size);
+/* Byte address of token `slot`'s record (AoS) or data row (V4); *srow: the V4 scale row. */
+__device__ __forceinline__ uint8_t *ak_mla_rec(const ak_mla_geo &g, uint32_t slot, uint8_t **srow) {
+    const uint32_t page = slot / (uint32_t)g.c.page_size;
+    const uint32_t t = slot - page * (uint32_t)g.c.page_size;
     uint8_t *base = (uint8_t *)g.c.data + (int64_t)page * g.stride;
-    int32_t bpt = g.c.layout == AK_LAYOUT_MLA_BF16 ? 1152
-                  : g.c.layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE ? 656 : 576;
-    return base + (int64_t)(*t) * bpt;
+    *srow = base + (int64_t)g.c.page_size * AK_DSV4_DATA_BYTES + (int64_t)t * AK_DSV4_SCALE_BYTES;
+    return base + (int64_t)t * g.rec_bytes;
 }
 
-/* Decodes chunk ch (dims [16 ch, 16 ch + 16) of the d_qk vector) of a token into v. */
-__device__ __forceinline__ void ak_mla_decode_chunk(const ak_mla_geo &g, const uint8_t *rec,
-                                                    int32_t t, int ch, float v[16]) {
+/* Decodes chunk ch (dims [16 ch, 16 ch + 16) of the d_qk vector) of a staged record (16-byte
+   aligned shared memory; a V4 record's scale row follows its 576-byte data row). */
+__device__ __forceinline__ void ak_mla_decode_chunk(const ak_mla_geo &g, const uint8_t *rec, int ch,
+                                                    float v[16]) {
     const bool rope = ch >= g.nope_chunks;
     const int rc = ch - g.nope_chunks;
     uint8_t b[16];
     switch (g.c.layout) {
     case AK_LAYOUT_MLA_BF16: {
-        ak_ld_bf16x16(v, rope ? rec + 1024 + rc * 32 : rec + ch * 32, g.vec);
+        ak_ld_bf16x16(v, rope ? rec + 1024 + rc * 32 : rec + ch * 32, true);
         break;
     }
     case AK_LAYOUT_MLA_FP8_PERTENSOR: {
         float s = ak_kv_k_scale(&g.c);
-        ak_ld16(b, rope ? rec + 512 + rc * 16 : rec + ch * 16, g.vec);
+        ak_ld16(b, rope ? rec + 512 + rc * 16 : rec + ch * 16, true);
         ak_dev_dec_e4m3x16(b, v);
         for (int i = 0; i < 16; i++) v[i] = __fmul_rn(v[i], s);
         break;
     }
     case AK_LAYOUT_DSA_FP8_BLOCKSCALE: {
         if (rope) {
-            ak_ld_bf16x16(v, rec + 528 + rc * 32, g.vec);
+            ak_ld_bf16x16(v, rec + 528 + rc * 32, true);
         } else {
-            float s = ak_ld_f32(rec + 512 + 4 * (ch >> 3), g.vec);
-            ak_ld16(b, rec + ch * 16, g.vec);
+            float s = ak_ld_f32(rec + 512 + 4 * (ch >> 3), true);
+            ak_ld16(b, rec + ch * 16, true);
             ak_dev_dec_e4m3x16(b, v);
             for (int i = 0; i < 16; i++) v[i] = __fmul_rn(v[i], s);
             uint16_t h[16];
@@ -302,12 +328,10 @@ __device__ __forceinline__ void ak_mla_decode_chunk(const ak_mla_geo &g, const u
     }
     default: { /* DSV4_FP8_UE8M0 */
         if (rope) {
-            ak_ld_bf16x16(v, rec + 448 + rc * 32, g.vec);
+            ak_ld_bf16x16(v, rec + 448 + rc * 32, true);
         } else {
-            const uint8_t *page = rec - (int64_t)t * AK_DSV4_DATA_BYTES;
-            uint8_t e = page[(int64_t)g.c.page_size * AK_DSV4_DATA_BYTES + (int64_t)t * 8 + (ch >> 2)];
-            float s = ak_ue8m0_to_f32(e);
-            ak_ld16(b, rec + ch * 16, g.vec);
+            float s = ak_ue8m0_to_f32(rec[AK_DSV4_DATA_BYTES + (ch >> 2)]);
+            ak_ld16(b, rec + ch * 16, true);
             ak_dev_dec_e4m3x16(b, v);
             for (int i = 0; i < 16; i++) v[i] = __fmul_rn(v[i], s);
         }
@@ -316,50 +340,116 @@ __device__ __forceinline__ void ak_mla_decode_chunk(const ak_mla_geo &g, const u
     }
 }
 
-/* Where the 16 dims of a chunk come from: input rows (write) or another cache (convert). */
-struct ak_mla_src {
-    ak_rows nope, rope;  /* write */
-    ak_mla_geo cache;    /* convert */
-    bool from_cache;
-    const int32_t *slots; /* write: [n] int32; convert: NULL */
+enum { AK_MLA_WRITE = 0, AK_MLA_CONVERT = 1, AK_MLA_GATHER = 2 };
+
+/* One staged MLA codec call. Token i of [0, n) is input row i (write), source visit i (convert:
+   the whole pool or the listed pages) or output row i (gather). */
+struct ak_mla_job {
+    int32_t mode;
+    ak_mla_geo dst;           /* write / convert destination */
+    ak_mla_geo src;           /* convert / gather source */
+    ak_rows nope, rope;       /* write input rows */
+    int64_t nope_rsb, rope_rsb; /* write: row strides, bytes */
+    int32_t nope_bytes;       /* write: staged bytes of the nope row (the rope row follows) */
+    ak_rows_out out;          /* gather output rows */
+    const int32_t *slots;     /* write / gather: [n] int32 */
     int64_t slot_stride;
-    const int32_t *pages; /* convert: source pages [n] (NULL = whole pool) */
-    int64_t page_stride_el;
-    int64_t n;           /* tokens (write) or source slots to visit (convert) */
+    const int32_t *pages;     /* convert: source pages (NULL = whole pool) */
+    int64_t page_stride;
+    int64_t n;
+    int32_t pieces;           /* 16-byte pieces per token (a V4 source adds one 8-byte piece) */
+    int32_t tstride;          /* staged bytes per token (multiple of 16) */
+    int32_t tb;               /* tokens per stage */
+    int32_t rule;
+    bool vec;                 /* every staged piece 16-byte aligned: cp.async, else bytes */
 };
 
-/* Same-layout convert of one token: the record bytes (and the V4 scale row) copied unchanged. */
-__device__ void ak_mla_copy_token(const ak_mla_geo &dst, const ak_mla_geo &src,
-                                  const uint8_t *src_rec, int32_t src_t, uint32_t slot, int lane) {
-    int32_t t;
-    uint8_t *rec = ak_mla_rec(dst, slot, &t);
-    const int layout = dst.c.layout;
-    const int bytes = layout == AK_LAYOUT_MLA_BF16 ? 1152
-                      : layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE ? 656 : 576;
-    const bool vec = dst.vec && src.vec;
-    for (int pc = lane; pc < bytes / 16; pc += 32) {
-        uint8_t b[16];
-        ak_ld16(b, src_rec + pc * 16, vec);
-        ak_st16(rec + pc * 16, b, vec);
+/* Source slot of visit index i for convert: the whole pool, or the listed pages (rule I1 on the
+   page id). Returns false when the page is invalid. */
+__device__ __forceinline__ bool ak_convert_slot(const int32_t *pages, int64_t pstride,
+                                                int32_t src_ps, uint32_t src_pages, int64_t i,
+                                                uint32_t *slot) {
+    if (pages == NULL) {
+        *slot = (uint32_t)i;
+        return true;
     }
-    if (layout == AK_LAYOUT_DSV4_FP8_UE8M0 && lane < 8) {
-        const uint8_t *sp = src_rec - (int64_t)src_t * AK_DSV4_DATA_BYTES +
-                            (int64_t)src.c.page_size * AK_DSV4_DATA_BYTES + (int64_t)src_t * 8;
-        uint8_t *dp = rec - (int64_t)t * AK_DSV4_DATA_BYTES +
-                      (int64_t)dst.c.page_size * AK_DSV4_DATA_BYTES + (int64_t)t * 8;
-        dp[lane] = sp[lane];
+    int64_t k = i / src_ps;
+    int32_t p = pages[k * pstride];
+    if ((uint32_t)p >= src_pages) return false;
+    *slot = (uint32_t)p * (uint32_t)src_ps + (uint32_t)(i - k * src_ps);
+    return true;
+}
+
+/* Token i's slots: *dslot (write / convert destination), *sslot (convert / gather source).
+   Returns whether the token is processed at all (rule I1; gathers always write their row). */
+__device__ __forceinline__ bool ak_mla_token(const ak_mla_job &j, int64_t i, uint32_t *dslot,
+                                             uint32_t *sslot) {
+    if (j.mode == AK_MLA_CONVERT) {
+        if (!ak_convert_slot(j.pages, j.page_stride, j.src.c.page_size,
+                             (uint32_t)j.src.c.num_pages, i, sslot))
+            return false;
+        *dslot = *sslot;
+        return *dslot < j.dst.cap;
+    }
+    const uint32_t s = (uint32_t)j.slots[i * j.slot_stride];
+    *dslot = *sslot = s;
+    return j.mode == AK_MLA_GATHER || s < j.dst.cap;
+}
+
+/* Issues the copies of tokens [t0, t0 + tb) into buf; pieces are spread over the whole block. */
+__device__ void ak_mla_stage(const ak_mla_job &j, int64_t t0, uint8_t *buf) {
+    for (int32_t it = threadIdx.x; it < j.tb * j.pieces; it += blockDim.x) {
+        const int32_t k = it / j.pieces, p = it - k * j.pieces;
+        const int64_t i = t0 + k;
+        uint32_t ds, ss;
+        if (i >= j.n || !ak_mla_token(j, i, &ds, &ss)) continue;
+        const uint8_t *g;
+        int bytes = 16;
+        if (j.mode == AK_MLA_WRITE) {
+            const int64_t off = (int64_t)p * 16;
+            g = off < j.nope_bytes
+                    ? (const uint8_t *)j.nope.data + i * j.nope_rsb + off
+                    : (const uint8_t *)j.rope.data + i * j.rope_rsb + (off - j.nope_bytes);
+        } else {
+            if (ss >= j.src.cap) continue; /* gather of an invalid slot: a zero row, nothing read */
+            uint8_t *srow;
+            const uint8_t *rec = ak_mla_rec(j.src, ss, &srow);
+            if (p * 16 < j.src.rec_bytes) {
+                g = rec + p * 16;
+            } else {
+                g = srow; /* V4 scale row */
+                bytes = 8;
+            }
+        }
+        uint8_t *s = buf + (int64_t)k * j.tstride + p * 16;
+        if (j.vec) {
+            if (bytes == 16) ak_cp_async16(s, g);
+            else ak_cp_async8(s, g);
+        } else {
+            for (int b = 0; b < bytes; b++) s[b] = g[b];
+        }
     }
 }
 
-/* Quantizes and stores one token. All 32 lanes of the warp call it together (shuffles). */
-__device__ void ak_mla_encode_token(const ak_mla_geo &dst, const ak_mla_src &src, int64_t row,
-                                    const uint8_t *src_rec, int32_t src_t, uint32_t slot, int rule,
-                                    int lane) {
-    int32_t t;
-    uint8_t *rec = ak_mla_rec(dst, slot, &t);
+/* Writes one staged token into the destination record. All 32 lanes of the warp call it
+   together (tile amax shuffles). s: the staged token. */
+__device__ void ak_mla_encode_token(const ak_mla_job &j, const uint8_t *s, uint32_t slot, int lane) {
+    const ak_mla_geo &dst = j.dst;
+    uint8_t *srow;
+    uint8_t *rec = ak_mla_rec(dst, slot, &srow);
     const int layout = dst.c.layout;
+    const bool from_cache = j.mode == AK_MLA_CONVERT;
+    if (from_cache && j.src.c.layout == layout) { /* same layout: the record bytes unchanged */
+        for (int pc = lane; pc < dst.rec_bytes / 16; pc += 32) {
+            uint8_t b[16];
+            ak_ld16(b, s + pc * 16, true);
+            ak_st16(rec + pc * 16, b, dst.vec);
+        }
+        if (layout == AK_LAYOUT_DSV4_FP8_UE8M0 && lane < 8) srow[lane] = s[AK_DSV4_DATA_BYTES + lane];
+        return;
+    }
     /* 576 per-tensor -> 656 keeps the NoPE e4m3 bytes and writes k_scale as every tile scale */
-    const bool pt_to_656 = src.from_cache && src.cache.c.layout == AK_LAYOUT_MLA_FP8_PERTENSOR &&
+    const bool pt_to_656 = from_cache && j.src.c.layout == AK_LAYOUT_MLA_FP8_PERTENSOR &&
                            layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE;
     const int nchunks = dst.nope_chunks + 4;
     for (int round = 0; round < 2; round++) {
@@ -372,16 +462,14 @@ __device__ void ak_mla_encode_token(const ak_mla_geo &dst, const ak_mla_src &src
         if (!live) {
             for (int i = 0; i < 16; i++) v[i] = 0.0f;
         } else if (pt_to_656 && !rope) {
-            ak_ld16(q, src_rec + ch * 16, src.cache.vec);
+            ak_ld16(q, s + ch * 16, true);
             for (int i = 0; i < 16; i++) v[i] = 0.0f;
-        } else if (src.from_cache) {
-            ak_mla_decode_chunk(src.cache, src_rec, src_t, ch, v);
+        } else if (from_cache) {
+            ak_mla_decode_chunk(j.src, s, ch, v);
         } else if (rope) {
-            ak_load_vals(v, 16, src.rope.data, row * src.rope.rs + (ch - dst.nope_chunks) * 16,
-                         src.rope.dtype, src.rope.vec);
+            ak_load_vals(v, 16, s + j.nope_bytes, (ch - dst.nope_chunks) * 16, j.rope.dtype, true);
         } else {
-            ak_load_vals(v, 16, src.nope.data, row * src.nope.rs + ch * 16, src.nope.dtype,
-                         src.nope.vec);
+            ak_load_vals(v, 16, s, ch * 16, j.nope.dtype, true);
         }
         /* tile amax: 656 tiles are 8 lanes, V4 tiles 4 lanes (lanes 28..31 hold RoPE, their own
            group of 4, whose result is never used as a scale) */
@@ -400,8 +488,8 @@ __device__ void ak_mla_encode_token(const ak_mla_geo &dst, const ak_mla_src &src
             break;
         }
         case AK_LAYOUT_MLA_FP8_PERTENSOR: {
-            float s = ak_kv_k_scale(&dst.c);
-            for (int i = 0; i < 16; i++) v[i] = __fdiv_rn(v[i], s);
+            float sc = ak_kv_k_scale(&dst.c);
+            for (int i = 0; i < 16; i++) v[i] = __fdiv_rn(v[i], sc);
             ak_dev_e4m3x16(v, q);
             ak_st16(rec + (rope ? 512 + (ch - 32) * 16 : ch * 16), q, dst.vec);
             break;
@@ -414,26 +502,26 @@ __device__ void ak_mla_encode_token(const ak_mla_geo &dst, const ak_mla_src &src
                 ak_st16(rec + 528 + (ch - 32) * 32 + 16, (const uint8_t *)(h + 8), dst.vec);
                 break;
             }
-            float s;
+            float sc;
             if (pt_to_656) {
-                s = ak_kv_k_scale(&src.cache.c);
+                sc = ak_kv_k_scale(&j.src.c);
             } else {
-                if (rule == AK_QUANT_FP32) {
-                    s = __fdiv_rn(amax, 448.0f);
-                    if (!(s >= 1e-4f)) s = 1e-4f;
-                    for (int i = 0; i < 16; i++) v[i] = __fdiv_rn(v[i], s);
+                if (j.rule == AK_QUANT_FP32) {
+                    sc = __fdiv_rn(amax, 448.0f);
+                    if (!(sc >= 1e-4f)) sc = 1e-4f;
+                    for (int i = 0; i < 16; i++) v[i] = __fdiv_rn(v[i], sc);
                 } else {
                     /* AMAX_FLOOR is a 584-only rule. x / 2^k == x * 2^-k exactly (one rounding
                        of the same real number), so the power-of-two path multiplies. */
                     int32_t k = ak_scale_pow2_exp(amax);
-                    s = ak_pow2_f32(k);
+                    sc = ak_pow2_f32(k);
                     const float rs = ak_pow2_f32(-k);
                     for (int i = 0; i < 16; i++) v[i] = __fmul_rn(v[i], rs);
                 }
                 ak_dev_e4m3x16(v, q);
             }
             ak_st16(rec + ch * 16, q, dst.vec);
-            if ((ch & 7) == 0) ak_st_f32(rec + 512 + 4 * (ch >> 3), s, dst.vec);
+            if ((ch & 7) == 0) ak_st_f32(rec + 512 + 4 * (ch >> 3), sc, dst.vec);
             break;
         }
         default: { /* DSV4_FP8_UE8M0 */
@@ -444,15 +532,13 @@ __device__ void ak_mla_encode_token(const ak_mla_geo &dst, const ak_mla_src &src
                 ak_st16(rec + 448 + (ch - 28) * 32 + 16, (const uint8_t *)(h + 8), dst.vec);
                 break;
             }
-            int32_t e = 127 + ak_dev_pow2_exp(amax, rule);
+            int32_t e = 127 + ak_dev_pow2_exp(amax, j.rule);
             e = e < 1 ? 1 : e > 254 ? 254 : e;
             /* 1 / 2^(e-127) is exact (2^-127 is an fp32 subnormal): multiply, as above */
             const float rs = __fdiv_rn(1.0f, ak_ue8m0_to_f32((uint8_t)e));
             for (int i = 0; i < 16; i++) v[i] = __fmul_rn(v[i], rs);
             ak_dev_e4m3x16(v, q);
             ak_st16(rec + ch * 16, q, dst.vec);
-            uint8_t *srow = rec - (int64_t)t * AK_DSV4_DATA_BYTES +
-                            (int64_t)dst.c.page_size * AK_DSV4_DATA_BYTES + (int64_t)t * 8;
             if ((ch & 3) == 0) srow[ch >> 2] = (uint8_t)e;
             if (ch == 0) srow[7] = 0;
             break;
@@ -461,67 +547,74 @@ __device__ void ak_mla_encode_token(const ak_mla_geo &dst, const ak_mla_src &src
     }
 }
 
-/* Source slot of visit index i for convert: the whole pool, or the listed pages (rule I1 on the
-   page id). Returns false when the page is invalid. */
-__device__ __forceinline__ bool ak_convert_slot(const int32_t *pages, int64_t pstride,
-                                                int32_t src_ps, uint32_t src_pages, int64_t i,
-                                                uint32_t *slot) {
-    if (pages == NULL) {
-        *slot = (uint32_t)i;
-        return true;
-    }
-    int64_t k = i / src_ps;
-    int32_t p = pages[k * pstride];
-    if ((uint32_t)p >= src_pages) return false;
-    *slot = (uint32_t)p * (uint32_t)src_ps + (uint32_t)(i - k * src_ps);
-    return true;
-}
-
-__global__ void ak_mla_write_kernel(ak_mla_geo dst, ak_mla_src src, int rule) {
-    const int lane = threadIdx.x & 31;
-    const int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    const int64_t nwarps = ((int64_t)gridDim.x * blockDim.x) >> 5;
-    for (int64_t i = warp; i < src.n; i += nwarps) { /* warp-uniform: one token per warp */
-        uint32_t slot;
-        const uint8_t *src_rec = NULL;
-        int32_t src_t = 0;
-        if (src.from_cache) {
-            if (!ak_convert_slot(src.pages, src.page_stride_el, src.cache.c.page_size,
-                                 (uint32_t)src.cache.c.num_pages, i, &slot))
+/* Grid-stride over stages of tb tokens; two shared buffers of tb * tstride bytes each. */
+__global__ void __launch_bounds__(256) ak_mla_codec_kernel(ak_mla_job j) {
+    extern __shared__ __align__(16) uint8_t ak_stage_mem[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarp = blockDim.x >> 5;
+    const int64_t step = (int64_t)gridDim.x * j.tb;
+    const int64_t buf_bytes = (int64_t)j.tb * j.tstride;
+    int64_t t0 = (int64_t)blockIdx.x * j.tb;
+    int b = 0;
+    if (t0 < j.n) ak_mla_stage(j, t0, ak_stage_mem);
+    ak_cp_async_commit();
+    for (; t0 < j.n; t0 += step, b ^= 1) {
+        if (t0 + step < j.n) ak_mla_stage(j, t0 + step, ak_stage_mem + (b ^ 1) * buf_bytes);
+        ak_cp_async_commit();
+        ak_cp_async_wait1();
+        __syncthreads();
+        const uint8_t *buf = ak_stage_mem + b * buf_bytes;
+        for (int k = warp; k < j.tb; k += nwarp) { /* warp-uniform: one token per warp */
+            const int64_t i = t0 + k;
+            uint32_t ds, ss;
+            if (i >= j.n || !ak_mla_token(j, i, &ds, &ss)) continue;
+            const uint8_t *s = buf + (int64_t)k * j.tstride;
+            if (j.mode != AK_MLA_GATHER) {
+                ak_mla_encode_token(j, s, ds, lane);
                 continue;
-            src_rec = ak_mla_rec(src.cache, slot, &src_t);
-        } else {
-            slot = (uint32_t)src.slots[i * src.slot_stride];
+            }
+            const bool ok = ss < j.src.cap;
+            for (int ch = lane; ch < j.src.nope_chunks + 4; ch += 32) {
+                float v[16];
+                if (ok) ak_mla_decode_chunk(j.src, s, ch, v);
+                else
+                    for (int q = 0; q < 16; q++) v[q] = 0.0f;
+                ak_store_vals(j.out.data, i * j.out.rs + ch * 16, v, 16, j.out.dtype, j.out.vec);
+            }
         }
-        if (slot >= dst.cap) continue; /* rule I1: -1 and out-of-range slots are skipped */
-        if (src.from_cache && src.cache.c.layout == dst.c.layout)
-            ak_mla_copy_token(dst, src.cache, src_rec, src_t, slot, lane);
-        else
-            ak_mla_encode_token(dst, src, i, src_rec, src_t, slot, rule, lane);
+        __syncthreads(); /* buffer b is refilled by the next iteration's stage */
     }
 }
 
-__global__ void ak_mla_gather_kernel(ak_mla_geo g, const int32_t *slots, int64_t slot_stride,
-                                     int64_t n, ak_rows_out out) {
-    const int lane = threadIdx.x & 31;
-    const int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    const int64_t nwarps = ((int64_t)gridDim.x * blockDim.x) >> 5;
-    const int nchunks = g.nope_chunks + 4;
-    for (int64_t i = warp; i < n; i += nwarps) {
-        uint32_t slot = (uint32_t)slots[i * slot_stride];
-        const bool ok = slot < g.cap;
-        int32_t t = 0;
-        const uint8_t *rec = ok ? ak_mla_rec(g, slot, &t) : NULL;
-        for (int ch = lane; ch < nchunks; ch += 32) {
-            float v[16];
-            if (ok) ak_mla_decode_chunk(g, rec, t, ch, v);
-            else for (int k = 0; k < 16; k++) v[k] = 0.0f;
-            ak_store_vals(out.data, i * out.rs + ch * 16, v, 16, out.dtype, out.vec);
-        }
-    }
+/* Staged bytes of one source token of a cache layout (a V4 data row and its scale row). */
+static int32_t ak_mla_staged_bytes(ak_layout l) {
+    return ak_mla_rec_bytes(l) + (l == AK_LAYOUT_DSV4_FP8_UE8M0 ? AK_DSV4_SCALE_BYTES : 0);
+}
+
+/* Sizes the stages (about 24 KB each, at most 32 tokens) and launches one persistent grid. */
+static ak_status ak_mla_launch(ak_context *ctx, ak_mla_job *j, int32_t token_bytes) {
+    if (j->n == 0) return AK_OK;
+    j->pieces = (token_bytes + 15) / 16;
+    j->tstride = j->pieces * 16;
+    int32_t tb = 24576 / j->tstride;
+    j->tb = tb < 1 ? 1 : tb > 32 ? 32 : tb;
+    const size_t smem = 2 * (size_t)j->tb * (size_t)j->tstride;
+    /* up to 4 blocks of 48 KB per SM: ask for the largest shared-memory carveout */
+    AK_CUDA_TRY(cudaFuncSetAttribute(ak_mla_codec_kernel,
+                                     cudaFuncAttributePreferredSharedMemoryCarveout,
+                                     cudaSharedmemCarveoutMaxShared));
+    int64_t groups = (j->n + j->tb - 1) / j->tb;
+    int64_t cap = (int64_t)(ctx->info.sm_count > 0 ? ctx->info.sm_count : 132) * 4;
+    int grid = (int)(groups < cap ? groups : cap);
+    ak_mla_codec_kernel<<<grid, 256, smem, ak_stream(ctx)>>>(*j);
+    AK_CUDA_CHECK_LAUNCH("ak_mla_codec_kernel");
+    return AK_OK;
 }
 
 /* ---- indexer layouts: 8 lanes per token, 16 dims per lane ------------------------------------- */
+
+/* A warp covers 4 tokens per round and AK_IDX_U rounds per step: every round's loads are issued
+   before the first is used, so each lane keeps AK_IDX_U loads in flight instead of one. */
+#define AK_IDX_U 4
 
 struct ak_idx_geo {
     uint8_t *data;
@@ -543,47 +636,63 @@ static ak_idx_geo ak_idx_geo_of(const ak_cache *c) {
 
 __global__ void ak_idx_write_kernel(ak_idx_geo g, ak_rows in, const int32_t *slots,
                                     int64_t slot_stride, int64_t n, int rule) {
-    const int sub = threadIdx.x & 7; /* chunk of 16 dims */
-    const int64_t grp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 3;
-    const int64_t ngrp = ((int64_t)gridDim.x * blockDim.x) >> 3;
-    /* whole warps iterate together (shuffles): loop bound rounded to the warp's 4 groups */
-    const int64_t base0 = grp & ~(int64_t)3;
-    for (int64_t b = base0; b < n; b += ngrp) {
-        const int64_t i = b + (grp & 3);
-        uint32_t slot = i < n ? (uint32_t)slots[i * slot_stride] : 0xffffffffu;
-        const bool ok = slot < g.cap;
-        float v[16];
-        if (ok) ak_load_vals(v, 16, in.data, i * in.rs + sub * 16, in.dtype, in.vec);
-        else for (int k = 0; k < 16; k++) v[k] = 0.0f;
-        float amax = 0.0f;
-        for (int k = 0; k < 16; k++) amax = fmaxf(amax, fabsf(v[k]));
-        uint32_t page = ok ? slot / 64u : 0, t = ok ? slot % 64u : 0;
-        uint8_t *pg = g.data + (int64_t)page * g.stride;
-        if (!g.fp4) {
-            amax = ak_group_max(amax, 8);
-            if (!ok) continue;
-            float a = amax >= 1e-4f ? amax : 1e-4f;
-            float s = __fdiv_rn(a, 448.0f);
-            if (rule == AK_QUANT_POW2) s = ak_pow2_f32(ak_ceil_log2_f32(s));
-            uint8_t q[16];
-            for (int k = 0; k < 16; k++) q[k] = ak_dev_e4m3(__fdiv_rn(v[k], s));
-            ak_st16(pg + t * 128 + sub * 16, q, g.vec);
-            if (sub == 0) ((float *)(pg + 8192))[t] = s;
-        } else {
-            amax = ak_group_max(amax, 2); /* 32-value scale group = 2 lanes */
-            if (!ok) continue;
-            float r = __fdiv_rn(amax, 6.0f);
-            if (!(r >= 1e-4f)) r = 1e-4f;
-            int32_t e = 127 + ak_ceil_log2_f32(r);
-            e = e < 1 ? 1 : e > 254 ? 254 : e;
-            float s = ak_ue8m0_to_f32((uint8_t)e);
-            uint8_t q[8];
-            for (int k = 0; k < 8; k++)
-                q[k] = (uint8_t)(ak_f32_to_e2m1(__fdiv_rn(v[2 * k], s)) |
-                                 (ak_f32_to_e2m1(__fdiv_rn(v[2 * k + 1], s)) << 4));
-            uint8_t *kp = pg + t * 64 + sub * 8;
-            for (int k = 0; k < 8; k++) kp[k] = q[k];
-            if ((sub & 1) == 0) pg[4096 + t * 4 + (sub >> 1)] = (uint8_t)e;
+    const int sub = threadIdx.x & 7, q = (threadIdx.x >> 3) & 3; /* chunk of 16 dims, token */
+    const int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int64_t nwarps = ((int64_t)gridDim.x * blockDim.x) >> 5;
+    /* whole warps iterate together (shuffles) */
+    for (int64_t b = warp * 4 * AK_IDX_U; b < n; b += nwarps * 4 * AK_IDX_U) {
+        uint32_t slot[AK_IDX_U];
+        float v[AK_IDX_U][16];
+#pragma unroll
+        for (int u = 0; u < AK_IDX_U; u++) {
+            const int64_t i = b + 4 * u + q;
+            slot[u] = i < n ? (uint32_t)slots[i * slot_stride] : 0xffffffffu;
+        }
+#pragma unroll
+        for (int u = 0; u < AK_IDX_U; u++) {
+            if (slot[u] < g.cap) ak_load_vals(v[u], 16, in.data, (b + 4 * u + q) * in.rs + sub * 16, in.dtype, in.vec);
+            else
+                for (int k = 0; k < 16; k++) v[u][k] = 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < AK_IDX_U; u++) {
+            const bool ok = slot[u] < g.cap;
+            float amax = 0.0f;
+            for (int k = 0; k < 16; k++) amax = fmaxf(amax, fabsf(v[u][k]));
+            uint32_t page = ok ? slot[u] / 64u : 0, t = ok ? slot[u] % 64u : 0;
+            uint8_t *pg = g.data + (int64_t)page * g.stride;
+            if (!g.fp4) {
+                amax = ak_group_max(amax, 8);
+                if (!ok) continue;
+                float a = amax >= 1e-4f ? amax : 1e-4f;
+                float s = __fdiv_rn(a, 448.0f);
+                if (rule == AK_QUANT_POW2) s = ak_pow2_f32(ak_ceil_log2_f32(s));
+                uint8_t qb[16];
+                for (int k = 0; k < 16; k++) qb[k] = ak_dev_e4m3(__fdiv_rn(v[u][k], s));
+                ak_st16(pg + t * 128 + sub * 16, qb, g.vec);
+                if (sub == 0) ((float *)(pg + 8192))[t] = s;
+            } else {
+                amax = ak_group_max(amax, 2); /* 32-value scale group = 2 lanes */
+                if (!ok) continue;
+                float r = __fdiv_rn(amax, 6.0f);
+                if (!(r >= 1e-4f)) r = 1e-4f;
+                int32_t e = 127 + ak_ceil_log2_f32(r);
+                e = e < 1 ? 1 : e > 254 ? 254 : e;
+                float s = ak_ue8m0_to_f32((uint8_t)e);
+                uint8_t qb[8];
+                for (int k = 0; k < 8; k++)
+                    qb[k] = (uint8_t)(ak_f32_to_e2m1(__fdiv_rn(v[u][2 * k], s)) |
+                                      (ak_f32_to_e2m1(__fdiv_rn(v[u][2 * k + 1], s)) << 4));
+                uint8_t *kp = pg + t * 64 + sub * 8;
+                if (g.vec) {
+                    uint2 w;
+                    memcpy(&w, qb, 8);
+                    *(uint2 *)kp = w;
+                } else {
+                    for (int k = 0; k < 8; k++) kp[k] = qb[k];
+                }
+                if ((sub & 1) == 0) pg[4096 + t * 4 + (sub >> 1)] = (uint8_t)e;
+            }
         }
     }
 }
@@ -594,40 +703,59 @@ __global__ void ak_idx_gather_kernel(ak_idx_geo g, const int32_t *slots, int64_t
     const int sub = threadIdx.x & 7;
     const int64_t grp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 3;
     const int64_t ngrp = ((int64_t)gridDim.x * blockDim.x) >> 3;
-    for (int64_t i = grp; i < n; i += ngrp) {
-        uint32_t slot = (uint32_t)slots[i * slot_stride];
-        const bool ok = slot < g.cap;
-        const uint8_t *pg = g.data + (int64_t)(ok ? slot / 64u : 0) * g.stride;
-        const uint32_t t = ok ? slot % 64u : 0;
-        float s = 0.0f;
-        float v[16];
-        if (!g.fp4) {
-            uint8_t b[16];
-            if (ok) {
-                ak_ld16(b, pg + t * 128 + sub * 16, g.vec);
-                s = ((const float *)(pg + 8192))[t];
+    for (int64_t b = grp; b < n; b += ngrp * AK_IDX_U) {
+        uint32_t slot[AK_IDX_U];
+        uint8_t raw[AK_IDX_U][16]; /* FP8: 16 keys; FP4: 8 packed pair bytes */
+        uint32_t sc[AK_IDX_U];     /* FP8: fp32 scale bits; FP4: the UE8M0 byte */
+#pragma unroll
+        for (int u = 0; u < AK_IDX_U; u++) {
+            const int64_t i = b + u * ngrp;
+            slot[u] = i < n ? (uint32_t)slots[i * slot_stride] : 0xffffffffu;
+        }
+#pragma unroll
+        for (int u = 0; u < AK_IDX_U; u++) {
+            for (int k = 0; k < 16; k++) raw[u][k] = 0;
+            sc[u] = 0;
+            if (slot[u] >= g.cap) continue;
+            const uint8_t *pg = g.data + (int64_t)(slot[u] / 64u) * g.stride;
+            const uint32_t t = slot[u] % 64u;
+            if (!g.fp4) {
+                ak_ld16(raw[u], pg + t * 128 + sub * 16, g.vec);
+                sc[u] = ak_f32_bits(((const float *)(pg + 8192))[t]);
             } else {
-                for (int k = 0; k < 16; k++) b[k] = 0;
-            }
-            if (out.dtype == AK_DTYPE_E4M3) {
-                ak_st16((uint8_t *)out.data + i * out.rs + sub * 16, b, out.vec);
-                if (out_scale != NULL && sub == 0) out_scale[i * scale_stride] = s;
-                continue;
-            }
-            for (int k = 0; k < 16; k++) v[k] = ok ? ak_e4m3_to_f32(b[k]) * s : 0.0f;
-        } else {
-            for (int k = 0; k < 8; k++) {
-                if (ok) {
-                    uint8_t byte = pg[t * 64 + sub * 8 + k];
-                    float gs = ak_ue8m0_to_f32(pg[4096 + t * 4 + (sub >> 1)]);
-                    v[2 * k] = ak_e2m1_to_f32(byte & 0xfu) * gs;
-                    v[2 * k + 1] = ak_e2m1_to_f32(byte >> 4) * gs;
+                const uint8_t *kp = pg + t * 64 + sub * 8;
+                if (g.vec) {
+                    uint2 w = *(const uint2 *)kp;
+                    memcpy(raw[u], &w, 8);
                 } else {
-                    v[2 * k] = v[2 * k + 1] = 0.0f;
+                    for (int k = 0; k < 8; k++) raw[u][k] = kp[k];
                 }
+                sc[u] = pg[4096 + t * 4 + (sub >> 1)];
             }
         }
-        ak_store_vals(out.data, i * out.rs + sub * 16, v, 16, out.dtype, out.vec);
+#pragma unroll
+        for (int u = 0; u < AK_IDX_U; u++) {
+            const int64_t i = b + u * ngrp;
+            if (i >= n) continue;
+            const bool ok = slot[u] < g.cap;
+            float v[16];
+            if (!g.fp4) {
+                const float s = ak_f32_from_bits(sc[u]);
+                if (out.dtype == AK_DTYPE_E4M3) {
+                    ak_st16((uint8_t *)out.data + i * out.rs + sub * 16, raw[u], out.vec);
+                    if (out_scale != NULL && sub == 0) out_scale[i * scale_stride] = s;
+                    continue;
+                }
+                for (int k = 0; k < 16; k++) v[k] = ok ? ak_e4m3_to_f32(raw[u][k]) * s : 0.0f;
+            } else {
+                const float gs = ak_ue8m0_to_f32((uint8_t)sc[u]);
+                for (int k = 0; k < 8; k++) {
+                    v[2 * k] = ok ? ak_e2m1_to_f32(raw[u][k] & 0xfu) * gs : 0.0f;
+                    v[2 * k + 1] = ok ? ak_e2m1_to_f32(raw[u][k] >> 4) * gs : 0.0f;
+                }
+            }
+            ak_store_vals(out.data, i * out.rs + sub * 16, v, 16, out.dtype, out.vec);
+        }
     }
 }
 
@@ -960,23 +1088,27 @@ extern "C" ak_status ak_cuda_cache_write(ak_context *ctx, const ak_cache *cache,
     cudaStream_t st = ak_stream(ctx);
     if (ak_is_indexer(cache->layout)) {
         ak_idx_geo g = ak_idx_geo_of(cache);
-        int grid = ak_grid_for(ctx, (n + 3) / 4 * 32, 256);
+        int grid = ak_grid_for(ctx, (n + 4 * AK_IDX_U - 1) / (4 * AK_IDX_U) * 32, 256);
         ak_idx_write_kernel<<<grid, 256, 0, st>>>(g, ak_rows_of(nope), (const int32_t *)slots->data,
                                                   slots->strides[0], n, (int)rule);
         AK_CUDA_CHECK_LAUNCH("ak_idx_write_kernel");
         return AK_OK;
     }
-    ak_mla_src src = {};
-    src.nope = ak_rows_of(nope);
-    src.rope = ak_rows_of(rope);
-    src.from_cache = false;
-    src.slots = (const int32_t *)slots->data;
-    src.slot_stride = slots->strides[0];
-    src.n = n;
-    int grid = ak_grid_for(ctx, n * 32, 256);
-    ak_mla_write_kernel<<<grid, 256, 0, st>>>(ak_mla_geo_of(cache), src, (int)rule);
-    AK_CUDA_CHECK_LAUNCH("ak_mla_write_kernel");
-    return AK_OK;
+    ak_mla_job j = {};
+    j.mode = AK_MLA_WRITE;
+    j.dst = ak_mla_geo_of(cache);
+    j.nope = ak_rows_of(nope);
+    j.rope = ak_rows_of(rope);
+    j.nope_rsb = j.nope.rs * ak_dtype_size(nope->dtype);
+    j.rope_rsb = j.rope.rs * ak_dtype_size(rope->dtype);
+    j.nope_bytes = (int32_t)(nope->shape[1] * ak_dtype_size(nope->dtype));
+    j.slots = (const int32_t *)slots->data;
+    j.slot_stride = slots->strides[0];
+    j.n = n;
+    j.rule = (int32_t)rule;
+    j.vec = j.nope.vec && j.rope.vec;
+    return ak_mla_launch(ctx, &j,
+                         j.nope_bytes + (int32_t)(rope->shape[1] * ak_dtype_size(rope->dtype)));
 }
 
 static int ak_mha_width(const ak_cache *c, int is_v) {
@@ -1034,17 +1166,21 @@ extern "C" ak_status ak_cuda_cache_gather(ak_context *ctx, const ak_cache *cache
     if (ak_is_mha(cache->layout)) return ak_mha_gather_pool(ctx, cache, 0, slots, out);
     if (ak_is_indexer(cache->layout)) {
         ak_idx_geo g = ak_idx_geo_of(cache);
-        ak_idx_gather_kernel<<<ak_grid_for(ctx, n * 8, 256), 256, 0, st>>>(
+        ak_idx_gather_kernel<<<ak_grid_for(ctx, (n + AK_IDX_U - 1) / AK_IDX_U * 8, 256), 256, 0, st>>>(
             g, (const int32_t *)slots->data, slots->strides[0], n, ak_rows_out_of(out),
             out_scale ? (float *)out_scale->data : NULL, out_scale ? out_scale->strides[0] : 0);
         AK_CUDA_CHECK_LAUNCH("ak_idx_gather_kernel");
         return AK_OK;
     }
-    ak_mla_gather_kernel<<<ak_grid_for(ctx, n * 32, 256), 256, 0, st>>>(
-        ak_mla_geo_of(cache), (const int32_t *)slots->data, slots->strides[0], n,
-        ak_rows_out_of(out));
-    AK_CUDA_CHECK_LAUNCH("ak_mla_gather_kernel");
-    return AK_OK;
+    ak_mla_job j = {};
+    j.mode = AK_MLA_GATHER;
+    j.src = ak_mla_geo_of(cache);
+    j.out = ak_rows_out_of(out);
+    j.slots = (const int32_t *)slots->data;
+    j.slot_stride = slots->strides[0];
+    j.n = n;
+    j.vec = j.src.vec;
+    return ak_mla_launch(ctx, &j, ak_mla_staged_bytes(cache->layout));
 }
 
 extern "C" ak_status ak_cuda_mha_cache_gather(ak_context *ctx, const ak_cache *cache,
@@ -1088,14 +1224,15 @@ extern "C" ak_status ak_cuda_cache_convert(ak_context *ctx, const ak_cache *src,
         AK_CUDA_CHECK_LAUNCH("ak_idx_copy_kernel");
         return ak_zero_padding(ctx, src, dst, pg, pstride, npages);
     }
-    ak_mla_src ms = {};
-    ms.cache = ak_mla_geo_of(src);
-    ms.from_cache = true;
-    ms.pages = pg;
-    ms.page_stride_el = pstride;
-    ms.n = nslots;
-    ak_mla_write_kernel<<<ak_grid_for(ctx, nslots * 32, 256), 256, 0, st>>>(ak_mla_geo_of(dst), ms,
-                                                                            (int)rule);
-    AK_CUDA_CHECK_LAUNCH("ak_mla_write_kernel (convert)");
+    ak_mla_job j = {};
+    j.mode = AK_MLA_CONVERT;
+    j.dst = ak_mla_geo_of(dst);
+    j.src = ak_mla_geo_of(src);
+    j.pages = pg;
+    j.page_stride = pstride;
+    j.n = nslots;
+    j.rule = (int32_t)rule;
+    j.vec = j.src.vec;
+    AK_TRY(ak_mla_launch(ctx, &j, ak_mla_staged_bytes(src->layout)));
     return ak_zero_padding(ctx, src, dst, pg, pstride, npages);
 }
