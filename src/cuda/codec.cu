@@ -4,12 +4,13 @@
  * bit-exact ones of numeric.h (e4m3 through PTX cvt.rn.satfinite, identical for every non-NaN fp32),
  * divisions are IEEE round-to-nearest (__fdiv_rn), scales follow layouts.md section 3.
  *
- * Thread mapping. MLA layouts: a block stages the source bytes of up to 32 tokens in shared memory
- * (cp.async, double buffered, the next stage in flight while this one is computed); then one warp
- * per token, lane l owns dims [16 l, 16 l + 16) of the NoPE part (a 128-dim 656 tile is 8 lanes, a
- * 64-dim V4 tile 4 lanes, reduced with shuffles); the 64 RoPE dims are 4 more 16-dim chunks (lanes
- * 28..31 for V4, a second round of lanes 0..3 otherwise). Indexer layouts: 8 lanes per token, 4
- * tokens per lane in flight. MHA: one thread per 8 elements of one (token, head) row.
+ * Thread mapping. MLA layouts: a block of 512 threads stages the source bytes of up to 32 tokens
+ * (about 24 KB) in shared memory with cp.async, four stages deep, so three stages are in flight
+ * while one is computed; then a warp per token, lane l owning dims [16 l, 16 l + 16) of the NoPE
+ * part (a 128-dim 656 tile is 8 lanes, a 64-dim V4 tile 4 lanes, reduced with shuffles; V4's 64
+ * RoPE dims are lanes 28..31), and for the 576-dim layouts a second pass with the 4 RoPE chunks
+ * of 8 tokens per warp. Indexer layouts: 8 lanes per token, 4 tokens per lane in flight. MHA: one
+ * thread per 8 elements of one (token, head) row, 4 tokens per thread in flight in converts.
  * Invalid slots (rule I1) are skipped by writers and give zero rows in gathers. No allocation and no
  * host synchronisation: every function is capturable in a CUDA graph.
  */
@@ -246,9 +247,9 @@ static int ak_grid_for(const ak_context *ctx, int64_t items, int per_block) {
 /* Why staged: a token is 576..2304 source bytes and its scale tiles need shuffles across 8 lanes,
    so a register-resident warp keeps only one token (about 1 KB) in flight and the codec stalls near
    half of the copy bandwidth. Here a block copies the source bytes of tb tokens into shared memory
-   with cp.async (16-byte pieces, no registers held, all issued before any is waited on), double
-   buffered, so the next stage's bytes are in flight while the warps quantize or dequantize the
-   current one from shared memory. */
+   with cp.async (16-byte pieces, no registers held, all issued before any is waited on), four
+   buffers deep, so three stages' bytes (about 72 KB per block, two blocks per SM) are in flight
+   while the warps quantize or dequantize the current one from shared memory. */
 
 __device__ __forceinline__ void ak_cp_async16(void *smem, const void *gmem) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(ak_smem_addr(smem)), "l"(gmem));
@@ -257,8 +258,13 @@ __device__ __forceinline__ void ak_cp_async8(void *smem, const void *gmem) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(ak_smem_addr(smem)), "l"(gmem));
 }
 __device__ __forceinline__ void ak_cp_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
-/* Waits until at most one committed group (the newest) is still in flight. */
-__device__ __forceinline__ void ak_cp_async_wait1(void) { asm volatile("cp.async.wait_group 1;\n" ::); }
+/* Stages per block: AK_MLA_STAGES - 1 in flight while one is computed. */
+#define AK_MLA_STAGES 4
+/* Waits until at most AK_MLA_STAGES - 1 committed groups (the newest) are still in flight. */
+__device__ __forceinline__ void ak_cp_async_wait_stages(void) {
+    static_assert(AK_MLA_STAGES == 4, "the wait_group immediate is AK_MLA_STAGES - 1");
+    asm volatile("cp.async.wait_group 3;\n" ::);
+}
 
 struct ak_mla_geo {
     ak_cache c;      /* descriptor by value (scale pointer is a device pointer) */
@@ -358,6 +364,8 @@ struct ak_mla_job {
     int64_t page_stride;
     int64_t n;
     int32_t pieces;           /* 16-byte pieces per token (a V4 source adds one 8-byte piece) */
+    int32_t split;            /* bytes read from a token's first source pointer */
+    bool tail16;              /* pieces past split are 16 bytes (rope rows), else 8 (V4 scales) */
     int32_t tstride;          /* staged bytes per token (multiple of 16) */
     int32_t tb;               /* tokens per stage */
     int32_t rule;
@@ -380,208 +388,292 @@ __device__ __forceinline__ bool ak_convert_slot(const int32_t *pages, int64_t ps
     return true;
 }
 
-/* Token i's slots: *dslot (write / convert destination), *sslot (convert / gather source).
-   Returns whether the token is processed at all (rule I1; gathers always write their row). */
-__device__ __forceinline__ bool ak_mla_token(const ak_mla_job &j, int64_t i, uint32_t *dslot,
-                                             uint32_t *sslot) {
-    if (j.mode == AK_MLA_CONVERT) {
-        if (!ak_convert_slot(j.pages, j.page_stride, j.src.c.page_size,
-                             (uint32_t)j.src.c.num_pages, i, sslot))
-            return false;
-        *dslot = *sslot;
-        return *dslot < j.dst.cap;
-    }
-    const uint32_t s = (uint32_t)j.slots[i * j.slot_stride];
-    *dslot = *sslot = s;
-    return j.mode == AK_MLA_GATHER || s < j.dst.cap;
+/* A staged token, resolved once per stage by one thread: where its source pieces are, its
+   slots, and what to do with it. */
+struct ak_mla_tok {
+    const uint8_t *a;  /* first `split` bytes: the record / data row, or the nope input row */
+    const uint8_t *b;  /* the rest: the V4 scale row, or the rope input row */
+    uint32_t ds, ss;   /* destination slot (write / convert), source slot (convert / gather) */
+    int32_t state;     /* AK_TOK_SKIP, AK_TOK_LIVE or AK_TOK_ZERO (gather of an invalid slot) */
+};
+enum { AK_TOK_SKIP = 0, AK_TOK_LIVE = 1, AK_TOK_ZERO = 2 };
+
+/* The global value token i depends on (its slot, or its source page entry for a convert with a
+   page list), loaded early so the load overlaps a stage's compute. */
+__device__ __forceinline__ uint32_t ak_mla_tok_key(const ak_mla_job &j, int64_t i) {
+    if (i >= j.n) return 0;
+    if (j.mode != AK_MLA_CONVERT) return (uint32_t)j.slots[i * j.slot_stride];
+    return j.pages ? (uint32_t)j.pages[(i / j.src.c.page_size) * j.page_stride] : 0;
 }
 
-/* Issues the copies of tokens [t0, t0 + tb) into buf; pieces are spread over the whole block. */
-__device__ void ak_mla_stage(const ak_mla_job &j, int64_t t0, uint8_t *buf) {
-    for (int32_t it = threadIdx.x; it < j.tb * j.pieces; it += blockDim.x) {
-        const int32_t k = it / j.pieces, p = it - k * j.pieces;
-        const int64_t i = t0 + k;
-        uint32_t ds, ss;
-        if (i >= j.n || !ak_mla_token(j, i, &ds, &ss)) continue;
-        const uint8_t *g;
-        int bytes = 16;
-        if (j.mode == AK_MLA_WRITE) {
-            const int64_t off = (int64_t)p * 16;
-            g = off < j.nope_bytes
-                    ? (const uint8_t *)j.nope.data + i * j.nope_rsb + off
-                    : (const uint8_t *)j.rope.data + i * j.rope_rsb + (off - j.nope_bytes);
+/* Resolves token i from its key (rule I1: invalid slots and pages are skipped; gathers always
+   write their row). */
+__device__ ak_mla_tok ak_mla_tok_of(const ak_mla_job &j, int64_t i, uint32_t key) {
+    ak_mla_tok t = {NULL, NULL, 0, 0, AK_TOK_SKIP};
+    if (i >= j.n) return t;
+    if (j.mode == AK_MLA_CONVERT) {
+        if (j.pages) {
+            if (key >= (uint32_t)j.src.c.num_pages) return t;
+            const int64_t k = i / j.src.c.page_size;
+            t.ss = key * (uint32_t)j.src.c.page_size + (uint32_t)(i - k * j.src.c.page_size);
         } else {
-            if (ss >= j.src.cap) continue; /* gather of an invalid slot: a zero row, nothing read */
-            uint8_t *srow;
-            const uint8_t *rec = ak_mla_rec(j.src, ss, &srow);
-            if (p * 16 < j.src.rec_bytes) {
-                g = rec + p * 16;
+            t.ss = (uint32_t)i;
+        }
+        t.ds = t.ss;
+        if (t.ds >= j.dst.cap) return t;
+    } else {
+        t.ds = t.ss = key;
+        if (j.mode == AK_MLA_WRITE && key >= j.dst.cap) return t;
+    }
+    if (j.mode == AK_MLA_WRITE) {
+        t.a = (const uint8_t *)j.nope.data + i * j.nope_rsb;
+        t.b = (const uint8_t *)j.rope.data + i * j.rope_rsb;
+    } else if (t.ss < j.src.cap) {
+        uint8_t *srow;
+        t.a = ak_mla_rec(j.src, t.ss, &srow);
+        t.b = srow;
+    } else {
+        t.state = AK_TOK_ZERO; /* gather of an invalid slot: a zero row, nothing read */
+        return t;
+    }
+    t.state = AK_TOK_LIVE;
+    return t;
+}
+
+/* Issues the copies of a resolved stage into buf: a warp per token, lanes over its pieces. */
+__device__ void ak_mla_stage(const ak_mla_job &j, const ak_mla_tok *toks, uint8_t *buf) {
+    const int lane = threadIdx.x & 31;
+    for (int k = threadIdx.x >> 5; k < j.tb; k += blockDim.x >> 5) {
+        const ak_mla_tok t = toks[k];
+        if (t.state != AK_TOK_LIVE) continue;
+        uint8_t *s = buf + (int64_t)k * j.tstride;
+        for (int p = lane; p < j.pieces; p += 32) {
+            const int32_t off = p * 16;
+            const bool head = off < j.split;
+            const uint8_t *g = head ? t.a + off : t.b + (off - j.split);
+            const int bytes = head || j.tail16 ? 16 : 8;
+            if (j.vec) {
+                if (bytes == 16) ak_cp_async16(s + off, g);
+                else ak_cp_async8(s + off, g);
             } else {
-                g = srow; /* V4 scale row */
-                bytes = 8;
+                for (int q = 0; q < bytes; q++) s[off + q] = g[q];
             }
         }
-        uint8_t *s = buf + (int64_t)k * j.tstride + p * 16;
-        if (j.vec) {
-            if (bytes == 16) ak_cp_async16(s, g);
-            else ak_cp_async8(s, g);
-        } else {
-            for (int b = 0; b < bytes; b++) s[b] = g[b];
-        }
     }
 }
 
-/* Writes one staged token into the destination record. All 32 lanes of the warp call it
-   together (tile amax shuffles). s: the staged token. */
-__device__ void ak_mla_encode_token(const ak_mla_job &j, const uint8_t *s, uint32_t slot, int lane) {
+/* Chunk ch of a staged token as fp32: input rows (write) or a source record (convert). */
+__device__ __forceinline__ void ak_mla_src_chunk(const ak_mla_job &j, const uint8_t *s, int ch,
+                                                 float v[16]) {
+    const int nc = j.dst.nope_chunks;
+    if (j.mode == AK_MLA_CONVERT) ak_mla_decode_chunk(j.src, s, ch, v);
+    else if (ch >= nc) ak_load_vals(v, 16, s + j.nope_bytes, (ch - nc) * 16, j.rope.dtype, true);
+    else ak_load_vals(v, 16, s, ch * 16, j.nope.dtype, true);
+}
+
+/* Stores RoPE chunk rc (dims [16 rc, 16 rc + 16) of the 64) of a destination record. */
+__device__ __forceinline__ void ak_mla_store_rope(const ak_mla_geo &dst, uint8_t *rec, int rc,
+                                                  float v[16]) {
+    if (dst.c.layout == AK_LAYOUT_MLA_FP8_PERTENSOR) {
+        const float sc = ak_kv_k_scale(&dst.c);
+        uint8_t q[16];
+        for (int i = 0; i < 16; i++) v[i] = __fdiv_rn(v[i], sc);
+        ak_dev_e4m3x16(v, q);
+        ak_st16(rec + 512 + rc * 16, q, dst.vec);
+        return;
+    }
+    const int off = dst.c.layout == AK_LAYOUT_MLA_BF16 ? 1024
+                    : dst.c.layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE ? 528 : 448;
+    uint16_t h[16];
+    ak_dev_bf16xn(v, h, 16);
+    ak_st16(rec + off + rc * 32, (const uint8_t *)h, dst.vec);
+    ak_st16(rec + off + rc * 32 + 16, (const uint8_t *)(h + 8), dst.vec);
+}
+
+/* Writes chunk ch = lane of one staged token: the 32 NoPE chunks (656, BF16, FP8-PT) or the 28
+   NoPE and 4 RoPE chunks (V4). All 32 lanes call it together (tile amax shuffles). */
+__device__ void ak_mla_encode_lane(const ak_mla_job &j, const uint8_t *s, uint32_t slot, int ch) {
     const ak_mla_geo &dst = j.dst;
     uint8_t *srow;
     uint8_t *rec = ak_mla_rec(dst, slot, &srow);
     const int layout = dst.c.layout;
-    const bool from_cache = j.mode == AK_MLA_CONVERT;
-    if (from_cache && j.src.c.layout == layout) { /* same layout: the record bytes unchanged */
-        for (int pc = lane; pc < dst.rec_bytes / 16; pc += 32) {
-            uint8_t b[16];
-            ak_ld16(b, s + pc * 16, true);
-            ak_st16(rec + pc * 16, b, dst.vec);
-        }
-        if (layout == AK_LAYOUT_DSV4_FP8_UE8M0 && lane < 8) srow[lane] = s[AK_DSV4_DATA_BYTES + lane];
+    const bool rope = ch >= dst.nope_chunks;
+    /* 576 per-tensor -> 656 keeps the NoPE e4m3 bytes and writes k_scale as every tile scale */
+    const bool pt_to_656 = j.mode == AK_MLA_CONVERT &&
+                           j.src.c.layout == AK_LAYOUT_MLA_FP8_PERTENSOR &&
+                           layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE;
+    float v[16];
+    uint8_t q[16];
+    if (pt_to_656) {
+        ak_ld16(q, s + ch * 16, true);
+        for (int i = 0; i < 16; i++) v[i] = 0.0f;
+    } else {
+        ak_mla_src_chunk(j, s, ch, v);
+    }
+    /* tile amax: 656 tiles are 8 lanes, V4 tiles 4 lanes (lanes 28..31 hold RoPE, their own
+       group of 4, whose result is never used as a scale) */
+    float amax = 0.0f;
+    for (int i = 0; i < 16; i++) amax = fmaxf(amax, fabsf(v[i]));
+    if (layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE) amax = ak_group_max(amax, 8);
+    else if (layout == AK_LAYOUT_DSV4_FP8_UE8M0) amax = ak_group_max(amax, 4);
+    if (rope) {
+        ak_mla_store_rope(dst, rec, ch - dst.nope_chunks, v);
         return;
     }
-    /* 576 per-tensor -> 656 keeps the NoPE e4m3 bytes and writes k_scale as every tile scale */
-    const bool pt_to_656 = from_cache && j.src.c.layout == AK_LAYOUT_MLA_FP8_PERTENSOR &&
-                           layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE;
-    const int nchunks = dst.nope_chunks + 4;
-    for (int round = 0; round < 2; round++) {
-        if (round == 1 && dst.nope_chunks == 28) break; /* V4: 32 chunks, one round */
-        const int ch = lane + 32 * round;
-        const bool live = ch < nchunks;
-        const bool rope = ch >= dst.nope_chunks;
-        float v[16];
-        uint8_t q[16];
-        if (!live) {
-            for (int i = 0; i < 16; i++) v[i] = 0.0f;
-        } else if (pt_to_656 && !rope) {
-            ak_ld16(q, s + ch * 16, true);
-            for (int i = 0; i < 16; i++) v[i] = 0.0f;
-        } else if (from_cache) {
-            ak_mla_decode_chunk(j.src, s, ch, v);
-        } else if (rope) {
-            ak_load_vals(v, 16, s + j.nope_bytes, (ch - dst.nope_chunks) * 16, j.rope.dtype, true);
+    switch (layout) {
+    case AK_LAYOUT_MLA_BF16: {
+        uint16_t h[16];
+        ak_dev_bf16xn(v, h, 16);
+        ak_st16(rec + ch * 32, (const uint8_t *)h, dst.vec);
+        ak_st16(rec + ch * 32 + 16, (const uint8_t *)(h + 8), dst.vec);
+        break;
+    }
+    case AK_LAYOUT_MLA_FP8_PERTENSOR: {
+        float sc = ak_kv_k_scale(&dst.c);
+        for (int i = 0; i < 16; i++) v[i] = __fdiv_rn(v[i], sc);
+        ak_dev_e4m3x16(v, q);
+        ak_st16(rec + ch * 16, q, dst.vec);
+        break;
+    }
+    case AK_LAYOUT_DSA_FP8_BLOCKSCALE: {
+        float sc;
+        if (pt_to_656) {
+            sc = ak_kv_k_scale(&j.src.c);
         } else {
-            ak_load_vals(v, 16, s, ch * 16, j.nope.dtype, true);
-        }
-        /* tile amax: 656 tiles are 8 lanes, V4 tiles 4 lanes (lanes 28..31 hold RoPE, their own
-           group of 4, whose result is never used as a scale) */
-        float amax = 0.0f;
-        for (int i = 0; i < 16; i++) amax = fmaxf(amax, fabsf(v[i]));
-        if (layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE) amax = ak_group_max(amax, 8);
-        else if (layout == AK_LAYOUT_DSV4_FP8_UE8M0) amax = ak_group_max(amax, 4);
-        if (!live) continue;
-        switch (layout) {
-        case AK_LAYOUT_MLA_BF16: {
-            int off = rope ? 1024 + (ch - 32) * 32 : ch * 32;
-            uint16_t h[16];
-            ak_dev_bf16xn(v, h, 16);
-            ak_st16(rec + off, (const uint8_t *)h, dst.vec);
-            ak_st16(rec + off + 16, (const uint8_t *)(h + 8), dst.vec);
-            break;
-        }
-        case AK_LAYOUT_MLA_FP8_PERTENSOR: {
-            float sc = ak_kv_k_scale(&dst.c);
-            for (int i = 0; i < 16; i++) v[i] = __fdiv_rn(v[i], sc);
-            ak_dev_e4m3x16(v, q);
-            ak_st16(rec + (rope ? 512 + (ch - 32) * 16 : ch * 16), q, dst.vec);
-            break;
-        }
-        case AK_LAYOUT_DSA_FP8_BLOCKSCALE: {
-            if (rope) {
-                uint16_t h[16];
-                ak_dev_bf16xn(v, h, 16);
-                ak_st16(rec + 528 + (ch - 32) * 32, (const uint8_t *)h, dst.vec);
-                ak_st16(rec + 528 + (ch - 32) * 32 + 16, (const uint8_t *)(h + 8), dst.vec);
-                break;
-            }
-            float sc;
-            if (pt_to_656) {
-                sc = ak_kv_k_scale(&j.src.c);
+            if (j.rule == AK_QUANT_FP32) {
+                sc = __fdiv_rn(amax, 448.0f);
+                if (!(sc >= 1e-4f)) sc = 1e-4f;
+                for (int i = 0; i < 16; i++) v[i] = __fdiv_rn(v[i], sc);
             } else {
-                if (j.rule == AK_QUANT_FP32) {
-                    sc = __fdiv_rn(amax, 448.0f);
-                    if (!(sc >= 1e-4f)) sc = 1e-4f;
-                    for (int i = 0; i < 16; i++) v[i] = __fdiv_rn(v[i], sc);
-                } else {
-                    /* AMAX_FLOOR is a 584-only rule. x / 2^k == x * 2^-k exactly (one rounding
-                       of the same real number), so the power-of-two path multiplies. */
-                    int32_t k = ak_scale_pow2_exp(amax);
-                    sc = ak_pow2_f32(k);
-                    const float rs = ak_pow2_f32(-k);
-                    for (int i = 0; i < 16; i++) v[i] = __fmul_rn(v[i], rs);
-                }
-                ak_dev_e4m3x16(v, q);
+                /* AMAX_FLOOR is a 584-only rule. x / 2^k == x * 2^-k exactly (one rounding of
+                   the same real number), so the power-of-two path multiplies. */
+                int32_t k = ak_scale_pow2_exp(amax);
+                sc = ak_pow2_f32(k);
+                const float rs = ak_pow2_f32(-k);
+                for (int i = 0; i < 16; i++) v[i] = __fmul_rn(v[i], rs);
             }
-            ak_st16(rec + ch * 16, q, dst.vec);
-            if ((ch & 7) == 0) ak_st_f32(rec + 512 + 4 * (ch >> 3), sc, dst.vec);
-            break;
-        }
-        default: { /* DSV4_FP8_UE8M0 */
-            if (rope) {
-                uint16_t h[16];
-                ak_dev_bf16xn(v, h, 16);
-                ak_st16(rec + 448 + (ch - 28) * 32, (const uint8_t *)h, dst.vec);
-                ak_st16(rec + 448 + (ch - 28) * 32 + 16, (const uint8_t *)(h + 8), dst.vec);
-                break;
-            }
-            int32_t e = 127 + ak_dev_pow2_exp(amax, j.rule);
-            e = e < 1 ? 1 : e > 254 ? 254 : e;
-            /* 1 / 2^(e-127) is exact (2^-127 is an fp32 subnormal): multiply, as above */
-            const float rs = __fdiv_rn(1.0f, ak_ue8m0_to_f32((uint8_t)e));
-            for (int i = 0; i < 16; i++) v[i] = __fmul_rn(v[i], rs);
             ak_dev_e4m3x16(v, q);
-            ak_st16(rec + ch * 16, q, dst.vec);
-            if ((ch & 3) == 0) srow[ch >> 2] = (uint8_t)e;
-            if (ch == 0) srow[7] = 0;
-            break;
         }
-        }
+        ak_st16(rec + ch * 16, q, dst.vec);
+        if ((ch & 7) == 0) ak_st_f32(rec + 512 + 4 * (ch >> 3), sc, dst.vec);
+        break;
+    }
+    default: { /* DSV4_FP8_UE8M0 */
+        int32_t e = 127 + ak_dev_pow2_exp(amax, j.rule);
+        e = e < 1 ? 1 : e > 254 ? 254 : e;
+        /* 1 / 2^(e-127) is exact (2^-127 is an fp32 subnormal): multiply, as above */
+        const float rs = __fdiv_rn(1.0f, ak_ue8m0_to_f32((uint8_t)e));
+        for (int i = 0; i < 16; i++) v[i] = __fmul_rn(v[i], rs);
+        ak_dev_e4m3x16(v, q);
+        ak_st16(rec + ch * 16, q, dst.vec);
+        if ((ch & 3) == 0) srow[ch >> 2] = (uint8_t)e;
+        if (ch == 0) srow[7] = 0;
+        break;
+    }
     }
 }
 
-/* Grid-stride over stages of tb tokens; two shared buffers of tb * tstride bytes each. */
-__global__ void __launch_bounds__(256) ak_mla_codec_kernel(ak_mla_job j) {
-    extern __shared__ __align__(16) uint8_t ak_stage_mem[];
+/* Computes one stage (tokens [t0, t0 + tb) staged in buf, resolved in toks). Same-layout convert
+   copies the staged bytes out. Otherwise two passes keep every lane busy: a warp per token over
+   chunks 0..31 (the 32 NoPE chunks, or V4's 28 NoPE + 4 RoPE), then for the 36-chunk layouts the
+   4 RoPE chunks of 8 tokens per warp. */
+__device__ void ak_mla_compute(const ak_mla_job &j, int64_t t0, const ak_mla_tok *toks,
+                               const uint8_t *buf) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarp = blockDim.x >> 5;
-    const int64_t step = (int64_t)gridDim.x * j.tb;
-    const int64_t buf_bytes = (int64_t)j.tb * j.tstride;
-    int64_t t0 = (int64_t)blockIdx.x * j.tb;
-    int b = 0;
-    if (t0 < j.n) ak_mla_stage(j, t0, ak_stage_mem);
-    ak_cp_async_commit();
-    for (; t0 < j.n; t0 += step, b ^= 1) {
-        if (t0 + step < j.n) ak_mla_stage(j, t0 + step, ak_stage_mem + (b ^ 1) * buf_bytes);
-        ak_cp_async_commit();
-        ak_cp_async_wait1();
-        __syncthreads();
-        const uint8_t *buf = ak_stage_mem + b * buf_bytes;
-        for (int k = warp; k < j.tb; k += nwarp) { /* warp-uniform: one token per warp */
-            const int64_t i = t0 + k;
-            uint32_t ds, ss;
-            if (i >= j.n || !ak_mla_token(j, i, &ds, &ss)) continue;
+    if (j.mode == AK_MLA_CONVERT && j.src.c.layout == j.dst.c.layout) {
+        for (int k = warp; k < j.tb; k += nwarp) {
+            const ak_mla_tok t = toks[k];
+            if (t.state != AK_TOK_LIVE) continue;
             const uint8_t *s = buf + (int64_t)k * j.tstride;
-            if (j.mode != AK_MLA_GATHER) {
-                ak_mla_encode_token(j, s, ds, lane);
-                continue;
-            }
-            const bool ok = ss < j.src.cap;
-            for (int ch = lane; ch < j.src.nope_chunks + 4; ch += 32) {
-                float v[16];
-                if (ok) ak_mla_decode_chunk(j.src, s, ch, v);
-                else
-                    for (int q = 0; q < 16; q++) v[q] = 0.0f;
-                ak_store_vals(j.out.data, i * j.out.rs + ch * 16, v, 16, j.out.dtype, j.out.vec);
+            uint8_t *srow;
+            uint8_t *rec = ak_mla_rec(j.dst, t.ds, &srow);
+            for (int p = lane; p < j.pieces; p += 32) {
+                if (p * 16 < j.dst.rec_bytes) {
+                    uint8_t b[16];
+                    ak_ld16(b, s + p * 16, true);
+                    ak_st16(rec + p * 16, b, j.dst.vec);
+                } else { /* V4 scale row */
+                    for (int q = 0; q < AK_DSV4_SCALE_BYTES; q++) srow[q] = s[p * 16 + q];
+                }
             }
         }
-        __syncthreads(); /* buffer b is refilled by the next iteration's stage */
+        return;
+    }
+    const int nc = j.mode == AK_MLA_GATHER ? j.src.nope_chunks : j.dst.nope_chunks;
+    for (int k = warp; k < j.tb; k += nwarp) { /* warp-uniform: one token per warp */
+        const ak_mla_tok t = toks[k];
+        if (t.state == AK_TOK_SKIP) continue;
+        const uint8_t *s = buf + (int64_t)k * j.tstride;
+        if (j.mode != AK_MLA_GATHER) {
+            ak_mla_encode_lane(j, s, t.ds, lane);
+            continue;
+        }
+        float v[16];
+        if (t.state == AK_TOK_LIVE) ak_mla_decode_chunk(j.src, s, lane, v);
+        else
+            for (int q = 0; q < 16; q++) v[q] = 0.0f;
+        ak_store_vals(j.out.data, (t0 + k) * j.out.rs + lane * 16, v, 16, j.out.dtype, j.out.vec);
+    }
+    if (nc != 32) return; /* V4: RoPE done in the first pass */
+    for (int k0 = 8 * warp; k0 < j.tb; k0 += 8 * nwarp) {
+        const int k = k0 + (lane >> 2), rc = lane & 3;
+        if (k >= j.tb) continue;
+        const ak_mla_tok t = toks[k];
+        if (t.state == AK_TOK_SKIP) continue;
+        const uint8_t *s = buf + (int64_t)k * j.tstride;
+        float v[16];
+        if (j.mode != AK_MLA_GATHER) {
+            uint8_t *srow;
+            ak_mla_src_chunk(j, s, 32 + rc, v);
+            ak_mla_store_rope(j.dst, ak_mla_rec(j.dst, t.ds, &srow), rc, v);
+            continue;
+        }
+        if (t.state == AK_TOK_LIVE) ak_mla_decode_chunk(j.src, s, 32 + rc, v);
+        else
+            for (int q = 0; q < 16; q++) v[q] = 0.0f;
+        ak_store_vals(j.out.data, (t0 + k) * j.out.rs + (32 + rc) * 16, v, 16, j.out.dtype,
+                      j.out.vec);
+    }
+}
+
+/* Grid-stride over stages of tb tokens through AK_MLA_STAGES shared buffers of tb * tstride
+   bytes: AK_MLA_STAGES - 1 stages are in flight while one is computed. A stage's tokens are
+   resolved (slots, pointers) by threads 0..tb-1 at the end of the iteration before its copies
+   are issued, from keys loaded at that iteration's start, so no slot load is on the issue path. */
+#define AK_MLA_THREADS 512
+#define AK_MLA_STAGE_BYTES 24576
+#define AK_MLA_SMEM_MAX (AK_MLA_STAGES * AK_MLA_STAGE_BYTES)
+__global__ void __launch_bounds__(AK_MLA_THREADS, 2) ak_mla_codec_kernel(ak_mla_job j) {
+    extern __shared__ __align__(16) uint8_t ak_stage_mem[];
+    __shared__ ak_mla_tok toks[AK_MLA_STAGES][32];
+    const int64_t step = (int64_t)gridDim.x * j.tb;
+    const int64_t buf_bytes = (int64_t)j.tb * j.tstride;
+    const int64_t t0 = (int64_t)blockIdx.x * j.tb;
+    const int tid = threadIdx.x;
+    if (tid < j.tb)
+        for (int s = 0; s < AK_MLA_STAGES; s++) {
+            const int64_t i = t0 + s * step + tid;
+            toks[s][tid] = ak_mla_tok_of(j, i, ak_mla_tok_key(j, i));
+        }
+    __syncthreads();
+    for (int s = 0; s < AK_MLA_STAGES - 1; s++) {
+        ak_mla_stage(j, toks[s], ak_stage_mem + s * buf_bytes);
+        ak_cp_async_commit();
+    }
+    int b = 0;
+    for (int64_t t = t0; t < j.n; t += step, b = b + 1 == AK_MLA_STAGES ? 0 : b + 1) {
+        /* the stage AK_MLA_STAGES - 1 ahead goes into the buffer computed last iteration */
+        const int bn = b == 0 ? AK_MLA_STAGES - 1 : b - 1;
+        ak_mla_stage(j, toks[bn], ak_stage_mem + bn * buf_bytes);
+        ak_cp_async_commit();
+        /* the key of the token that takes over this iteration's table row, used below */
+        const int64_t inext = t + AK_MLA_STAGES * step + tid;
+        const uint32_t key = tid < j.tb ? ak_mla_tok_key(j, inext) : 0;
+        ak_cp_async_wait_stages();
+        __syncthreads();
+        ak_mla_compute(j, t, toks[b], ak_stage_mem + b * buf_bytes);
+        __syncthreads(); /* buffer b and toks[b] are free: refilled below and next iteration */
+        if (tid < j.tb) toks[b][tid] = ak_mla_tok_of(j, inext, key);
     }
 }
 
@@ -590,22 +682,31 @@ static int32_t ak_mla_staged_bytes(ak_layout l) {
     return ak_mla_rec_bytes(l) + (l == AK_LAYOUT_DSV4_FP8_UE8M0 ? AK_DSV4_SCALE_BYTES : 0);
 }
 
-/* Sizes the stages (about 24 KB each, at most 32 tokens) and launches one persistent grid. */
+/* Sizes the stages (about 24 KB each, at most 32 tokens; 96 KB of buffers per block, two blocks
+   per SM) and launches one persistent grid. */
 static ak_status ak_mla_launch(ak_context *ctx, ak_mla_job *j, int32_t token_bytes) {
     if (j->n == 0) return AK_OK;
     j->pieces = (token_bytes + 15) / 16;
     j->tstride = j->pieces * 16;
-    int32_t tb = 24576 / j->tstride;
-    j->tb = tb < 1 ? 1 : tb > 32 ? 32 : tb;
-    const size_t smem = 2 * (size_t)j->tb * (size_t)j->tstride;
-    /* up to 4 blocks of 48 KB per SM: ask for the largest shared-memory carveout */
-    AK_CUDA_TRY(cudaFuncSetAttribute(ak_mla_codec_kernel,
-                                     cudaFuncAttributePreferredSharedMemoryCarveout,
-                                     cudaSharedmemCarveoutMaxShared));
+    int32_t tb = AK_MLA_STAGE_BYTES / j->tstride; /* tstride <= 2304: tb >= 10 */
+    j->tb = tb > 32 ? 32 : tb;
+    const size_t smem = AK_MLA_STAGES * (size_t)j->tb * (size_t)j->tstride;
+    /* more than the default 48 KB of dynamic shared memory: opt in once per device */
+    static int opted[64];
+    const int dev = ctx->device_id;
+    if (dev < 0 || dev >= 64 || !opted[dev]) {
+        AK_CUDA_TRY(cudaFuncSetAttribute(ak_mla_codec_kernel,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         AK_MLA_SMEM_MAX));
+        AK_CUDA_TRY(cudaFuncSetAttribute(ak_mla_codec_kernel,
+                                         cudaFuncAttributePreferredSharedMemoryCarveout,
+                                         cudaSharedmemCarveoutMaxShared));
+        if (dev >= 0 && dev < 64) opted[dev] = 1;
+    }
     int64_t groups = (j->n + j->tb - 1) / j->tb;
-    int64_t cap = (int64_t)(ctx->info.sm_count > 0 ? ctx->info.sm_count : 132) * 4;
+    int64_t cap = (int64_t)(ctx->info.sm_count > 0 ? ctx->info.sm_count : 132) * 2;
     int grid = (int)(groups < cap ? groups : cap);
-    ak_mla_codec_kernel<<<grid, 256, smem, ak_stream(ctx)>>>(*j);
+    ak_mla_codec_kernel<<<grid, AK_MLA_THREADS, smem, ak_stream(ctx)>>>(*j);
     AK_CUDA_CHECK_LAUNCH("ak_mla_codec_kernel");
     return AK_OK;
 }
@@ -787,11 +888,10 @@ __device__ __forceinline__ float ak_mha_scale(const ak_mha_pool &p) {
     return p.is_v ? ak_kv_v_scale(&p.c) : ak_kv_k_scale(&p.c);
 }
 
-/* Loads w (8, or 1 for odd dims) elements at element offset off of a pool. */
-__device__ __forceinline__ void ak_mha_load(const ak_mha_pool &p, int64_t off, int w, float *v,
-                                            uint8_t *raw, float scale) {
-    const int dt = p.c.elem_dtype;
-    if (dt == AK_DTYPE_E4M3) {
+/* Loads the bytes of w (8, or 1 for odd dims) elements at element offset off of a pool. */
+__device__ __forceinline__ void ak_mha_load_raw(const ak_mha_pool &p, int64_t off, int w,
+                                                uint8_t raw[16]) {
+    if (p.c.elem_dtype == AK_DTYPE_E4M3) {
         const uint8_t *q = p.data + off;
         if (w == 8 && p.vec) {
             uint2 u = *(const uint2 *)q;
@@ -799,22 +899,39 @@ __device__ __forceinline__ void ak_mha_load(const ak_mha_pool &p, int64_t off, i
         } else {
             for (int k = 0; k < w; k++) raw[k] = q[k];
         }
-        for (int k = 0; k < w; k++) v[k] = ak_e4m3_to_f32(raw[k]) * scale;
     } else {
         const uint16_t *h = (const uint16_t *)p.data + off;
-        uint16_t x[8];
         if (w == 8 && p.vec) {
             uint4 u = *(const uint4 *)h;
-            memcpy(x, &u, 16);
+            memcpy(raw, &u, 16);
         } else {
-            for (int k = 0; k < w; k++) x[k] = h[k];
+            for (int k = 0; k < w; k++) {
+                raw[2 * k] = (uint8_t)(h[k] & 0xffu);
+                raw[2 * k + 1] = (uint8_t)(h[k] >> 8);
+            }
         }
-        for (int k = 0; k < w; k++) {
-            raw[2 * k] = (uint8_t)(x[k] & 0xffu);
-            raw[2 * k + 1] = (uint8_t)(x[k] >> 8);
-        }
-        for (int k = 0; k < w; k++) v[k] = dt == AK_DTYPE_BF16 ? ak_bf16_to_f32(x[k]) : ak_f16_to_f32(x[k]);
     }
+}
+
+/* The w values of loaded bytes as fp32 (e4m3 times the pool scale). */
+__device__ __forceinline__ void ak_mha_decode(const ak_mha_pool &p, const uint8_t raw[16], int w,
+                                              float *v, float scale) {
+    const int dt = p.c.elem_dtype;
+    for (int k = 0; k < w; k++) {
+        if (dt == AK_DTYPE_E4M3) {
+            v[k] = ak_e4m3_to_f32(raw[k]) * scale;
+        } else {
+            const uint16_t x = (uint16_t)(raw[2 * k] | (raw[2 * k + 1] << 8));
+            v[k] = dt == AK_DTYPE_BF16 ? ak_bf16_to_f32(x) : ak_f16_to_f32(x);
+        }
+    }
+}
+
+/* Loads w elements at element offset off of a pool: bytes and fp32 values. */
+__device__ __forceinline__ void ak_mha_load(const ak_mha_pool &p, int64_t off, int w, float *v,
+                                            uint8_t *raw, float scale) {
+    ak_mha_load_raw(p, off, w, raw);
+    ak_mha_decode(p, raw, w, v, scale);
 }
 
 /* Stores w elements; use_raw: raw holds bytes of the same dtype, copied unchanged. */
@@ -954,9 +1071,12 @@ __global__ void ak_mha_gather_kernel(ak_mha_pool p, const int32_t *slots, int64_
     }
 }
 
-/* MHA convert: every (source slot, head, chunk); same element type copies the bytes. */
+/* MHA convert: every (source slot, head, chunk); same element type copies the bytes. A thread
+   loads the items of AK_MHA_U tokens (grid-strided) before storing any, so AK_MHA_U loads are in
+   flight per thread. */
+#define AK_MHA_U 4
 template <int w>
-__global__ void ak_mha_convert_kernel(ak_mha_pool s, ak_mha_pool d, const int32_t *pages,
+__global__ void __launch_bounds__(256, 4) ak_mha_convert_kernel(ak_mha_pool s, ak_mha_pool d, const int32_t *pages,
                                       int64_t pstride, int64_t nslots) {
     const int32_t cpr = (s.dim + w - 1) / w;
     const ak_tok_map m = ak_tok_map_of(s.c.h_kv * cpr);
@@ -964,18 +1084,33 @@ __global__ void ak_mha_convert_kernel(ak_mha_pool s, ak_mha_pool d, const int32_
     const float ss = s.c.elem_dtype == AK_DTYPE_E4M3 ? ak_mha_scale(s) : 1.0f;
     const float ds = d.c.elem_dtype == AK_DTYPE_E4M3 ? ak_mha_scale(d) : 1.0f;
     const bool same = s.c.elem_dtype == d.c.elem_dtype;
-    for (int64_t i = (int64_t)blockIdx.x * m.T + m.off; i < nslots; i += (int64_t)gridDim.x * m.T) {
-        uint32_t slot;
-        if (!ak_convert_slot(pages, pstride, s.c.page_size, (uint32_t)s.c.num_pages, i, &slot)) continue;
-        if (slot >= d.cap) continue;
-        uint32_t st, dt;
-        const int64_t sb = ak_mha_base(s, slot, &st), db = ak_mha_base(d, slot, &dt);
+    const int64_t stride = (int64_t)gridDim.x * m.T;
+    for (int64_t i0 = (int64_t)blockIdx.x * m.T + m.off; i0 < nslots; i0 += stride * AK_MHA_U) {
         for (int32_t r = m.r0; r < s.c.h_kv * cpr; r += m.rstep) {
             const int32_t head = r / cpr, d0 = (r - head * cpr) * w;
-            float v[8];
-            uint8_t raw[16];
-            ak_mha_load(s, ak_mha_off(s, sb, st, head) + d0, w, v, raw, ss);
-            ak_mha_store(d, ak_mha_off(d, db, dt, head) + d0, w, v, raw, same, ds);
+            uint8_t raw[AK_MHA_U][16];
+            int64_t doff[AK_MHA_U];
+#pragma unroll
+            for (int u = 0; u < AK_MHA_U; u++) {
+                const int64_t i = i0 + u * stride;
+                uint32_t slot;
+                doff[u] = -1;
+                if (i >= nslots ||
+                    !ak_convert_slot(pages, pstride, s.c.page_size, (uint32_t)s.c.num_pages, i, &slot) ||
+                    slot >= d.cap)
+                    continue;
+                uint32_t st, dt;
+                const int64_t sb = ak_mha_base(s, slot, &st), db = ak_mha_base(d, slot, &dt);
+                ak_mha_load_raw(s, ak_mha_off(s, sb, st, head) + d0, w, raw[u]);
+                doff[u] = ak_mha_off(d, db, dt, head) + d0;
+            }
+#pragma unroll
+            for (int u = 0; u < AK_MHA_U; u++) {
+                if (doff[u] < 0) continue;
+                float v[8];
+                if (!same) ak_mha_decode(s, raw[u], w, v, ss);
+                ak_mha_store(d, doff[u], w, v, raw[u], same, ds);
+            }
         }
     }
 }
@@ -1106,6 +1241,8 @@ extern "C" ak_status ak_cuda_cache_write(ak_context *ctx, const ak_cache *cache,
     j.slot_stride = slots->strides[0];
     j.n = n;
     j.rule = (int32_t)rule;
+    j.split = j.nope_bytes;
+    j.tail16 = true;
     j.vec = j.nope.vec && j.rope.vec;
     return ak_mla_launch(ctx, &j,
                          j.nope_bytes + (int32_t)(rope->shape[1] * ak_dtype_size(rope->dtype)));
@@ -1179,6 +1316,7 @@ extern "C" ak_status ak_cuda_cache_gather(ak_context *ctx, const ak_cache *cache
     j.slots = (const int32_t *)slots->data;
     j.slot_stride = slots->strides[0];
     j.n = n;
+    j.split = j.src.rec_bytes;
     j.vec = j.src.vec;
     return ak_mla_launch(ctx, &j, ak_mla_staged_bytes(cache->layout));
 }
@@ -1207,7 +1345,7 @@ extern "C" ak_status ak_cuda_cache_convert(ak_context *ctx, const ak_cache *src,
         for (int is_v = 0; is_v < 2; is_v++) {
             ak_mha_pool s = ak_mha_pool_of(src, is_v), d = ak_mha_pool_of(dst, is_v);
             int w = ak_mha_width(src, is_v);
-            int64_t items = nslots * 256 / ak_tok_per_block(src->h_kv * ((s.dim + w - 1) / w));
+            int64_t items = nslots * 256 / ak_tok_per_block(src->h_kv * ((s.dim + w - 1) / w)) / AK_MHA_U;
             if (w == 8)
                 ak_mha_convert_kernel<8><<<ak_grid_for(ctx, items, 256), 256, 0, st>>>(s, d, pg, pstride, nslots);
             else
@@ -1232,6 +1370,7 @@ extern "C" ak_status ak_cuda_cache_convert(ak_context *ctx, const ak_cache *src,
     j.page_stride = pstride;
     j.n = nslots;
     j.rule = (int32_t)rule;
+    j.split = j.src.rec_bytes;
     j.vec = j.src.vec;
     AK_TRY(ak_mla_launch(ctx, &j, ak_mla_staged_bytes(src->layout)));
     return ak_zero_padding(ctx, src, dst, pg, pstride, npages);

@@ -1,8 +1,8 @@
 /*
  * merge.cu -- merging attention states over disjoint key sets (semantics.md 7, rules M1 and M2).
- * One warp per (row, head): the first partials' first 128 dims are loaded (16 bytes per lane)
- * before the lanes reduce the partials' log-sum-exp in double (max, then the sum of exp), so the
- * reads overlap that math; then the head dimension is walked in 128-wide chunks, each lane owning 4
+ * One warp per (row, head): the first partials' first 128 dims of the warp's next pair are
+ * loaded (16 bytes per lane) while the lanes reduce this pair's log-sum-exp in double (max, then
+ * the sum of exp) and merge it, so the reads overlap that math; then the head dimension is walked in 128-wide chunks, each lane owning 4
  * consecutive dims, accumulating every partial with its weight exp(lse_i - lse). Non-finite
  * partial lse values have weight 0; an all-empty row gives out 0 and lse +inf. The sink is applied once, after the merge.
  */
@@ -64,23 +64,33 @@ __device__ __forceinline__ void ak_merge_load4(const ak_merge_args &a, int64_t b
 }
 
 /* Partials whose first 128 dims are loaded before the lse reduction, so their reads overlap it. */
-#define AK_MERGE_PRE 4
+#define AK_MERGE_PRE 2
+
+/* The first 128 dims of the first AK_MERGE_PRE partials of (row, head) pair pr. */
+__device__ __forceinline__ void ak_merge_prefetch(const ak_merge_args &a, int64_t pr, int lane,
+                                                  bool vin, float pre[AK_MERGE_PRE][4]) {
+    const int32_t r = (int32_t)(pr / a.h), hh = (int32_t)(pr - (int64_t)r * a.h);
+    const int64_t rb = (int64_t)r * a.os1 + (int64_t)hh * a.os2;
+#pragma unroll
+    for (int i = 0; i < AK_MERGE_PRE; i++)
+        if (i < a.n) ak_merge_load4(a, (int64_t)i * a.os0 + rb, 4 * lane, vin, pre[i]);
+}
 
 /* One warp per (row, head); lane l owns dims [128 c + 4 l, 128 c + 4 l + 4) of each 128-dim chunk c.
    Per dim the arithmetic (order of the partials, fp32 acc += w * x, then * factor) is unchanged. */
-__global__ void ak_merge_kernel(ak_merge_args a, bool vin, bool vout) {
+__global__ void __launch_bounds__(256, 4) ak_merge_kernel(ak_merge_args a, bool vin, bool vout) {
     const int lane = threadIdx.x & 31;
     const int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const int64_t nwarps = ((int64_t)gridDim.x * blockDim.x) >> 5;
     const int64_t pairs = (int64_t)a.rows * a.h;
     const double to_e = a.in_base2 ? 0.69314718055994530942 : 1.0;
+    /* software pipeline: the next pair's first chunk is loaded while this pair is merged */
+    float pre[AK_MERGE_PRE][4], nxt[AK_MERGE_PRE][4];
+    if (warp < pairs) ak_merge_prefetch(a, warp, lane, vin, pre);
     for (int64_t pr = warp; pr < pairs; pr += nwarps) {
         const int32_t r = (int32_t)(pr / a.h), hh = (int32_t)(pr - (int64_t)r * a.h);
         const int64_t rb = (int64_t)r * a.os1 + (int64_t)hh * a.os2;
-        float pre[AK_MERGE_PRE][4];
-#pragma unroll
-        for (int i = 0; i < AK_MERGE_PRE; i++)
-            if (i < a.n) ak_merge_load4(a, (int64_t)i * a.os0 + rb, 4 * lane, vin, pre[i]);
+        if (pr + nwarps < pairs) ak_merge_prefetch(a, pr + nwarps, lane, vin, nxt);
         double m = -INFINITY;
         for (int32_t i = lane; i < a.n; i += 32) {
             float l = ak_merge_lse_raw(a, i, r, hh);
@@ -147,6 +157,9 @@ __global__ void ak_merge_kernel(ak_merge_args a, bool vin, bool vout) {
         if (a.lse != NULL && lane == 0)
             a.lse[(int64_t)r * a.l0 + (int64_t)hh * a.l1] =
                 (float)(a.out_base2 ? L * 1.44269504088896340736 : L);
+#pragma unroll
+        for (int i = 0; i < AK_MERGE_PRE; i++)
+            for (int k = 0; k < 4; k++) pre[i][k] = nxt[i][k];
     }
 }
 

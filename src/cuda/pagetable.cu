@@ -12,7 +12,8 @@
 #include <stdint.h>
 
 #define AK_PT_THREADS 256
-#define AK_CSR_CHUNK (4 * AK_PT_THREADS) /* csr entries per block step: 4 per thread */
+#define AK_CSR_PER 16                             /* csr entries per thread and block step */
+#define AK_CSR_CHUNK (AK_CSR_PER * AK_PT_THREADS) /* csr entries per block step */
 
 /* A 1-D int32 view with a stride (NULL data = absent). */
 struct ak_i32v {
@@ -106,16 +107,14 @@ extern "C" ak_status ak_cuda_block_table_build(ak_context *ctx, const ak_tensor 
 /* ---- CSR ------------------------------------------------------------------------------------- */
 
 /* grid (X, min(B, 65535)): block (x, y) handles requests y, y + gridDim.y, ... and in each the
-   entry chunks x, x + X, ... of AK_CSR_CHUNK entries (every thread 4 independent reads in flight);
-   a request's start is a block-wide sum over the earlier requests. Entries past the capacity are
-   dropped (truncation); [total, capacity) gets -1. */
+   entry chunks x, x + X, ... of AK_CSR_CHUNK entries (every thread AK_CSR_PER independent reads in
+   flight); a request's start is a block-wide sum over the earlier requests. The total (for
+   indptr[B] and the -1 tail) is summed after the copy, off its critical path. Entries past the
+   capacity are dropped (truncation); [total, capacity) gets -1. */
 __global__ void ak_csr_kernel(ak_i32m r2t, ak_i32v req_ids, ak_i32v kv_start, ak_i32v seq_lens,
                               int32_t P, int32_t B, int32_t *indptr, int64_t indptr_s,
                               int32_t *indices, int64_t indices_s, int64_t cap, int32_t *last,
                               int64_t last_s) {
-    int64_t tot = 0;
-    for (int32_t j = threadIdx.x; j < B; j += blockDim.x) tot += ak_entry_count(ak_at(seq_lens, j), P);
-    const int64_t total = ak_block_sum(tot);
     for (int32_t b = blockIdx.y; b < B; b += gridDim.y) {
         int64_t part = 0;
         for (int32_t j = threadIdx.x; j < b; j += blockDim.x) part += ak_entry_count(ak_at(seq_lens, j), P);
@@ -125,28 +124,30 @@ __global__ void ak_csr_kernel(ak_i32m r2t, ak_i32v req_ids, ak_i32v kv_start, ak
         if (blockIdx.x == 0 && threadIdx.x == 0) {
             indptr[(int64_t)b * indptr_s] = (int32_t)(start < cap ? start : cap);
             if (last) last[(int64_t)b * last_s] = cnt > 0 ? (int32_t)(len - (int64_t)P * (cnt - 1)) : 0;
-            if (b == B - 1) indptr[(int64_t)B * indptr_s] = (int32_t)(total < cap ? total : cap);
         }
         const int64_t req = req_ids.p ? ak_at(req_ids, b) : b;
         const int64_t s0 = kv_start.p ? ak_at(kv_start, b) : 0;
         const int64_t end = cnt < cap - start ? cnt : cap - start; /* entries that fit */
         for (int64_t c0 = (int64_t)blockIdx.x * AK_CSR_CHUNK; c0 < end;
              c0 += (int64_t)gridDim.x * AK_CSR_CHUNK) {
-            int32_t v[4];
+            int32_t v[AK_CSR_PER];
 #pragma unroll
-            for (int k = 0; k < 4; k++) {
+            for (int k = 0; k < AK_CSR_PER; k++) {
                 const int64_t e = c0 + k * AK_PT_THREADS + threadIdx.x;
                 v[k] = e < end ? ak_r2t(r2t, req, s0 + e * P) : -1;
             }
 #pragma unroll
-            for (int k = 0; k < 4; k++) {
+            for (int k = 0; k < AK_CSR_PER; k++) {
                 const int64_t e = c0 + k * AK_PT_THREADS + threadIdx.x;
                 if (e < end) indices[(start + e) * indices_s] = v[k] >= 0 ? v[k] / P : -1;
             }
         }
     }
+    int64_t tot = 0;
+    for (int32_t j = threadIdx.x; j < B; j += blockDim.x) tot += ak_entry_count(ak_at(seq_lens, j), P);
+    const int64_t total = ak_block_sum(tot);
     const int32_t bid = blockIdx.y * gridDim.x + blockIdx.x, nb = gridDim.x * gridDim.y;
-    if (B == 0 && bid == 0 && threadIdx.x == 0) indptr[0] = 0;
+    if (bid == 0 && threadIdx.x == 0) indptr[(int64_t)B * indptr_s] = (int32_t)(total < cap ? total : cap);
     const int64_t first = total < cap ? total : cap;
     for (int64_t e = first + (int64_t)bid * blockDim.x + threadIdx.x; e < cap;
          e += (int64_t)nb * blockDim.x)
@@ -165,7 +166,7 @@ extern "C" ak_status ak_cuda_csr_build(ak_context *ctx, const ak_tensor *req_to_
        still covered by the grid-stride loop), so long requests spread over many SMs */
     const int64_t per_req = (req_to_token->shape[1] + page_size - 1) / page_size;
     int64_t x = (per_req + AK_CSR_CHUNK - 1) / AK_CSR_CHUNK;
-    x = x < 1 ? 1 : x > 256 ? 256 : x;
+    x = x < 1 ? 1 : x > 64 ? 64 : x;
     dim3 grid((unsigned)x, (unsigned)(B < 1 ? 1 : B > 65535 ? 65535 : B));
     ak_csr_kernel<<<grid, AK_PT_THREADS, 0, ak_stream(ctx)>>>(
         ak_i32m_of(req_to_token), ak_i32v_of(req_ids), ak_i32v_of(kv_start), ak_i32v_of(seq_lens),
@@ -208,33 +209,47 @@ __device__ __forceinline__ int32_t ak_paged_slot(ak_i32m table, int32_t P, int32
 
 /* ---- top-k transform ----------------------------------------------------------------------------- */
 
+/* Request of row t for a whole block (every thread calls it): with cu_seqlens_q the threads test
+   the requests in parallel (one round of loads instead of a dependent binary search); a request
+   with cu[b] <= t < cu[b + 1] is unique when cu is non-decreasing, as the CPU backend requires. */
+__device__ int32_t ak_block_row_request(ak_i32v cu, int32_t nreq, int64_t t) {
+    if (cu.p == NULL) return t < nreq ? (int32_t)t : -1;
+    __shared__ int32_t found;
+    __syncthreads(); /* found may still be read for the previous row */
+    if (threadIdx.x == 0) found = -1;
+    __syncthreads();
+    for (int32_t b = threadIdx.x; b < nreq; b += blockDim.x)
+        if (ak_at(cu, b) <= t && t < ak_at(cu, b + 1)) found = b;
+    __syncthreads();
+    return found;
+}
+
 /* grid (X, min(rows, 65535)): block (x, y) handles rows y, y + gridDim.y, ... and in each the
-   4-column groups x * 256 + thread, stepping by X * 256; the row's request is found once per row,
-   after the thread's first indices are loaded. vec: idx and out rows 16-byte aligned, k % 4 == 0. */
+   4-column groups x * 256 + thread, stepping by X * 256; the thread's first indices are loaded
+   before the row's request is looked up. vec: idx and out rows 16-byte aligned, k % 4 == 0. */
 __global__ void ak_transform_kernel(int32_t kind, ak_i32m table, int32_t P, ak_i32v cu_q,
                                     int32_t nreq, ak_i32v cu_k, const int32_t *idx, int64_t idx_rs,
                                     int32_t *out, int64_t out_rs, int32_t rows, int32_t k, bool vec) {
     const int64_t step = (int64_t)gridDim.x * blockDim.x * 4;
     for (int64_t t = blockIdx.y; t < rows; t += gridDim.y) {
         int64_t j = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * 4;
-        if (j >= k) continue;
         int32_t x[4];
         const int32_t *ip = idx + t * idx_rs;
         int32_t *op = out + t * out_rs;
         /* read before the write: out may alias idx (each thread owns its 4 entries) */
-        if (vec) {
+        if (vec && j < k) {
             int4 q = *(const int4 *)(ip + j);
             x[0] = q.x, x[1] = q.y, x[2] = q.z, x[3] = q.w;
         } else {
             for (int c = 0; c < 4; c++) x[c] = j + c < k ? ip[j + c] : -1;
         }
-        const int32_t b = ak_row_request(cu_q, nreq, t);
+        const int32_t b = ak_block_row_request(cu_q, nreq, t);
         int32_t off = 0, len = 0;
         if (kind == AK_TRANSFORM_RAGGED && b >= 0) {
             off = ak_at(cu_k, b);
             len = ak_at(cu_k, b + 1) - off;
         }
-        for (;;) {
+        while (j < k) {
             int32_t v[4];
             for (int c = 0; c < 4; c++) {
                 v[c] = -1;
@@ -342,6 +357,8 @@ __device__ __forceinline__ int64_t ak_gather_len(ak_i32v seq_lens, ak_i32v cu, i
     return g > 0 ? g : 0;
 }
 
+#define AK_CB_PRE 4 /* 128-entry chunks of raw top-k preloaded per warp */
+
 /* grid (X, B + 1), one warp per query row: block (x, r < B) covers request r's rows with its 8
    warps, x-strided; y = B fills rows past the last request with -1 and length 0. Each lane writes
    4 consecutive entries per step (16-byte stores when vec: rows 16-byte aligned, W % 4 == 0). */
@@ -372,6 +389,21 @@ __global__ void ak_combine_kernel(ak_i32m raw, ak_i32v seq_lens, ak_i32v cu, int
     const int64_t sl = ak_at(seq_lens, r);
     const int64_t row0 = cu.p ? (int64_t)ak_at(cu, r) - cu0 : r;
     const int64_t ql = cu.p ? (int64_t)ak_at(cu, r + 1) - ak_at(cu, r) : 1;
+    /* the warp's first row: its raw entries are loaded before the prefix sum, so both reads
+       overlap (the sum's barrier would otherwise order them) */
+    int32_t pre[AK_CB_PRE][4];
+    const bool pre_ok = vec && raw.p != NULL && w0 < ql && row0 + w0 >= 0 && row0 + w0 < T;
+    if (pre_ok) {
+        const int32_t *rp = raw.p + (row0 + w0) * raw.rs;
+#pragma unroll
+        for (int m = 0; m < AK_CB_PRE; m++) {
+            const int32_t j = 4 * lane + 128 * m;
+            if (j + 3 < topk) {
+                int4 q = *(const int4 *)(rp + j);
+                pre[m][0] = q.x, pre[m][1] = q.y, pre[m][2] = q.z, pre[m][3] = q.w;
+            }
+        }
+    }
     int64_t part = 0;
     for (int32_t j = threadIdx.x; j < r; j += blockDim.x) part += ak_gather_len(seq_lens, cu, j, window);
     const int64_t off = ak_block_sum(part);
@@ -394,10 +426,16 @@ __global__ void ak_combine_kernel(ak_i32m raw, ak_i32v seq_lens, ak_i32v cu, int
         const int64_t swa0 = swa_base + (pos - wl + 1 - gstart) - tl; /* + j for entry j */
         const int32_t *rp = raw.p ? raw.p + t * raw.rs : NULL;
         int32_t *op = indices + t * ind_rs;
-        for (int32_t j = 4 * lane; j < W; j += 128) {
+        int m = 0;
+        for (int32_t j = 4 * lane; j < W; j += 128, m++) {
             int32_t c4[4] = {0, 1, 2, 3};
             if (j < tl && rp != NULL) {
-                if (vec && j + 3 < topk) {
+                if (pre_ok && i == w0 && m < AK_CB_PRE && j + 3 < topk) {
+#pragma unroll
+                    for (int mm = 0; mm < AK_CB_PRE; mm++) /* static indices: pre stays in registers */
+                        if (mm == m)
+                            for (int c = 0; c < 4; c++) c4[c] = pre[mm][c];
+                } else if (vec && j + 3 < topk) {
                     int4 q = *(const int4 *)(rp + j);
                     c4[0] = q.x, c4[1] = q.y, c4[2] = q.z, c4[3] = q.w;
                 } else {
