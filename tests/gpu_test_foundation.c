@@ -8,6 +8,7 @@
  *     gather; every conversion of the matrix, whole pool and touched pages, V4 page split and
  *     merge, padded page strides): whole pools and outputs byte for byte. Unused cache bytes and
  *     outputs start poisoned (NaN / 0x7f pattern) on both sides, so a stray or missing write shows.
+ *     Pools of 12.8k-44.8k tokens run the staged MLA codec's pipeline over several iterations.
  *   - invalid slots of every kind (-1, -7, INT32_MIN, capacity, capacity + 100, INT32_MAX) are
  *     skipped by the CUDA writers (the CPU run gets -1 there: it rejects the others) and give zero
  *     rows in gathers; invalid page ids in convert are skipped.
@@ -579,6 +580,26 @@ AK_TEST(cuda_cache_convert_matrix) {
             d.page_stride = ak_cache_stride_min(&d) + 256;
             convert_case(&r, &s, &d, up_, AK_QUANT_DEFAULT);
         }
+    }
+}
+
+/* Pools deep enough that every block of the staged MLA codec runs several iterations of its
+   shared-memory pipeline (two 512-thread blocks per SM hold at most 32 tokens per stage each, so a
+   sweep of the grid covers about 8k tokens); the small pools above stay within one iteration. */
+AK_TEST(cuda_cache_convert_long_pipeline) {
+    if (!gpu()) return;
+    ak_rng r;
+    ak_rng_init(&r, ak_test_seed() + 5);
+    const int32_t np = g_quick ? 200 : 700; /* 64-token pages: 12.8k or 44.8k tokens */
+    const ak_layout A = AK_LAYOUT_MLA_BF16, C = AK_LAYOUT_DSA_FP8_BLOCKSCALE,
+                    V = AK_LAYOUT_DSV4_FP8_UE8M0;
+    for (int up_ = 0; up_ < 2; up_++) {
+        ak_cache s = mla(A, np, 64, 0, 0), d = mla(C, np, 64, 0, 0);
+        convert_case(&r, &s, &d, up_, AK_QUANT_DEFAULT);
+        s = mla(C, np, 64, 0, 0); d = mla(A, np, 64, 0, 0);
+        convert_case(&r, &s, &d, up_, AK_QUANT_DEFAULT);
+        s = mla(V, np, 64, 0, 0); d = mla(V, np / 4, 256, 0, 0); /* copy with the scale rows */
+        convert_case(&r, &s, &d, up_, AK_QUANT_DEFAULT);
     }
 }
 

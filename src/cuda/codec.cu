@@ -674,6 +674,7 @@ __global__ void __launch_bounds__(AK_MLA_THREADS, 2) ak_mla_codec_kernel(ak_mla_
         ak_mla_compute(j, t, toks[b], ak_stage_mem + b * buf_bytes);
         __syncthreads(); /* buffer b and toks[b] are free: refilled below and next iteration */
         if (tid < j.tb) toks[b][tid] = ak_mla_tok_of(j, inext, key);
+        __syncthreads(); /* the next iteration's stage reads toks[b] */
     }
 }
 
