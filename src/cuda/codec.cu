@@ -9,7 +9,7 @@
  * while one is computed; then a warp per token, lane l owning dims [16 l, 16 l + 16) of the NoPE
  * part (a 128-dim 656 tile is 8 lanes, a 64-dim V4 tile 4 lanes, reduced with shuffles; V4's 64
  * RoPE dims are lanes 28..31), and for the 576-dim layouts a second pass with the 4 RoPE chunks
- * of 8 tokens per warp. Indexer layouts: 8 lanes per token, 4 tokens per lane in flight. MHA: one
+ * of 8 tokens per warp. Indexer layouts: 8 lanes per token, 2-4 tokens per lane in flight. MHA: one
  * thread per 8 elements of one (token, head) row, 4 tokens per thread in flight in converts.
  * Invalid slots (rule I1) are skipped by writers and give zero rows in gathers. No allocation and no
  * host synchronisation: every function is capturable in a CUDA graph.
@@ -86,6 +86,25 @@ __device__ __forceinline__ void ak_dev_bf16xn(const float *v, uint16_t *h, int n
         h[i] = (uint16_t)(r & 0xffffu);
         h[i + 1] = (uint16_t)(r >> 16);
     }
+}
+
+/* x / s for a fixed s: when s is a power of two with a normal reciprocal, x * (1 / s) is the
+   same real number rounded once, so the result is identical and the IEEE division sequence is
+   skipped (k_scale 1.0, UE8M0 and power-of-two scales); NaN inputs keep the division. */
+struct ak_divisor {
+    float s, rs;
+    bool pow2;
+};
+__device__ __forceinline__ ak_divisor ak_divisor_of(float s) {
+    const uint32_t u = ak_f32_bits(s), e = u >> 23;
+    ak_divisor d;
+    d.s = s;
+    d.pow2 = (u & 0x007fffffu) == 0 && e >= 1 && e <= 253; /* positive, 2^-126 .. 2^126 */
+    d.rs = ak_f32_from_bits((254u - e) << 23);              /* 2^(127 - e) = 1 / s */
+    return d;
+}
+__device__ __forceinline__ float ak_div(const ak_divisor &d, float x) {
+    return d.pow2 && !ak_isnan_f32(x) ? __fmul_rn(x, d.rs) : __fdiv_rn(x, d.s);
 }
 
 /* 16-byte aligned vector load/store with a scalar fallback for unaligned views. */
@@ -477,7 +496,8 @@ __device__ __forceinline__ void ak_mla_store_rope(const ak_mla_geo &dst, uint8_t
     if (dst.c.layout == AK_LAYOUT_MLA_FP8_PERTENSOR) {
         const float sc = ak_kv_k_scale(&dst.c);
         uint8_t q[16];
-        for (int i = 0; i < 16; i++) v[i] = __fdiv_rn(v[i], sc);
+        const ak_divisor dv = ak_divisor_of(sc);
+        for (int i = 0; i < 16; i++) v[i] = ak_div(dv, v[i]);
         ak_dev_e4m3x16(v, q);
         ak_st16(rec + 512 + rc * 16, q, dst.vec);
         return;
@@ -530,7 +550,8 @@ __device__ void ak_mla_encode_lane(const ak_mla_job &j, const uint8_t *s, uint32
     }
     case AK_LAYOUT_MLA_FP8_PERTENSOR: {
         float sc = ak_kv_k_scale(&dst.c);
-        for (int i = 0; i < 16; i++) v[i] = __fdiv_rn(v[i], sc);
+        const ak_divisor dv = ak_divisor_of(sc);
+        for (int i = 0; i < 16; i++) v[i] = ak_div(dv, v[i]);
         ak_dev_e4m3x16(v, q);
         ak_st16(rec + ch * 16, q, dst.vec);
         break;
@@ -543,7 +564,8 @@ __device__ void ak_mla_encode_lane(const ak_mla_job &j, const uint8_t *s, uint32
             if (j.rule == AK_QUANT_FP32) {
                 sc = __fdiv_rn(amax, 448.0f);
                 if (!(sc >= 1e-4f)) sc = 1e-4f;
-                for (int i = 0; i < 16; i++) v[i] = __fdiv_rn(v[i], sc);
+                const ak_divisor dv = ak_divisor_of(sc);
+                for (int i = 0; i < 16; i++) v[i] = ak_div(dv, v[i]);
             } else {
                 /* AMAX_FLOOR is a 584-only rule. x / 2^k == x * 2^-k exactly (one rounding of
                    the same real number), so the power-of-two path multiplies. */
@@ -714,9 +736,11 @@ static ak_status ak_mla_launch(ak_context *ctx, ak_mla_job *j, int32_t token_byt
 
 /* ---- indexer layouts: 8 lanes per token, 16 dims per lane ------------------------------------- */
 
-/* A warp covers 4 tokens per round and AK_IDX_U rounds per step: every round's loads are issued
-   before the first is used, so each lane keeps AK_IDX_U loads in flight instead of one. */
+/* A warp covers 4 tokens per round and AK_IDX_U (gather) or AK_IDX_WU (write) rounds per step:
+   every round's loads are issued before the first is used, so each lane keeps several loads in
+   flight instead of one. */
 #define AK_IDX_U 4
+#define AK_IDX_WU 2 /* writers hold 16 fp32 per token: 2 tokens keep them under 64 registers */
 
 struct ak_idx_geo {
     uint8_t *data;
@@ -742,22 +766,22 @@ __global__ void ak_idx_write_kernel(ak_idx_geo g, ak_rows in, const int32_t *slo
     const int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const int64_t nwarps = ((int64_t)gridDim.x * blockDim.x) >> 5;
     /* whole warps iterate together (shuffles) */
-    for (int64_t b = warp * 4 * AK_IDX_U; b < n; b += nwarps * 4 * AK_IDX_U) {
-        uint32_t slot[AK_IDX_U];
-        float v[AK_IDX_U][16];
+    for (int64_t b = warp * 4 * AK_IDX_WU; b < n; b += nwarps * 4 * AK_IDX_WU) {
+        uint32_t slot[AK_IDX_WU];
+        float v[AK_IDX_WU][16];
 #pragma unroll
-        for (int u = 0; u < AK_IDX_U; u++) {
+        for (int u = 0; u < AK_IDX_WU; u++) {
             const int64_t i = b + 4 * u + q;
             slot[u] = i < n ? (uint32_t)slots[i * slot_stride] : 0xffffffffu;
         }
 #pragma unroll
-        for (int u = 0; u < AK_IDX_U; u++) {
+        for (int u = 0; u < AK_IDX_WU; u++) {
             if (slot[u] < g.cap) ak_load_vals(v[u], 16, in.data, (b + 4 * u + q) * in.rs + sub * 16, in.dtype, in.vec);
             else
                 for (int k = 0; k < 16; k++) v[u][k] = 0.0f;
         }
 #pragma unroll
-        for (int u = 0; u < AK_IDX_U; u++) {
+        for (int u = 0; u < AK_IDX_WU; u++) {
             const bool ok = slot[u] < g.cap;
             float amax = 0.0f;
             for (int k = 0; k < 16; k++) amax = fmaxf(amax, fabsf(v[u][k]));
@@ -942,7 +966,8 @@ __device__ __forceinline__ void ak_mha_store(const ak_mha_pool &p, int64_t off, 
     const int dt = p.c.elem_dtype;
     if (dt == AK_DTYPE_E4M3) {
         uint8_t q[8];
-        for (int k = 0; k < w; k++) q[k] = use_raw ? raw[k] : ak_dev_e4m3(__fdiv_rn(v[k], scale));
+        const ak_divisor dv = ak_divisor_of(scale);
+        for (int k = 0; k < w; k++) q[k] = use_raw ? raw[k] : ak_dev_e4m3(ak_div(dv, v[k]));
         uint8_t *d = p.data + off;
         if (w == 8 && p.vec) {
             uint2 u;
@@ -1224,7 +1249,7 @@ extern "C" ak_status ak_cuda_cache_write(ak_context *ctx, const ak_cache *cache,
     cudaStream_t st = ak_stream(ctx);
     if (ak_is_indexer(cache->layout)) {
         ak_idx_geo g = ak_idx_geo_of(cache);
-        int grid = ak_grid_for(ctx, (n + 4 * AK_IDX_U - 1) / (4 * AK_IDX_U) * 32, 256);
+        int grid = ak_grid_for(ctx, (n + 4 * AK_IDX_WU - 1) / (4 * AK_IDX_WU) * 32, 256);
         ak_idx_write_kernel<<<grid, 256, 0, st>>>(g, ak_rows_of(nope), (const int32_t *)slots->data,
                                                   slots->strides[0], n, (int)rule);
         AK_CUDA_CHECK_LAUNCH("ak_idx_write_kernel");
