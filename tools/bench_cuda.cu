@@ -28,12 +28,14 @@ __global__ void bench_fill_bf16(uint16_t *p, size_t n, unsigned long long seed) 
     }
 }
 
-/* Normal(0, sigma) clamped to +-clamp, Box-Muller on two hashes of the index, as bf16. */
+/* Normal(0, sigma) clamped to +-clamp, as bf16: Box-Muller on two 24-bit fields of a hash of
+   (index, seed). */
 __global__ void bench_fill_normal_bf16(uint16_t *p, int64_t n, float sigma, float clamp,
                                        unsigned long long seed) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
-        unsigned long long z = ((unsigned long long)i + seed * 0x632be59bd9b4e019ull) * 0x9e3779b97f4a7c15ull;
+        unsigned long long z = (unsigned long long)i + seed * 0x632be59bd9b4e019ull;
+        z *= 0x9e3779b97f4a7c15ull;
         z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
         z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
         z ^= z >> 31;
