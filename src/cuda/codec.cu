@@ -271,12 +271,15 @@ static int ak_grid_for(const ak_context *ctx, int64_t items, int per_block) {
    while the warps quantize or dequantize the current one from shared memory. */
 
 __device__ __forceinline__ void ak_cp_async16(void *smem, const void *gmem) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(ak_smem_addr(smem)), "l"(gmem));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(ak_smem_addr(smem)),
+                 "l"(gmem));
 }
 __device__ __forceinline__ void ak_cp_async8(void *smem, const void *gmem) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(ak_smem_addr(smem)), "l"(gmem));
 }
-__device__ __forceinline__ void ak_cp_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void ak_cp_async_commit(void) {
+    asm volatile("cp.async.commit_group;\n" ::);
+}
 /* Stages per block: AK_MLA_STAGES - 1 in flight while one is computed. */
 #define AK_MLA_STAGES 4
 /* Waits until at most AK_MLA_STAGES - 1 committed groups (the newest) are still in flight. */
@@ -776,7 +779,9 @@ __global__ void ak_idx_write_kernel(ak_idx_geo g, ak_rows in, const int32_t *slo
         }
 #pragma unroll
         for (int u = 0; u < AK_IDX_WU; u++) {
-            if (slot[u] < g.cap) ak_load_vals(v[u], 16, in.data, (b + 4 * u + q) * in.rs + sub * 16, in.dtype, in.vec);
+            if (slot[u] < g.cap)
+                ak_load_vals(v[u], 16, in.data, (b + 4 * u + q) * in.rs + sub * 16, in.dtype,
+                             in.vec);
             else
                 for (int k = 0; k < 16; k++) v[u][k] = 0.0f;
         }
@@ -1102,8 +1107,9 @@ __global__ void ak_mha_gather_kernel(ak_mha_pool p, const int32_t *slots, int64_
    flight per thread. */
 #define AK_MHA_U 4
 template <int w>
-__global__ void __launch_bounds__(256, 4) ak_mha_convert_kernel(ak_mha_pool s, ak_mha_pool d, const int32_t *pages,
-                                      int64_t pstride, int64_t nslots) {
+__global__ void __launch_bounds__(256, 4)
+    ak_mha_convert_kernel(ak_mha_pool s, ak_mha_pool d, const int32_t *pages, int64_t pstride,
+                          int64_t nslots) {
     const int32_t cpr = (s.dim + w - 1) / w;
     const ak_tok_map m = ak_tok_map_of(s.c.h_kv * cpr);
     if (m.off >= m.T) return;
@@ -1122,7 +1128,8 @@ __global__ void __launch_bounds__(256, 4) ak_mha_convert_kernel(ak_mha_pool s, a
                 uint32_t slot;
                 doff[u] = -1;
                 if (i >= nslots ||
-                    !ak_convert_slot(pages, pstride, s.c.page_size, (uint32_t)s.c.num_pages, i, &slot) ||
+                    !ak_convert_slot(pages, pstride, s.c.page_size, (uint32_t)s.c.num_pages, i,
+                                     &slot) ||
                     slot >= d.cap)
                     continue;
                 uint32_t st, dt;
@@ -1329,7 +1336,8 @@ extern "C" ak_status ak_cuda_cache_gather(ak_context *ctx, const ak_cache *cache
     if (ak_is_mha(cache->layout)) return ak_mha_gather_pool(ctx, cache, 0, slots, out);
     if (ak_is_indexer(cache->layout)) {
         ak_idx_geo g = ak_idx_geo_of(cache);
-        ak_idx_gather_kernel<<<ak_grid_for(ctx, (n + AK_IDX_U - 1) / AK_IDX_U * 8, 256), 256, 0, st>>>(
+        const int grid = ak_grid_for(ctx, (n + AK_IDX_U - 1) / AK_IDX_U * 8, 256);
+        ak_idx_gather_kernel<<<grid, 256, 0, st>>>(
             g, (const int32_t *)slots->data, slots->strides[0], n, ak_rows_out_of(out),
             out_scale ? (float *)out_scale->data : NULL, out_scale ? out_scale->strides[0] : 0);
         AK_CUDA_CHECK_LAUNCH("ak_idx_gather_kernel");
@@ -1371,11 +1379,13 @@ extern "C" ak_status ak_cuda_cache_convert(ak_context *ctx, const ak_cache *src,
         for (int is_v = 0; is_v < 2; is_v++) {
             ak_mha_pool s = ak_mha_pool_of(src, is_v), d = ak_mha_pool_of(dst, is_v);
             int w = ak_mha_width(src, is_v);
-            int64_t items = nslots * 256 / ak_tok_per_block(src->h_kv * ((s.dim + w - 1) / w)) / AK_MHA_U;
+            int64_t items =
+                nslots * 256 / ak_tok_per_block(src->h_kv * ((s.dim + w - 1) / w)) / AK_MHA_U;
+            const int grid = ak_grid_for(ctx, items, 256);
             if (w == 8)
-                ak_mha_convert_kernel<8><<<ak_grid_for(ctx, items, 256), 256, 0, st>>>(s, d, pg, pstride, nslots);
+                ak_mha_convert_kernel<8><<<grid, 256, 0, st>>>(s, d, pg, pstride, nslots);
             else
-                ak_mha_convert_kernel<1><<<ak_grid_for(ctx, items, 256), 256, 0, st>>>(s, d, pg, pstride, nslots);
+                ak_mha_convert_kernel<1><<<grid, 256, 0, st>>>(s, d, pg, pstride, nslots);
             AK_CUDA_CHECK_LAUNCH("ak_mha_convert_kernel");
         }
         return ak_zero_padding(ctx, src, dst, pg, pstride, npages);

@@ -2,9 +2,10 @@
  * merge.cu -- merging attention states over disjoint key sets (semantics.md 7, rules M1 and M2).
  * One warp per (row, head): the first partials' first 128 dims of the warp's next pair are
  * loaded (16 bytes per lane) while the lanes reduce this pair's log-sum-exp in double (max, then
- * the sum of exp) and merge it, so the reads overlap that math; then the head dimension is walked in 128-wide chunks, each lane owning 4
- * consecutive dims, accumulating every partial with its weight exp(lse_i - lse). Non-finite
- * partial lse values have weight 0; an all-empty row gives out 0 and lse +inf. The sink is applied once, after the merge.
+ * the sum of exp) and merge it, so the reads overlap that math; then the head dimension is walked
+ * in 128-wide chunks, each lane owning 4 consecutive dims, accumulating every partial with its
+ * weight exp(lse_i - lse). Non-finite partial lse values have weight 0; an all-empty row gives
+ * out 0 and lse +inf. The sink is applied once, after the merge.
  */
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_common.cuh"
@@ -55,8 +56,10 @@ __device__ __forceinline__ void ak_merge_load4(const ak_merge_args &a, int64_t b
         const uint16_t *p = (const uint16_t *)a.outs + base + dd;
         if (vec && dd < a.d) {
             uint2 q = *(const uint2 *)p;
-            x[0] = ak_bf16_to_f32((uint16_t)(q.x & 0xffffu)), x[1] = ak_bf16_to_f32((uint16_t)(q.x >> 16));
-            x[2] = ak_bf16_to_f32((uint16_t)(q.y & 0xffffu)), x[3] = ak_bf16_to_f32((uint16_t)(q.y >> 16));
+            x[0] = ak_bf16_to_f32((uint16_t)(q.x & 0xffffu));
+            x[1] = ak_bf16_to_f32((uint16_t)(q.x >> 16));
+            x[2] = ak_bf16_to_f32((uint16_t)(q.y & 0xffffu));
+            x[3] = ak_bf16_to_f32((uint16_t)(q.y >> 16));
             return;
         }
         for (int k = 0; k < 4; k++) x[k] = dd + k < a.d ? ak_bf16_to_f32(p[k]) : 0.0f;
@@ -76,7 +79,7 @@ __device__ __forceinline__ void ak_merge_prefetch(const ak_merge_args &a, int64_
         if (i < a.n) ak_merge_load4(a, (int64_t)i * a.os0 + rb, 4 * lane, vin, pre[i]);
 }
 
-/* One warp per (row, head); lane l owns dims [128 c + 4 l, 128 c + 4 l + 4) of each 128-dim chunk c.
+/* One warp per (row, head); lane l owns dims [128 c + 4 l, 128 c + 4 l + 4) of 128-dim chunk c.
    Per dim the arithmetic (order of the partials, fp32 acc += w * x, then * factor) is unchanged. */
 __global__ void __launch_bounds__(256, 4) ak_merge_kernel(ak_merge_args a, bool vin, bool vout) {
     const int lane = threadIdx.x & 31;
@@ -164,7 +167,8 @@ __global__ void __launch_bounds__(256, 4) ak_merge_kernel(ak_merge_args a, bool 
 }
 
 /* Rows of `esz`-byte elements at p with the given strides can be read 4 elements at a time. */
-static bool ak_merge_vec(const void *p, int64_t esz, int32_t d, int64_t s0, int64_t s1, int64_t s2) {
+static bool ak_merge_vec(const void *p, int64_t esz, int32_t d, int64_t s0, int64_t s1,
+                         int64_t s2) {
     const int64_t al = 4 * esz;
     return (uintptr_t)p % (uintptr_t)al == 0 && d % 4 == 0 && (s0 * esz) % al == 0 &&
            (s1 * esz) % al == 0 && (s2 * esz) % al == 0;

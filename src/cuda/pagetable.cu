@@ -117,13 +117,15 @@ __global__ void ak_csr_kernel(ak_i32m r2t, ak_i32v req_ids, ak_i32v kv_start, ak
                               int64_t last_s) {
     for (int32_t b = blockIdx.y; b < B; b += gridDim.y) {
         int64_t part = 0;
-        for (int32_t j = threadIdx.x; j < b; j += blockDim.x) part += ak_entry_count(ak_at(seq_lens, j), P);
+        for (int32_t j = threadIdx.x; j < b; j += blockDim.x)
+            part += ak_entry_count(ak_at(seq_lens, j), P);
         const int64_t start = ak_block_sum(part);
         const int32_t len = ak_at(seq_lens, b);
         const int64_t cnt = ak_entry_count(len, P);
         if (blockIdx.x == 0 && threadIdx.x == 0) {
             indptr[(int64_t)b * indptr_s] = (int32_t)(start < cap ? start : cap);
-            if (last) last[(int64_t)b * last_s] = cnt > 0 ? (int32_t)(len - (int64_t)P * (cnt - 1)) : 0;
+            if (last)
+                last[(int64_t)b * last_s] = cnt > 0 ? (int32_t)(len - (int64_t)P * (cnt - 1)) : 0;
         }
         const int64_t req = req_ids.p ? ak_at(req_ids, b) : b;
         const int64_t s0 = kv_start.p ? ak_at(kv_start, b) : 0;
@@ -144,10 +146,12 @@ __global__ void ak_csr_kernel(ak_i32m r2t, ak_i32v req_ids, ak_i32v kv_start, ak
         }
     }
     int64_t tot = 0;
-    for (int32_t j = threadIdx.x; j < B; j += blockDim.x) tot += ak_entry_count(ak_at(seq_lens, j), P);
+    for (int32_t j = threadIdx.x; j < B; j += blockDim.x)
+        tot += ak_entry_count(ak_at(seq_lens, j), P);
     const int64_t total = ak_block_sum(tot);
     const int32_t bid = blockIdx.y * gridDim.x + blockIdx.x, nb = gridDim.x * gridDim.y;
-    if (bid == 0 && threadIdx.x == 0) indptr[(int64_t)B * indptr_s] = (int32_t)(total < cap ? total : cap);
+    if (bid == 0 && threadIdx.x == 0)
+        indptr[(int64_t)B * indptr_s] = (int32_t)(total < cap ? total : cap);
     const int64_t first = total < cap ? total : cap;
     for (int64_t e = first + (int64_t)bid * blockDim.x + threadIdx.x; e < cap;
          e += (int64_t)nb * blockDim.x)
@@ -229,7 +233,8 @@ __device__ int32_t ak_block_row_request(ak_i32v cu, int32_t nreq, int64_t t) {
    before the row's request is looked up. vec: idx and out rows 16-byte aligned, k % 4 == 0. */
 __global__ void ak_transform_kernel(int32_t kind, ak_i32m table, int32_t P, ak_i32v cu_q,
                                     int32_t nreq, ak_i32v cu_k, const int32_t *idx, int64_t idx_rs,
-                                    int32_t *out, int64_t out_rs, int32_t rows, int32_t k, bool vec) {
+                                    int32_t *out, int64_t out_rs, int32_t rows, int32_t k,
+                                    bool vec) {
     const int64_t step = (int64_t)gridDim.x * blockDim.x * 4;
     for (int64_t t = blockIdx.y; t < rows; t += gridDim.y) {
         int64_t j = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * 4;
@@ -256,7 +261,8 @@ __global__ void ak_transform_kernel(int32_t kind, ak_i32m table, int32_t P, ak_i
                 if (x[c] < 0 || b < 0) continue;
                 if (kind == AK_TRANSFORM_PAGED) v[c] = ak_paged_slot(table, P, b, x[c]);
                 /* a position past the request's keys would address the next request: -1 */
-                else if (kind == AK_TRANSFORM_RAGGED) v[c] = (uint32_t)x[c] < (uint32_t)len ? x[c] + off : -1;
+                else if (kind == AK_TRANSFORM_RAGGED)
+                    v[c] = (uint32_t)x[c] < (uint32_t)len ? x[c] + off : -1;
                 else v[c] = x[c];
             }
             if (vec) {
@@ -289,8 +295,9 @@ extern "C" ak_status ak_cuda_topk_transform(ak_context *ctx, const ak_transform 
     else if (tf->kind == AK_TRANSFORM_PAGED) nreq = table.rows;
     else if (tf->kind == AK_TRANSFORM_RAGGED) nreq = (int32_t)tf->cu_seqlens_k->shape[0] - 1;
     else nreq = rows;
-    const bool vec = k % 4 == 0 && (uintptr_t)idx->data % 16 == 0 && (uintptr_t)out->data % 16 == 0 &&
-                     idx->strides[0] % 4 == 0 && out->strides[0] % 4 == 0;
+    const bool vec = k % 4 == 0 && (uintptr_t)idx->data % 16 == 0 &&
+                     (uintptr_t)out->data % 16 == 0 && idx->strides[0] % 4 == 0 &&
+                     out->strides[0] % 4 == 0;
     int64_t x = ((int64_t)k + 4 * AK_PT_THREADS - 1) / (4 * AK_PT_THREADS);
     x = x > 64 ? 64 : x;
     dim3 grid((unsigned)x, (unsigned)(rows > 65535 ? 65535 : rows));
@@ -432,7 +439,7 @@ __global__ void ak_combine_kernel(ak_i32m raw, ak_i32v seq_lens, ak_i32v cu, int
             if (j < tl && rp != NULL) {
                 if (pre_ok && i == w0 && m < AK_CB_PRE && j + 3 < topk) {
 #pragma unroll
-                    for (int mm = 0; mm < AK_CB_PRE; mm++) /* static indices: pre stays in registers */
+                    for (int mm = 0; mm < AK_CB_PRE; mm++) /* static indices: registers */
                         if (mm == m)
                             for (int c = 0; c < 4; c++) c4[c] = pre[mm][c];
                 } else if (vec && j + 3 < topk) {
@@ -448,7 +455,8 @@ __global__ void ak_combine_kernel(ak_i32m raw, ak_i32v seq_lens, ak_i32v cu, int
             for (int c = 0; c < 4; c++) {
                 const int32_t jj = j + c;
                 const int64_t cc = c4[c];
-                if (jj < tl) v[c] = cc >= 0 && cc < visible ? (int32_t)((int64_t)r * c_max + cc) : -1;
+                if (jj < tl)
+                    v[c] = cc >= 0 && cc < visible ? (int32_t)((int64_t)r * c_max + cc) : -1;
                 else if (jj < tl + wl) v[c] = (int32_t)(swa0 + jj);
                 else v[c] = -1;
             }
@@ -479,16 +487,17 @@ extern "C" ak_status ak_cuda_dsv4_combine_indices(ak_context *ctx, const ak_tens
     const int32_t wpb = AK_PT_THREADS / 32;
     int64_t x = B > 0 ? ((int64_t)T / B + wpb - 1) / wpb : 1;
     x = x < 1 ? 1 : x > 64 ? 64 : x;
-    const bool vec = W % 4 == 0 && (uintptr_t)indices->data % 16 == 0 && indices->strides[0] % 4 == 0 &&
-                     (raw_topk == NULL || ((uintptr_t)raw_topk->data % 16 == 0 &&
-                                           raw_topk->strides[0] % 4 == 0));
+    const bool vec = W % 4 == 0 && (uintptr_t)indices->data % 16 == 0 &&
+                     indices->strides[0] % 4 == 0 &&
+                     (raw_topk == NULL ||
+                      ((uintptr_t)raw_topk->data % 16 == 0 && raw_topk->strides[0] % 4 == 0));
     dim3 grid((unsigned)x, (unsigned)(B + 1));
     ak_combine_kernel<<<grid, AK_PT_THREADS, 0, ak_stream(ctx)>>>(
         ak_i32m_of(raw_topk), ak_i32v_of(seq_lens), ak_i32v_of(cu_seqlens_q), B, ratio, topk,
         c_max, window, (int32_t *)indices->data, indices->strides[0], W, (int32_t *)lengths->data,
         lengths->strides[0], T,
-        swa_offsets ? (int32_t *)swa_offsets->data : NULL, swa_offsets ? swa_offsets->strides[0] : 0,
-        vec);
+        swa_offsets ? (int32_t *)swa_offsets->data : NULL,
+        swa_offsets ? swa_offsets->strides[0] : 0, vec);
     AK_CUDA_CHECK_LAUNCH("ak_combine_kernel");
     return AK_OK;
 }
