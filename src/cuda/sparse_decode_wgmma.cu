@@ -1,0 +1,403 @@
+/*
+ * sparse_decode_wgmma.cu -- sparse MLA decode for h_q > 32 on Hopper tensor cores (wgmma), same
+ * semantics, split rule and partial-row format as sparse_decode.cu (see its header comment).
+ *
+ * One CTA = (request r, query token i, 64-head tile, KV split), two warpgroups (256 threads).
+ * Shared memory holds three tiles: Q [64 heads x d_qk] bf16 (loaded once), K [64 keys x d_qk]
+ * bf16 (the dequantized current key tile) and the raw records of the next key tile, which
+ * cp.async fetches (rule I1: an invalid slot is never read, its bytes are zero-filled) while the
+ * tensor cores work on the current one. Q and K use the canonical 128-byte-swizzled K-major
+ * layout: 64-dim column blocks of 64 rows x 128 bytes (8 KB each), the 16-byte chunk index of row
+ * n XORed with n % 8, every tile 1024-byte aligned (so descriptors carry base offset 0).
+ *
+ * Per key tile each warpgroup computes the whole S = Q K^T [64 x 64] (wgmma m64n64k16, A and B
+ * from shared memory), runs the online softmax on it in fp32 log2 units, rounds P to bf16 in
+ * registers (the D fragment of S is, two 8-key columns at a time, the A fragment of the next
+ * product) and accumulates O[:, 256 wg .. 256 wg + 255] += P V with wgmma m64n256k16, A from
+ * registers and B = V read MN-major from the same K tile: a K-major [key][dim] 128-byte-swizzled
+ * block of 64 dims is exactly an MN-major swizzle atom column of V (dims contiguous, 8 keys per
+ * 1024-byte atom), so its descriptor has leading byte offset 8192 (next 64 dims) and stride byte
+ * offset 1024 (next 8 keys). Both warpgroups computing S costs 36 extra m64n64 steps per tile
+ * but needs no exchange of row statistics between them: each holds 64 x 256 f32 accumulators
+ * (128 registers per thread), the most one warpgroup can keep.
+ */
+#include "cuda/cuda_backend.h"
+#include "cuda/cuda_common.cuh"
+#include "cuda/ptx.cuh"
+#include "cuda/sparse_decode.cuh"
+
+#include <cuda_bf16.h>
+#include <math.h>
+#include <stdint.h>
+
+#define AK_SDW_THREADS 256
+#define AK_SDW_HEADS 64
+#define AK_SDW_TILE 8192 /* bytes of one 64-row x 64-dim bf16 swizzled column block */
+
+/* Byte offset of the 16-byte chunk holding dims d..d+7 (d % 8 == 0) of row n in a swizzled tile. */
+__device__ __forceinline__ uint32_t ak_sdw_off(int n, int d) {
+    return (uint32_t)((d >> 6) * AK_SDW_TILE + n * 128 + ((((d >> 3) & 7) ^ (n & 7)) << 4));
+}
+
+/* Record bytes staged per key (16-byte multiple) and 16-byte chunks per record. */
+template <int LAYOUT> struct ak_sdw_rec { enum { BYTES = ak_sd_geo<LAYOUT>::REC, CH = BYTES / 16 }; };
+
+/* First tile >= t of [t, t_end) that starts before its row's length, else t_end. */
+__device__ __forceinline__ int ak_sdw_next(const ak_sd_params &p, int t, int t_end, int32_t len0,
+                                           int32_t len1) {
+    for (; t < t_end; t++) {
+        const int ex = t >= p.list[0].tiles;
+        const int base = (ex ? t - p.list[0].tiles : t) * AK_SD_KEYS;
+        if (base < (ex ? len1 : len0)) break;
+    }
+    return t;
+}
+
+/* Slot of key k of tile t, or -1 (past the length or rule I1). */
+__device__ __forceinline__ int32_t ak_sdw_slot(const ak_sd_params &p, int64_t r, int64_t i, int t,
+                                               int k, int32_t len0, int32_t len1) {
+    const int ex = t >= p.list[0].tiles;
+    const ak_sd_list &l = p.list[ex];
+    const int pos = (ex ? t - p.list[0].tiles : t) * AK_SD_KEYS + k;
+    if (pos >= (ex ? len1 : len0)) return -1;
+    const int32_t s = l.idx[r * l.idx_s0 + i * l.idx_s1 + pos];
+    return (uint32_t)s < l.capacity ? s : -1;
+}
+
+/* Issues the cp.async of tile t's records into raw [64][REC] (V4: scale bytes into sc8 [64][8]). */
+template <int LAYOUT>
+__device__ __forceinline__ void ak_sdw_fetch(const ak_sd_params &p, int t, const int32_t *ids,
+                                             uint8_t *raw, uint8_t *sc8) {
+    typedef ak_sdw_rec<LAYOUT> R;
+    const ak_sd_list &l = p.list[t >= p.list[0].tiles];
+    for (int it = threadIdx.x; it < AK_SD_KEYS * R::CH; it += AK_SDW_THREADS) {
+        const int tok = it / R::CH, c = it - tok * R::CH;
+        const int32_t slot = ids[tok];
+        const uint8_t *src = l.pool; /* never read when src_size is 0 */
+        if (slot >= 0) {
+            const int32_t page = slot / l.page_size, ts = slot - page * l.page_size;
+            src = l.pool + (int64_t)page * l.page_stride + (int64_t)ts * R::BYTES + c * 16;
+        }
+        ak_cp_async16(ak_smem_addr(raw + tok * R::BYTES + c * 16), src, slot >= 0 ? 16u : 0u);
+    }
+    if (LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0 && threadIdx.x < AK_SD_KEYS) {
+        const int32_t slot = ids[threadIdx.x];
+        const uint8_t *src = l.pool;
+        if (slot >= 0) {
+            const int32_t page = slot / l.page_size, ts = slot - page * l.page_size;
+            src = l.pool + (int64_t)page * l.page_stride + (int64_t)l.page_size * 576 + (int64_t)ts * 8;
+        }
+        ak_cp_async8(ak_smem_addr(sc8 + threadIdx.x * 8), src, slot >= 0 ? 8u : 0u);
+    }
+    ak_cp_async_commit();
+}
+
+/* Dequantizes the staged records into the swizzled bf16 K tile (layouts.md 4). Zero-filled
+   records of invalid keys give zero rows (scale 0 or a finite tiny ue8m0 times 0). */
+template <int LAYOUT>
+__device__ __forceinline__ void ak_sdw_dequant(const uint8_t *raw, const uint8_t *sc8, uint8_t *ks,
+                                               float kscale) {
+    typedef ak_sd_geo<LAYOUT> G;
+    typedef ak_sdw_rec<LAYOUT> R;
+    for (int it = threadIdx.x; it < AK_SD_KEYS * G::CPT; it += AK_SDW_THREADS) {
+        const int tok = it / G::CPT, c = it - tok * G::CPT;
+        const uint8_t *rec = raw + tok * R::BYTES;
+        if (LAYOUT == AK_LAYOUT_MLA_BF16) {
+            *reinterpret_cast<uint4 *>(ks + ak_sdw_off(tok, c * 8)) = *reinterpret_cast<const uint4 *>(rec + c * 16);
+            continue;
+        }
+        const int nq = LAYOUT == AK_LAYOUT_MLA_FP8_PERTENSOR ? 36 : (LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0 ? 28 : 32);
+        if (c < nq) {
+            float s = kscale;
+            if (LAYOUT == AK_LAYOUT_DSA_FP8_BLOCKSCALE) s = reinterpret_cast<const float *>(rec + 512)[c >> 3];
+            if (LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0) s = ak_sd_ue8m0(sc8[tok * 8 + (c >> 2)]);
+            uint4 lo, hi;
+            ak_sd_dequant16(*reinterpret_cast<const uint4 *>(rec + c * 16), s, lo, hi);
+            *reinterpret_cast<uint4 *>(ks + ak_sdw_off(tok, c * 16)) = lo;
+            *reinterpret_cast<uint4 *>(ks + ak_sdw_off(tok, c * 16 + 8)) = hi;
+        } else {
+            /* bf16 rope: 656 at record byte 528, V4 at 448 */
+            const int src = LAYOUT == AK_LAYOUT_DSA_FP8_BLOCKSCALE ? 528 : 448;
+            *reinterpret_cast<uint4 *>(ks + ak_sdw_off(tok, nq * 16 + (c - nq) * 8)) =
+                *reinterpret_cast<const uint4 *>(rec + src + (c - nq) * 16);
+        }
+    }
+}
+
+template <int LAYOUT>
+__global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_params p) {
+    typedef ak_sd_geo<LAYOUT> G;
+    enum { DQK = G::DQK, KB = DQK / 64, KSTEPS = DQK / 16 };
+    extern __shared__ __align__(16) uint8_t smem_raw[];
+    uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+    uint8_t *qs = smem;                                  /* [KB][64 heads][128 B] bf16 swizzled */
+    uint8_t *ks = qs + KB * AK_SDW_TILE;                 /* [KB][64 keys][128 B] bf16 swizzled */
+    uint8_t *raw = ks + KB * AK_SDW_TILE;                /* [64][REC] staged records */
+    uint8_t *sc8 = raw + AK_SD_KEYS * ak_sdw_rec<LAYOUT>::BYTES; /* [64][8] V4 scale bytes */
+    int32_t *ids = (int32_t *)(sc8 + AK_SD_KEYS * 8);    /* [2][64] slot or -1 */
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wg = warp >> 2, wr = warp & 3; /* warpgroup, warp within it (rows 16 wr..) */
+    const int g = lane >> 2, c4 = lane & 3;
+    int64_t cta = blockIdx.x;
+    const int split = (int)(cta % p.splits);
+    cta /= p.splits;
+    const int ht = (int)(cta % p.htiles);
+    const int64_t ri = cta / p.htiles; /* r * s_q + i */
+    const int64_t r = ri / p.s_q, i = ri % p.s_q;
+    const int h0 = ht * AK_SDW_HEADS;
+
+    const int32_t len0 = ak_sd_len(p.list[0], r, i), len1 = ak_sd_len(p.list[1], r, i);
+    const int n_tiles = p.list[0].tiles + p.list[1].tiles;
+    int t_begin, t_end;
+    ak_sd_split_range(split, n_tiles, p.splits, t_begin, t_end);
+    int t = ak_sdw_next(p, t_begin, t_end, len0, len1);
+
+    /* First tile's slot ids and records go out before the Q tile is loaded. */
+    if (t < t_end) {
+        if (tid < AK_SD_KEYS) ids[tid] = ak_sdw_slot(p, r, i, t, tid, len0, len1);
+        __syncthreads();
+        ak_sdw_fetch<LAYOUT>(p, t, ids, raw, sc8);
+    }
+
+    /* Q tile -> swizzled shared memory, zero rows past h_q; 9 loads in flight per batch. */
+    {
+        enum { QCH = DQK / 8, QITEMS = AK_SDW_HEADS * QCH, QN = QITEMS / AK_SDW_THREADS, QB = 9 };
+        const uint16_t *qb = p.q + r * p.q_s0 + i * p.q_s1;
+#pragma unroll
+        for (int k0 = 0; k0 < QN; k0 += QB) {
+            uint4 qv[QB];
+#pragma unroll
+            for (int k = 0; k < QB; k++) {
+                const int it = (k0 + k) * AK_SDW_THREADS + tid, row = it / QCH, c = it % QCH;
+                qv[k] = make_uint4(0, 0, 0, 0);
+                if (k0 + k < QN && h0 + row < p.h_q) {
+                    const uint16_t *src = qb + (int64_t)(h0 + row) * p.q_s2 + c * 8;
+                    if (p.q_vec) {
+                        qv[k] = ak_ldg_nc_v4(src);
+                    } else {
+                        uint32_t w[4];
+                        for (int e = 0; e < 4; e++) w[e] = (uint32_t)src[2 * e] | ((uint32_t)src[2 * e + 1] << 16);
+                        qv[k] = make_uint4(w[0], w[1], w[2], w[3]);
+                    }
+                }
+            }
+#pragma unroll
+            for (int k = 0; k < QB; k++) {
+                const int it = (k0 + k) * AK_SDW_THREADS + tid, row = it / QCH, c = it % QCH;
+                if (k0 + k < QN) *reinterpret_cast<uint4 *>(qs + ak_sdw_off(row, c * 8)) = qv[k];
+            }
+        }
+    }
+
+    float o[128];
+#pragma unroll
+    for (int j = 0; j < 128; j++) o[j] = 0.0f;
+    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+    const uint32_t qa = ak_smem_addr(qs), ka = ak_smem_addr(ks);
+    int cur = 0;
+
+    while (t < t_end) {
+        const int tn = ak_sdw_next(p, t + 1, t_end, len0, len1);
+        /* next tile's slot ids: the load latency hides behind the wait and the dequantization */
+        int32_t nslot = -1;
+        if (tn < t_end && tid < AK_SD_KEYS) nslot = ak_sdw_slot(p, r, i, tn, tid, len0, len1);
+        float kscale = 1.0f;
+        if (LAYOUT == AK_LAYOUT_MLA_FP8_PERTENSOR) {
+            const ak_sd_list &l = p.list[t >= p.list[0].tiles];
+            kscale = l.k_scale_ptr != NULL ? *l.k_scale_ptr : l.k_scale;
+        }
+        ak_cp_async_wait_all();
+        __syncthreads(); /* raw holds tile t; the previous tile's wgmma reads of ks are done */
+        ak_sdw_dequant<LAYOUT>(raw, sc8, ks, kscale);
+        if (tid < AK_SD_KEYS) ids[(cur ^ 1) * AK_SD_KEYS + tid] = nslot;
+        ak_fence_proxy_async(); /* Q and K tile writes -> the wgmma (async proxy) reads */
+        __syncthreads();
+        if (tn < t_end) ak_sdw_fetch<LAYOUT>(p, tn, ids + (cur ^ 1) * AK_SD_KEYS, raw, sc8);
+
+        /* S = Q K^T, the whole 64 x 64 tile in each warpgroup */
+        float s[32];
+#pragma unroll
+        for (int j = 0; j < 32; j++) s[j] = 0.0f;
+        ak_wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < KSTEPS; kk++) {
+            const uint32_t off = (kk >> 2) * AK_SDW_TILE + (kk & 3) * 32;
+            ak_wgmma_m64n64k16_ss(s, ak_wgmma_desc_sw128(qa + off, 16, 1024),
+                                  ak_wgmma_desc_sw128(ka + off, 16, 1024), kk > 0);
+        }
+        ak_wgmma_commit();
+        ak_wgmma_wait0();
+#pragma unroll
+        for (int j = 0; j < 32; j++) ak_reg_fence(s[j]);
+
+        /* Online softmax on rows 16 wr + g (hr 0) and + 8 (hr 1); fragment s[4j + 2hr + e] is
+           key 8j + 2c4 + e. */
+        const int32_t *tid_ids = ids + cur * AK_SD_KEYS;
+        float alpha[2];
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int key = 8 * j + 2 * c4 + e;
+                    float v = tid_ids[key] >= 0 ? s[4 * j + 2 * hr + e] * p.scale_log2 : -INFINITY;
+                    s[4 * j + 2 * hr + e] = v;
+                    mx = fmaxf(mx, v);
+                }
+            }
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float m_new = fmaxf(m_run[hr], mx);
+            const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+            alpha[hr] = exp2f(m_run[hr] - m_use);
+            float sum = 0.0f;
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const float x = exp2f(s[4 * j + 2 * hr + e] - m_use);
+                    s[4 * j + 2 * hr + e] = x;
+                    sum += x;
+                }
+            }
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+            l_run[hr] = l_run[hr] * alpha[hr] + sum;
+            m_run[hr] = m_new;
+        }
+#pragma unroll
+        for (int j = 0; j < 32; j++) {
+            o[4 * j] *= alpha[0];
+            o[4 * j + 1] *= alpha[0];
+            o[4 * j + 2] *= alpha[1];
+            o[4 * j + 3] *= alpha[1];
+        }
+        /* P (bf16) as A fragments: keys 16 kk .. 16 kk + 15 are D columns j = 2 kk, 2 kk + 1 */
+        uint32_t pa[4][4];
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+            pa[kk][0] = ak_sd_pack_bf16(s[8 * kk + 0], s[8 * kk + 1]);
+            pa[kk][1] = ak_sd_pack_bf16(s[8 * kk + 2], s[8 * kk + 3]);
+            pa[kk][2] = ak_sd_pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
+            pa[kk][3] = ak_sd_pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
+        }
+
+        /* O[:, 256 wg ..] += P V; V = K tile dims 256 wg .., MN-major */
+#pragma unroll
+        for (int j = 0; j < 128; j++) ak_reg_fence(o[j]);
+        ak_wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+            ak_wgmma_m64n256k16_rs(o, pa[kk],
+                                   ak_wgmma_desc_sw128(ka + wg * 4 * AK_SDW_TILE + kk * 2048, AK_SDW_TILE, 1024));
+        ak_wgmma_commit();
+        ak_wgmma_wait0();
+#pragma unroll
+        for (int j = 0; j < 128; j++) ak_reg_fence(o[j]);
+        cur ^= 1;
+        t = tn;
+    }
+
+    /* Write this split's rows: final out/lse with one split, else normalized partials. */
+    const int d0 = wg * 256;
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        const int h = h0 + 16 * wr + g + hr * 8;
+        if (h >= p.h_q) continue;
+        const float lsum = l_run[hr];
+        const float lse2 = lsum > 0.0f ? m_run[hr] + log2f(lsum) : -INFINITY;
+        const int64_t row = ri * p.h_q + h;
+        if (p.splits == 1) {
+            float f = 0.0f, lse_e = INFINITY;
+            if (lsum > 0.0f) {
+                lse_e = lse2 * 0.69314718055994531f;
+                f = 1.0f / lsum;
+                if (p.sink != NULL) f = f / (1.0f + expf(p.sink[h] - lse_e));
+            }
+            if (p.lse != NULL && wg == 0 && c4 == 0) p.lse[r * p.l_s0 + i * p.l_s1 + h * p.l_s2] = lse_e;
+            const int64_t ob = r * p.o_s0 + i * p.o_s1 + h * p.o_s2;
+#pragma unroll
+            for (int j = 0; j < 32; j++) {
+                const int d = d0 + j * 8 + c4 * 2;
+                const float v0 = o[4 * j + 2 * hr] * f, v1 = o[4 * j + 2 * hr + 1] * f;
+                if (p.out_f32)
+                    *reinterpret_cast<float2 *>((float *)p.out + ob + d) = make_float2(v0, v1);
+                else
+                    *reinterpret_cast<uint32_t *>((uint16_t *)p.out + ob + d) = ak_sd_pack_bf16(v0, v1);
+            }
+        } else {
+            const int64_t rows = (int64_t)p.b * p.s_q * p.h_q;
+            const float f = lsum > 0.0f ? 1.0f / lsum : 0.0f;
+            if (wg == 0 && c4 == 0) p.lacc[split * rows + row] = lse2;
+            float *dst = p.oacc + ((int64_t)split * rows + row) * AK_SD_DV;
+#pragma unroll
+            for (int j = 0; j < 32; j++) {
+                const int d = d0 + j * 8 + c4 * 2;
+                *reinterpret_cast<float2 *>(dst + d) = make_float2(o[4 * j + 2 * hr] * f, o[4 * j + 2 * hr + 1] * f);
+            }
+        }
+    }
+}
+
+/* ---- host side ----------------------------------------------------------------------------- */
+
+static size_t ak_sdw_smem(int layout, int dqk) {
+    const size_t rec = layout == AK_LAYOUT_MLA_BF16 ? 1152 : layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE ? 656 : 576;
+    return 1024 /* alignment slack */ + 2 * (size_t)(dqk / 64) * AK_SDW_TILE + AK_SD_KEYS * rec +
+           AK_SD_KEYS * 8 + 2 * AK_SD_KEYS * sizeof(int32_t);
+}
+
+/* Serves sparse decode with h_q > 32 on the four MLA layouts. Splits from shapes and the SM count
+   only (one CTA per SM): the fewest splits minimising waves x tiles per CTA, as in
+   ak_sd_plan_make. */
+int ak_sdw_plan(const ak_context *ctx, const ak_mla_decode_args *a, ak_sd_plan *pl) {
+    const int layout = (int)a->cache->layout;
+    if (a->block_table != NULL || a->q->shape[2] <= 32) return 0;
+    if (layout != AK_LAYOUT_DSA_FP8_BLOCKSCALE && layout != AK_LAYOUT_DSV4_FP8_UE8M0 &&
+        layout != AK_LAYOUT_MLA_BF16 && layout != AK_LAYOUT_MLA_FP8_PERTENSOR)
+        return 0;
+    const int64_t b = a->q->shape[0], s_q = a->q->shape[1], h_q = a->q->shape[2];
+    const int dqk = (int)a->q->shape[3];
+    const int64_t topk = a->indices->shape[2];
+    const int64_t etopk = a->extra_indices != NULL ? a->extra_indices->shape[2] : 0;
+    pl->kernel = 1;
+    pl->mw = 4;
+    pl->htiles = (int)((h_q + AK_SDW_HEADS - 1) / AK_SDW_HEADS);
+    pl->n_tiles = (int)((topk + AK_SD_KEYS - 1) / AK_SD_KEYS + (etopk + AK_SD_KEYS - 1) / AK_SD_KEYS);
+    pl->smem = ak_sdw_smem(layout, dqk);
+    const int64_t slots = ctx->cuda != NULL ? ctx->cuda->prop.multiProcessorCount : 132;
+    const int64_t base = b * s_q * pl->htiles;
+    int64_t splits = 1, best = INT64_MAX;
+    for (int64_t sp = 1; sp <= pl->n_tiles; sp++) {
+        const int64_t waves = (base * sp + slots - 1) / slots, per = (pl->n_tiles + sp - 1) / sp;
+        if (waves * per < best) best = waves * per, splits = sp;
+    }
+    pl->splits = (int)splits;
+    pl->rows = b * s_q * h_q;
+    pl->ws_bytes = splits > 1 ? (size_t)splits * (size_t)pl->rows * (AK_SD_DV + 1) * sizeof(float) : 0;
+    return 1;
+}
+
+template <int LAYOUT>
+static ak_status ak_sdw_launch_t(ak_context *ctx, const ak_sd_params &p, const ak_sd_plan &pl) {
+    AK_CUDA_TRY(cudaFuncSetAttribute(ak_sdw_main<LAYOUT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     (int)pl.smem));
+    const int64_t grid = (int64_t)p.b * p.s_q * pl.htiles * pl.splits;
+    ak_sdw_main<LAYOUT><<<(unsigned)grid, AK_SDW_THREADS, pl.smem, ak_stream(ctx)>>>(p);
+    AK_CUDA_CHECK_LAUNCH("ak_sdw_main");
+    return AK_OK;
+}
+
+ak_status ak_sdw_launch(ak_context *ctx, const ak_sd_params &p, const ak_sd_plan &pl, int layout) {
+    switch (layout) {
+    case AK_LAYOUT_MLA_BF16: return ak_sdw_launch_t<AK_LAYOUT_MLA_BF16>(ctx, p, pl);
+    case AK_LAYOUT_MLA_FP8_PERTENSOR: return ak_sdw_launch_t<AK_LAYOUT_MLA_FP8_PERTENSOR>(ctx, p, pl);
+    case AK_LAYOUT_DSA_FP8_BLOCKSCALE: return ak_sdw_launch_t<AK_LAYOUT_DSA_FP8_BLOCKSCALE>(ctx, p, pl);
+    case AK_LAYOUT_DSV4_FP8_UE8M0: return ak_sdw_launch_t<AK_LAYOUT_DSV4_FP8_UE8M0>(ctx, p, pl);
+    default:
+        return ak_fail(AK_ERR_UNSUPPORTED, "ak_mla_decode: cache layout %d has no sparse CUDA kernel", layout);
+    }
+}
