@@ -1,9 +1,10 @@
 /*
  * gpu_test_wgmma.cu -- the wgmma wrappers of src/cuda/ptx.cuh and the shared-memory layouts the
  * sparse decode wgmma kernel relies on, checked against a host product (exit 77 without a GPU):
- *   S[64 x 64]  = Q[64 x 576] K[64 x 576]^T   (m64n64k16, A and B K-major, 128-byte swizzle)
- *   O[64 x 512] = P[64 x 64] V[64 x 512]      (m64n256k16, A = P in registers, B = the same K
- *                                              tile read MN-major, one warpgroup per 256 dims)
+ *   S[64 x 64]  = Q[64 x 576] K[64 x 576]^T   (m64n32k16, A and B K-major, 128-byte swizzle;
+ *                                              warpgroup w takes keys 32 w .. 32 w + 31)
+ *   O[64 x 512] = P[64 x 64] V[64 x 512]      (m64n256k16, A = P K-major, B = the same K tile
+ *                                              read MN-major, one warpgroup per 256 dims)
  * Inputs are small multiples of 1/8 and 1/4 so every product and sum is exact in fp32: any
  * difference is a layout or descriptor error, and the first one is printed with its position.
  */
@@ -29,7 +30,7 @@ __global__ void __launch_bounds__(256, 1) t_kernel(const uint16_t *q, const uint
                                                    float *s_out, float *o_out) {
     extern __shared__ __align__(16) uint8_t sm_raw[];
     uint8_t *sm = (uint8_t *)(((uintptr_t)sm_raw + 1023) & ~(uintptr_t)1023);
-    uint8_t *qs = sm, *ks = sm + 9 * T_TILE;
+    uint8_t *qs = sm, *ks = sm + 9 * T_TILE, *ps = sm + 18 * T_TILE;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2, wr = warp & 3;
     const int g = lane >> 2, c4 = lane & 3;
     for (int it = tid; it < 64 * 72; it += 256) {
@@ -37,36 +38,32 @@ __global__ void __launch_bounds__(256, 1) t_kernel(const uint16_t *q, const uint
         *(uint4 *)(qs + t_off(row, c * 8)) = *(const uint4 *)(q + row * T_D + c * 8);
         *(uint4 *)(ks + t_off(row, c * 8)) = *(const uint4 *)(k + row * T_D + c * 8);
     }
+    for (int it = tid; it < 64 * 8; it += 256) {
+        const int row = it / 8, c = it % 8;
+        *(uint4 *)(ps + t_off(row, c * 8)) = *(const uint4 *)(pm + row * 64 + c * 8);
+    }
     ak_fence_proxy_async();
     __syncthreads();
-    float s[32];
-    for (int j = 0; j < 32; j++) s[j] = 0.0f;
+    float s[16];
+    for (int j = 0; j < 16; j++) s[j] = 0.0f;
     const uint32_t qa = ak_smem_addr(qs), ka = ak_smem_addr(ks);
     ak_wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 36; kk++) {
         const uint32_t off = (kk >> 2) * T_TILE + (kk & 3) * 32;
-        ak_wgmma_m64n64k16_ss(s, ak_wgmma_desc_sw128(qa + off, 16, 1024), ak_wgmma_desc_sw128(ka + off, 16, 1024),
-                              kk > 0);
+        ak_wgmma_m64n32k16_ss(s, ak_wgmma_desc_sw128(qa + off, 16, 1024),
+                              ak_wgmma_desc_sw128(ka + wg * 32 * 128 + off, 16, 1024), kk > 0);
     }
     ak_wgmma_commit();
     ak_wgmma_wait0();
 #pragma unroll
-    for (int j = 0; j < 32; j++) ak_reg_fence(s[j]);
+    for (int j = 0; j < 16; j++) ak_reg_fence(s[j]);
     const int r0 = 16 * wr + g;
-    if (wg == 0) {
 #pragma unroll
-        for (int j = 0; j < 8; j++)
-            for (int e = 0; e < 4; e++) s_out[(r0 + (e >> 1) * 8) * 64 + 8 * j + 2 * c4 + (e & 1)] = s[4 * j + e];
-    }
-    /* P fragment straight from global: a0 (r0, 2c4), a1 (r0 + 8, 2c4), a2 (r0, 8 + 2c4), a3 (r0 + 8, 8 + 2c4) */
-    uint32_t pa[4][4];
-#pragma unroll
-    for (int kk = 0; kk < 4; kk++)
-        for (int e = 0; e < 4; e++) {
-            const int row = r0 + (e & 1) * 8, col = 16 * kk + (e >> 1) * 8 + 2 * c4;
-            pa[kk][e] = (uint32_t)pm[row * 64 + col] | ((uint32_t)pm[row * 64 + col + 1] << 16);
-        }
+    for (int j = 0; j < 4; j++)
+        for (int e = 0; e < 4; e++)
+            s_out[(r0 + (e >> 1) * 8) * 64 + 32 * wg + 8 * j + 2 * c4 + (e & 1)] = s[4 * j + e];
+    const uint32_t pa = ak_smem_addr(ps);
     float o[128];
 #pragma unroll
     for (int j = 0; j < 128; j++) o[j] = 0.0f;
@@ -75,7 +72,8 @@ __global__ void __launch_bounds__(256, 1) t_kernel(const uint16_t *q, const uint
     ak_wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; kk++)
-        ak_wgmma_m64n256k16_rs(o, pa[kk], ak_wgmma_desc_sw128(ka + wg * 4 * T_TILE + kk * 2048, T_TILE, 1024));
+        ak_wgmma_m64n256k16_ss_tb(o, ak_wgmma_desc_sw128(pa + kk * 32, 16, 1024),
+                                  ak_wgmma_desc_sw128(ka + wg * 4 * T_TILE + kk * 2048, T_TILE, 1024));
     ak_wgmma_commit();
     ak_wgmma_wait0();
 #pragma unroll
@@ -126,7 +124,7 @@ int main(void) {
     cudaMemcpy(dq, q, 64 * T_D * 2, cudaMemcpyHostToDevice);
     cudaMemcpy(dk, k, 64 * T_D * 2, cudaMemcpyHostToDevice);
     cudaMemcpy(dp, pm, 64 * 64 * 2, cudaMemcpyHostToDevice);
-    const int smem = 18 * T_TILE + 1024;
+    const int smem = 19 * T_TILE + 1024;
     cudaFuncSetAttribute(t_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     t_kernel<<<1, 256, smem>>>(dq, dk, dp, ds, dout);
     cudaError_t err = cudaDeviceSynchronize();
@@ -151,7 +149,7 @@ int main(void) {
             if (o[m * 512 + d] != (float)ref && bad_o++ == 0)
                 printf("gpu_test_wgmma: O[%d][%d] = %g, expected %g\n", m, d, o[m * 512 + d], ref);
         }
-    printf("gpu_test_wgmma: QK^T (ss, K-major) %d/%d wrong, PV (rs, MN-major B) %d/%d wrong: %s\n", bad_s,
+    printf("gpu_test_wgmma: QK^T (m64n32 ss, K-major) %d/%d wrong, PV (m64n256 ss, MN-major B) %d/%d wrong: %s\n", bad_s,
            64 * 64, bad_o, 64 * 512, bad_s + bad_o == 0 ? "PASS" : "FAIL");
     cudaFree(dq);
     cudaFree(dk);

@@ -3,23 +3,26 @@
  * semantics, split rule and partial-row format as sparse_decode.cu (see its header comment).
  *
  * One CTA = (request r, query token i, 64-head tile, KV split), two warpgroups (256 threads).
- * Shared memory holds three tiles: Q [64 heads x d_qk] bf16 (loaded once), K [64 keys x d_qk]
- * bf16 (the dequantized current key tile) and the raw records of the next key tile, which
+ * Shared memory holds Q [64 heads x d_qk] bf16 (loaded once), K [64 keys x d_qk] bf16 (the
+ * dequantized current key tile), P [64 x 64] bf16 and the raw records of the next key tile, which
  * cp.async fetches (rule I1: an invalid slot is never read, its bytes are zero-filled) while the
- * tensor cores work on the current one. Q and K use the canonical 128-byte-swizzled K-major
+ * tensor cores work on the current one. Q, K and P use the canonical 128-byte-swizzled K-major
  * layout: 64-dim column blocks of 64 rows x 128 bytes (8 KB each), the 16-byte chunk index of row
  * n XORed with n % 8, every tile 1024-byte aligned (so descriptors carry base offset 0).
  *
- * Per key tile each warpgroup computes the whole S = Q K^T [64 x 64] (wgmma m64n64k16, A and B
- * from shared memory), runs the online softmax on it in fp32 log2 units, rounds P to bf16 in
- * registers (the D fragment of S is, two 8-key columns at a time, the A fragment of the next
- * product) and accumulates O[:, 256 wg .. 256 wg + 255] += P V with wgmma m64n256k16, A from
- * registers and B = V read MN-major from the same K tile: a K-major [key][dim] 128-byte-swizzled
- * block of 64 dims is exactly an MN-major swizzle atom column of V (dims contiguous, 8 keys per
- * 1024-byte atom), so its descriptor has leading byte offset 8192 (next 64 dims) and stride byte
- * offset 1024 (next 8 keys). Both warpgroups computing S costs 36 extra m64n64 steps per tile
- * but needs no exchange of row statistics between them: each holds 64 x 256 f32 accumulators
- * (128 registers per thread), the most one warpgroup can keep.
+ * Per key tile, warpgroup w computes S_w = Q K[32 w .. 32 w + 31]^T (wgmma m64n32k16, A and B
+ * from shared memory); the two merge their row maxima through shared memory, so both apply the
+ * same m and rescale factor, and each keeps the partial row sum of its own keys (merged once at
+ * the end). P, rounded to bf16, goes to a swizzled [64 heads x 64 keys] shared tile, and warpgroup
+ * w accumulates O[:, 256 w .. 256 w + 255] += P V with wgmma m64n256k16 (64 x 256 f32 = 128
+ * registers per thread), B = V read MN-major from the same K tile: a K-major [key][dim]
+ * 128-byte-swizzled block of 64 dims is exactly an MN-major swizzle atom column of V (dims
+ * contiguous, 8 keys per 1024-byte atom), so its descriptor has leading byte offset 8192 (next 64
+ * dims) and stride byte offset 1024 (next 8 keys). tests/gpu_test_wgmma.cu checks these layouts.
+ *
+ * Latency: the records of tile t+1 are fetched by cp.async during tile t's products, and those of
+ * tile t+2 are prefetched into L2 (their slot ids are loaded a tile ahead), so the cp.async of
+ * the next tile mostly hits L2.
  */
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_common.cuh"
@@ -92,6 +95,22 @@ __device__ __forceinline__ void ak_sdw_fetch(const ak_sd_params &p, int t, const
     ak_cp_async_commit();
 }
 
+/* Prefetches into L2 the record (and V4 scale bytes) of slot `slot` of tile t; threads < 64, one
+   key each; slot -1 prefetches nothing. */
+template <int LAYOUT>
+__device__ __forceinline__ void ak_sdw_prefetch(const ak_sd_params &p, int t, int32_t slot) {
+    if (slot < 0) return;
+    typedef ak_sdw_rec<LAYOUT> R;
+    const ak_sd_list &l = p.list[t >= p.list[0].tiles];
+    const int32_t page = slot / l.page_size, ts = slot - page * l.page_size;
+    const uint8_t *pg = l.pool + (int64_t)page * l.page_stride;
+    const uint8_t *rec = pg + (int64_t)ts * R::BYTES;
+#pragma unroll
+    for (int off = 0; off < R::BYTES; off += 128) ak_prefetch_l2(rec + off);
+    ak_prefetch_l2(rec + R::BYTES - 1);
+    if (LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0) ak_prefetch_l2(pg + (int64_t)l.page_size * 576 + (int64_t)ts * 8);
+}
+
 /* Dequantizes the staged records into the swizzled bf16 K tile (layouts.md 4). Zero-filled
    records of invalid keys give zero rows (scale 0 or a finite tiny ue8m0 times 0). */
 template <int LAYOUT>
@@ -132,9 +151,11 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
     uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
     uint8_t *qs = smem;                                  /* [KB][64 heads][128 B] bf16 swizzled */
     uint8_t *ks = qs + KB * AK_SDW_TILE;                 /* [KB][64 keys][128 B] bf16 swizzled */
-    uint8_t *raw = ks + KB * AK_SDW_TILE;                /* [64][REC] staged records */
+    uint8_t *ps = ks + KB * AK_SDW_TILE;                 /* [64 heads][64 keys] bf16 P, swizzled */
+    uint8_t *raw = ps + AK_SDW_TILE;                     /* [64][REC] staged records */
     uint8_t *sc8 = raw + AK_SD_KEYS * ak_sdw_rec<LAYOUT>::BYTES; /* [64][8] V4 scale bytes */
     int32_t *ids = (int32_t *)(sc8 + AK_SD_KEYS * 8);    /* [2][64] slot or -1 */
+    float *red = (float *)(ids + 2 * AK_SD_KEYS);        /* [2 warpgroups][64 rows] max, then sum */
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wg = warp >> 2, wr = warp & 3; /* warpgroup, warp within it (rows 16 wr..) */
@@ -153,9 +174,15 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
     ak_sd_split_range(split, n_tiles, p.splits, t_begin, t_end);
     int t = ak_sdw_next(p, t_begin, t_end, len0, len1);
 
-    /* First tile's slot ids and records go out before the Q tile is loaded. */
+    /* First tile's slot ids and records go out before the Q tile is loaded; the second tile's
+       slot ids (nslot, threads < 64) too, so its records can be prefetched into L2 below. */
+    int32_t nslot = -1;
     if (t < t_end) {
-        if (tid < AK_SD_KEYS) ids[tid] = ak_sdw_slot(p, r, i, t, tid, len0, len1);
+        const int t1 = ak_sdw_next(p, t + 1, t_end, len0, len1);
+        if (tid < AK_SD_KEYS) {
+            ids[tid] = ak_sdw_slot(p, r, i, t, tid, len0, len1);
+            if (t1 < t_end) nslot = ak_sdw_slot(p, r, i, t1, tid, len0, len1);
+        }
         __syncthreads();
         ak_sdw_fetch<LAYOUT>(p, t, ids, raw, sc8);
     }
@@ -189,6 +216,7 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
             }
         }
     }
+    if (t < t_end) ak_sdw_prefetch<LAYOUT>(p, ak_sdw_next(p, t + 1, t_end, len0, len1), nslot);
 
     float o[128];
 #pragma unroll
@@ -199,9 +227,11 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
 
     while (t < t_end) {
         const int tn = ak_sdw_next(p, t + 1, t_end, len0, len1);
-        /* next tile's slot ids: the load latency hides behind the wait and the dequantization */
-        int32_t nslot = -1;
-        if (tn < t_end && tid < AK_SD_KEYS) nslot = ak_sdw_slot(p, r, i, tn, tid, len0, len1);
+        const int tnn = tn < t_end ? ak_sdw_next(p, tn + 1, t_end, len0, len1) : t_end;
+        /* slot ids two tiles ahead: they arrive during this tile's work, then their records are
+           prefetched into L2, so next iteration's cp.async of that tile hits L2 */
+        int32_t pslot = -1;
+        if (tnn < t_end && tid < AK_SD_KEYS) pslot = ak_sdw_slot(p, r, i, tnn, tid, len0, len1);
         float kscale = 1.0f;
         if (LAYOUT == AK_LAYOUT_MLA_FP8_PERTENSOR) {
             const ak_sd_list &l = p.list[t >= p.list[0].tiles];
@@ -215,47 +245,56 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
         __syncthreads();
         if (tn < t_end) ak_sdw_fetch<LAYOUT>(p, tn, ids + (cur ^ 1) * AK_SD_KEYS, raw, sc8);
 
-        /* S = Q K^T, the whole 64 x 64 tile in each warpgroup */
-        float s[32];
+        /* S = Q K^T for the 32 keys 32 wg .. 32 wg + 31 of this warpgroup */
+        float s[16];
 #pragma unroll
-        for (int j = 0; j < 32; j++) s[j] = 0.0f;
+        for (int j = 0; j < 16; j++) s[j] = 0.0f;
         ak_wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < KSTEPS; kk++) {
             const uint32_t off = (kk >> 2) * AK_SDW_TILE + (kk & 3) * 32;
-            ak_wgmma_m64n64k16_ss(s, ak_wgmma_desc_sw128(qa + off, 16, 1024),
-                                  ak_wgmma_desc_sw128(ka + off, 16, 1024), kk > 0);
+            ak_wgmma_m64n32k16_ss(s, ak_wgmma_desc_sw128(qa + off, 16, 1024),
+                                  ak_wgmma_desc_sw128(ka + wg * 32 * 128 + off, 16, 1024), kk > 0);
         }
         ak_wgmma_commit();
         ak_wgmma_wait0();
 #pragma unroll
-        for (int j = 0; j < 32; j++) ak_reg_fence(s[j]);
+        for (int j = 0; j < 16; j++) ak_reg_fence(s[j]);
 
         /* Online softmax on rows 16 wr + g (hr 0) and + 8 (hr 1); fragment s[4j + 2hr + e] is
-           key 8j + 2c4 + e. */
+           key 32 wg + 8j + 2c4 + e. The row max of the tile is merged across the two
+           warpgroups through `red`, so both apply the same m and alpha; each keeps the partial
+           sum of its own keys (merged at the end). */
         const int32_t *tid_ids = ids + cur * AK_SD_KEYS;
+        float mx[2];
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) {
+            mx[hr] = -INFINITY;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int key = 32 * wg + 8 * j + 2 * c4 + e;
+                    float v = tid_ids[key] >= 0 ? s[4 * j + 2 * hr + e] * p.scale_log2 : -INFINITY;
+                    s[4 * j + 2 * hr + e] = v;
+                    mx[hr] = fmaxf(mx[hr], v);
+                }
+            }
+            mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
+            mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
+            if (c4 == 0) red[wg * 64 + 16 * wr + g + 8 * hr] = mx[hr];
+        }
+        __syncthreads();
         float alpha[2];
 #pragma unroll
         for (int hr = 0; hr < 2; hr++) {
-            float mx = -INFINITY;
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const int key = 8 * j + 2 * c4 + e;
-                    float v = tid_ids[key] >= 0 ? s[4 * j + 2 * hr + e] * p.scale_log2 : -INFINITY;
-                    s[4 * j + 2 * hr + e] = v;
-                    mx = fmaxf(mx, v);
-                }
-            }
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float m_new = fmaxf(m_run[hr], mx);
+            const int row = 16 * wr + g + 8 * hr;
+            const float m_new = fmaxf(m_run[hr], fmaxf(red[row], red[64 + row]));
             const float m_use = m_new == -INFINITY ? 0.0f : m_new;
             alpha[hr] = exp2f(m_run[hr] - m_use);
             float sum = 0.0f;
 #pragma unroll
-            for (int j = 0; j < 8; j++) {
+            for (int j = 0; j < 4; j++) {
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
                     const float x = exp2f(s[4 * j + 2 * hr + e] - m_use);
@@ -267,6 +306,13 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
             sum += __shfl_xor_sync(0xffffffffu, sum, 2);
             l_run[hr] = l_run[hr] * alpha[hr] + sum;
             m_run[hr] = m_new;
+            /* P rounded to bf16 into the swizzled [head][key] tile (the A operand of P V) */
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const int key = 32 * wg + 8 * j + 2 * c4;
+                *reinterpret_cast<uint32_t *>(ps + ak_sdw_off(row, key & ~7) + (key & 7) * 2) =
+                    ak_sd_pack_bf16(s[4 * j + 2 * hr], s[4 * j + 2 * hr + 1]);
+            }
         }
 #pragma unroll
         for (int j = 0; j < 32; j++) {
@@ -275,31 +321,37 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
             o[4 * j + 2] *= alpha[1];
             o[4 * j + 3] *= alpha[1];
         }
-        /* P (bf16) as A fragments: keys 16 kk .. 16 kk + 15 are D columns j = 2 kk, 2 kk + 1 */
-        uint32_t pa[4][4];
-#pragma unroll
-        for (int kk = 0; kk < 4; kk++) {
-            pa[kk][0] = ak_sd_pack_bf16(s[8 * kk + 0], s[8 * kk + 1]);
-            pa[kk][1] = ak_sd_pack_bf16(s[8 * kk + 2], s[8 * kk + 3]);
-            pa[kk][2] = ak_sd_pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
-            pa[kk][3] = ak_sd_pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
-        }
+        ak_fence_proxy_async(); /* P tile writes -> wgmma reads */
+        __syncthreads();
 
-        /* O[:, 256 wg ..] += P V; V = K tile dims 256 wg .., MN-major */
+        /* O[:, 256 wg ..] += P V; P K-major from ps, V = K tile dims 256 wg .., MN-major */
+        const uint32_t pa = ak_smem_addr(ps);
 #pragma unroll
         for (int j = 0; j < 128; j++) ak_reg_fence(o[j]);
         ak_wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < 4; kk++)
-            ak_wgmma_m64n256k16_rs(o, pa[kk],
-                                   ak_wgmma_desc_sw128(ka + wg * 4 * AK_SDW_TILE + kk * 2048, AK_SDW_TILE, 1024));
+            ak_wgmma_m64n256k16_ss_tb(o, ak_wgmma_desc_sw128(pa + kk * 32, 16, 1024),
+                                      ak_wgmma_desc_sw128(ka + wg * 4 * AK_SDW_TILE + kk * 2048, AK_SDW_TILE, 1024));
         ak_wgmma_commit();
+        /* tile tnn's records -> L2 while the tensor cores run */
+        ak_sdw_prefetch<LAYOUT>(p, tnn, pslot);
         ak_wgmma_wait0();
 #pragma unroll
         for (int j = 0; j < 128; j++) ak_reg_fence(o[j]);
+        nslot = pslot;
         cur ^= 1;
         t = tn;
     }
+
+    /* Both warpgroups' partial sums -> the row sum (red is free: the loop ended on a barrier
+       after its last read, or never ran). */
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++)
+        if (c4 == 0) red[(wg ^ 1) * 64 + 16 * wr + g + 8 * hr] = l_run[hr];
+    __syncthreads();
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) l_run[hr] += red[wg * 64 + 16 * wr + g + 8 * hr];
 
     /* Write this split's rows: final out/lse with one split, else normalized partials. */
     const int d0 = wg * 256;
@@ -346,8 +398,8 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
 
 static size_t ak_sdw_smem(int layout, int dqk) {
     const size_t rec = layout == AK_LAYOUT_MLA_BF16 ? 1152 : layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE ? 656 : 576;
-    return 1024 /* alignment slack */ + 2 * (size_t)(dqk / 64) * AK_SDW_TILE + AK_SD_KEYS * rec +
-           AK_SD_KEYS * 8 + 2 * AK_SD_KEYS * sizeof(int32_t);
+    return 1024 /* alignment slack */ + (2 * (size_t)(dqk / 64) + 1) * AK_SDW_TILE + AK_SD_KEYS * rec +
+           AK_SD_KEYS * 8 + 2 * AK_SD_KEYS * sizeof(int32_t) + 2 * 64 * sizeof(float);
 }
 
 /* Serves sparse decode with h_q > 32 on the four MLA layouts. Splits from shapes and the SM count
