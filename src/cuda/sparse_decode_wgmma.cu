@@ -45,6 +45,24 @@ __device__ __forceinline__ uint32_t ak_sdw_off(int n, int d) {
 /* Record bytes staged per key (16-byte multiple) and 16-byte chunks per record. */
 template <int LAYOUT> struct ak_sdw_rec { enum { BYTES = ak_sd_geo<LAYOUT>::REC, CH = BYTES / 16 }; };
 
+/* Shared-memory map (bytes from the 1024-aligned base); the V4 scale arrays exist only for V4,
+   which keeps MLA_BF16 (three 73.7 KB tiles) under the 227 KB limit. */
+template <int LAYOUT> struct ak_sdw_smem_map {
+    enum {
+        V4 = LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0,
+        KB = ak_sd_geo<LAYOUT>::DQK / 64,
+        Q = 0,                                       /* [KB][64 heads][128 B] bf16 swizzled */
+        K = Q + KB * AK_SDW_TILE,                    /* [KB][64 keys][128 B] bf16 swizzled */
+        P = K + KB * AK_SDW_TILE,                    /* [64 heads][64 keys] bf16 swizzled */
+        RAW = P + AK_SDW_TILE,                       /* [64][REC] staged records */
+        SC8 = RAW + AK_SD_KEYS * ak_sdw_rec<LAYOUT>::BYTES, /* V4: [64][8] scale bytes */
+        RO = SC8 + (V4 ? AK_SD_KEYS * 8 : 0),        /* [2][64] int64 record offset or -1 */
+        SO = RO + 2 * AK_SD_KEYS * 8,                /* V4: [2][64] int64 scale offset or -1 */
+        RED = SO + (V4 ? 2 * AK_SD_KEYS * 8 : 0),    /* [2 warpgroups][64 rows] f32 max, then sum */
+        BYTES = RED + 2 * 64 * 4
+    };
+};
+
 /* First tile >= t of [t, t_end) that starts before its row's length, else t_end. */
 __device__ __forceinline__ int ak_sdw_next(const ak_sd_params &p, int t, int t_end, int32_t len0,
                                            int32_t len1) {
@@ -67,78 +85,102 @@ __device__ __forceinline__ int32_t ak_sdw_slot(const ak_sd_params &p, int64_t r,
     return (uint32_t)s < l.capacity ? s : -1;
 }
 
-/* Issues the cp.async of tile t's records into raw [64][REC] (V4: scale bytes into sc8 [64][8]). */
+/* Byte offsets from the list's pool of slot `slot`'s record (ro) and, for V4, of its scale bytes
+   (so); -1 for an invalid slot. Computed once per key, so the per-chunk copies need no division. */
 template <int LAYOUT>
-__device__ __forceinline__ void ak_sdw_fetch(const ak_sd_params &p, int t, const int32_t *ids,
+__device__ __forceinline__ void ak_sdw_locate(const ak_sd_list &l, int32_t slot, int64_t &ro, int64_t &so) {
+    ro = so = -1;
+    if (slot < 0) return;
+    const int32_t page = slot / l.page_size, ts = slot - page * l.page_size;
+    const int64_t pg = (int64_t)page * l.page_stride;
+    ro = pg + (int64_t)ts * ak_sdw_rec<LAYOUT>::BYTES;
+    if (LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0) so = pg + (int64_t)l.page_size * 576 + (int64_t)ts * 8;
+}
+
+/* Issues the cp.async of one tile's records into raw [64][REC] (V4: scale bytes into sc8 [64][8]);
+   ro / so [64] from ak_sdw_locate. Unrolled by 2 only: more copies in flight hoist more 64-bit
+   addresses beside the 128 O accumulators and spill. */
+template <int LAYOUT>
+__device__ __forceinline__ void ak_sdw_fetch(const uint8_t *pool, const int64_t *ro, const int64_t *so,
                                              uint8_t *raw, uint8_t *sc8) {
     typedef ak_sdw_rec<LAYOUT> R;
-    const ak_sd_list &l = p.list[t >= p.list[0].tiles];
-    for (int it = threadIdx.x; it < AK_SD_KEYS * R::CH; it += AK_SDW_THREADS) {
+    enum { ITEMS = AK_SD_KEYS * R::CH, NL = (ITEMS + AK_SDW_THREADS - 1) / AK_SDW_THREADS };
+#pragma unroll 2
+    for (int k = 0; k < NL; k++) {
+        const int it = k * AK_SDW_THREADS + (int)threadIdx.x;
+        if (ITEMS % AK_SDW_THREADS != 0 && it >= ITEMS) break;
         const int tok = it / R::CH, c = it - tok * R::CH;
-        const int32_t slot = ids[tok];
-        const uint8_t *src = l.pool; /* never read when src_size is 0 */
-        if (slot >= 0) {
-            const int32_t page = slot / l.page_size, ts = slot - page * l.page_size;
-            src = l.pool + (int64_t)page * l.page_stride + (int64_t)ts * R::BYTES + c * 16;
-        }
-        ak_cp_async16(ak_smem_addr(raw + tok * R::BYTES + c * 16), src, slot >= 0 ? 16u : 0u);
+        const int64_t o = ro[tok];
+        ak_cp_async16(ak_smem_addr(raw + tok * R::BYTES + c * 16), o >= 0 ? pool + o + c * 16 : pool, /* never read */
+                      o >= 0 ? 16u : 0u);
     }
     if (LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0 && threadIdx.x < AK_SD_KEYS) {
-        const int32_t slot = ids[threadIdx.x];
-        const uint8_t *src = l.pool;
-        if (slot >= 0) {
-            const int32_t page = slot / l.page_size, ts = slot - page * l.page_size;
-            src = l.pool + (int64_t)page * l.page_stride + (int64_t)l.page_size * 576 + (int64_t)ts * 8;
-        }
-        ak_cp_async8(ak_smem_addr(sc8 + threadIdx.x * 8), src, slot >= 0 ? 8u : 0u);
+        const int64_t o = so[threadIdx.x];
+        ak_cp_async8(ak_smem_addr(sc8 + threadIdx.x * 8), o >= 0 ? pool + o : pool, o >= 0 ? 8u : 0u);
     }
     ak_cp_async_commit();
 }
 
-/* Prefetches into L2 the record (and V4 scale bytes) of slot `slot` of tile t; threads < 64, one
-   key each; slot -1 prefetches nothing. */
+/* Prefetches into L2 the record (and V4 scale bytes) at offsets ro / so of `pool`; ro -1 does
+   nothing. */
 template <int LAYOUT>
-__device__ __forceinline__ void ak_sdw_prefetch(const ak_sd_params &p, int t, int32_t slot) {
-    if (slot < 0) return;
+__device__ __forceinline__ void ak_sdw_prefetch(const uint8_t *pool, int64_t ro, int64_t so) {
+    if (ro < 0) return;
     typedef ak_sdw_rec<LAYOUT> R;
-    const ak_sd_list &l = p.list[t >= p.list[0].tiles];
-    const int32_t page = slot / l.page_size, ts = slot - page * l.page_size;
-    const uint8_t *pg = l.pool + (int64_t)page * l.page_stride;
-    const uint8_t *rec = pg + (int64_t)ts * R::BYTES;
 #pragma unroll
-    for (int off = 0; off < R::BYTES; off += 128) ak_prefetch_l2(rec + off);
-    ak_prefetch_l2(rec + R::BYTES - 1);
-    if (LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0) ak_prefetch_l2(pg + (int64_t)l.page_size * 576 + (int64_t)ts * 8);
+    for (int off = 0; off < R::BYTES; off += 128) ak_prefetch_l2(pool + ro + off);
+    ak_prefetch_l2(pool + ro + R::BYTES - 1);
+    if (LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0) ak_prefetch_l2(pool + so);
 }
 
 /* Dequantizes the staged records into the swizzled bf16 K tile (layouts.md 4). Zero-filled
-   records of invalid keys give zero rows (scale 0 or a finite tiny ue8m0 times 0). */
+   records of invalid keys give zero rows (scale 0 or a finite tiny ue8m0 times 0). Unrolled in
+   batches whose shared-memory reads are all issued before the first conversion. */
 template <int LAYOUT>
 __device__ __forceinline__ void ak_sdw_dequant(const uint8_t *raw, const uint8_t *sc8, uint8_t *ks,
                                                float kscale) {
     typedef ak_sd_geo<LAYOUT> G;
     typedef ak_sdw_rec<LAYOUT> R;
-    for (int it = threadIdx.x; it < AK_SD_KEYS * G::CPT; it += AK_SDW_THREADS) {
-        const int tok = it / G::CPT, c = it - tok * G::CPT;
-        const uint8_t *rec = raw + tok * R::BYTES;
-        if (LAYOUT == AK_LAYOUT_MLA_BF16) {
-            *reinterpret_cast<uint4 *>(ks + ak_sdw_off(tok, c * 8)) = *reinterpret_cast<const uint4 *>(rec + c * 16);
-            continue;
+    enum {
+        ITEMS = AK_SD_KEYS * G::CPT, NL = (ITEMS + AK_SDW_THREADS - 1) / AK_SDW_THREADS,
+        NB = NL < 5 ? NL : 5, /* 5 x (16-byte chunk + scale) beside the 128 O accumulators */
+        NQ = LAYOUT == AK_LAYOUT_MLA_FP8_PERTENSOR ? 36 : (LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0 ? 28 : 32),
+        ROPE = LAYOUT == AK_LAYOUT_DSA_FP8_BLOCKSCALE ? 528 : 448 /* bf16 rope byte offset */
+    };
+#pragma unroll 1 /* a full unroll hoists every item's addresses out of the tile loop: spills */
+    for (int k0 = 0; k0 < NL; k0 += NB) {
+        uint4 v[NB];
+        float sc[NB];
+#pragma unroll
+        for (int kb = 0; kb < NB; kb++) {
+            const int it = (k0 + kb) * AK_SDW_THREADS + (int)threadIdx.x;
+            if (k0 + kb >= NL || (ITEMS % AK_SDW_THREADS != 0 && it >= ITEMS)) continue;
+            const int tok = it / G::CPT, c = it - tok * G::CPT;
+            const uint8_t *rec = raw + tok * R::BYTES;
+            sc[kb] = kscale;
+            if (LAYOUT == AK_LAYOUT_MLA_BF16 || LAYOUT == AK_LAYOUT_MLA_FP8_PERTENSOR || c < NQ) {
+                v[kb] = *reinterpret_cast<const uint4 *>(rec + c * 16);
+                if (LAYOUT == AK_LAYOUT_DSA_FP8_BLOCKSCALE) sc[kb] = reinterpret_cast<const float *>(rec + 512)[c >> 3];
+                if (LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0) sc[kb] = ak_sd_ue8m0(sc8[tok * 8 + (c >> 2)]);
+            } else {
+                v[kb] = *reinterpret_cast<const uint4 *>(rec + ROPE + (c - NQ) * 16);
+            }
         }
-        const int nq = LAYOUT == AK_LAYOUT_MLA_FP8_PERTENSOR ? 36 : (LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0 ? 28 : 32);
-        if (c < nq) {
-            float s = kscale;
-            if (LAYOUT == AK_LAYOUT_DSA_FP8_BLOCKSCALE) s = reinterpret_cast<const float *>(rec + 512)[c >> 3];
-            if (LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0) s = ak_sd_ue8m0(sc8[tok * 8 + (c >> 2)]);
-            uint4 lo, hi;
-            ak_sd_dequant16(*reinterpret_cast<const uint4 *>(rec + c * 16), s, lo, hi);
-            *reinterpret_cast<uint4 *>(ks + ak_sdw_off(tok, c * 16)) = lo;
-            *reinterpret_cast<uint4 *>(ks + ak_sdw_off(tok, c * 16 + 8)) = hi;
-        } else {
-            /* bf16 rope: 656 at record byte 528, V4 at 448 */
-            const int src = LAYOUT == AK_LAYOUT_DSA_FP8_BLOCKSCALE ? 528 : 448;
-            *reinterpret_cast<uint4 *>(ks + ak_sdw_off(tok, nq * 16 + (c - nq) * 8)) =
-                *reinterpret_cast<const uint4 *>(rec + src + (c - nq) * 16);
+#pragma unroll
+        for (int kb = 0; kb < NB; kb++) {
+            const int it = (k0 + kb) * AK_SDW_THREADS + (int)threadIdx.x;
+            if (k0 + kb >= NL || (ITEMS % AK_SDW_THREADS != 0 && it >= ITEMS)) continue;
+            const int tok = it / G::CPT, c = it - tok * G::CPT;
+            if (LAYOUT == AK_LAYOUT_MLA_BF16) {
+                *reinterpret_cast<uint4 *>(ks + ak_sdw_off(tok, c * 8)) = v[kb];
+            } else if (LAYOUT == AK_LAYOUT_MLA_FP8_PERTENSOR || c < NQ) {
+                uint4 lo, hi;
+                ak_sd_dequant16(v[kb], sc[kb], lo, hi);
+                *reinterpret_cast<uint4 *>(ks + ak_sdw_off(tok, c * 16)) = lo;
+                *reinterpret_cast<uint4 *>(ks + ak_sdw_off(tok, c * 16 + 8)) = hi;
+            } else {
+                *reinterpret_cast<uint4 *>(ks + ak_sdw_off(tok, NQ * 16 + (c - NQ) * 8)) = v[kb];
+            }
         }
     }
 }
@@ -149,13 +191,12 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
     enum { DQK = G::DQK, KB = DQK / 64, KSTEPS = DQK / 16 };
     extern __shared__ __align__(16) uint8_t smem_raw[];
     uint8_t *smem = (uint8_t *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
-    uint8_t *qs = smem;                                  /* [KB][64 heads][128 B] bf16 swizzled */
-    uint8_t *ks = qs + KB * AK_SDW_TILE;                 /* [KB][64 keys][128 B] bf16 swizzled */
-    uint8_t *ps = ks + KB * AK_SDW_TILE;                 /* [64 heads][64 keys] bf16 P, swizzled */
-    uint8_t *raw = ps + AK_SDW_TILE;                     /* [64][REC] staged records */
-    uint8_t *sc8 = raw + AK_SD_KEYS * ak_sdw_rec<LAYOUT>::BYTES; /* [64][8] V4 scale bytes */
-    int32_t *ids = (int32_t *)(sc8 + AK_SD_KEYS * 8);    /* [2][64] slot or -1 */
-    float *red = (float *)(ids + 2 * AK_SD_KEYS);        /* [2 warpgroups][64 rows] max, then sum */
+    typedef ak_sdw_smem_map<LAYOUT> M;
+    uint8_t *qs = smem + M::Q, *ks = smem + M::K, *ps = smem + M::P, *raw = smem + M::RAW;
+    uint8_t *sc8 = smem + M::SC8;
+    int64_t *ros = (int64_t *)(smem + M::RO);
+    int64_t *sos = (int64_t *)(smem + (M::V4 ? (int)M::SO : (int)M::RO)); /* read only for V4 */
+    float *red = (float *)(smem + M::RED);
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wg = warp >> 2, wr = warp & 3; /* warpgroup, warp within it (rows 16 wr..) */
@@ -174,17 +215,22 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
     ak_sd_split_range(split, n_tiles, p.splits, t_begin, t_end);
     int t = ak_sdw_next(p, t_begin, t_end, len0, len1);
 
-    /* First tile's slot ids and records go out before the Q tile is loaded; the second tile's
-       slot ids (nslot, threads < 64) too, so its records can be prefetched into L2 below. */
-    int32_t nslot = -1;
+    /* The first tile's records go out before the Q tile is loaded; the second tile's record
+       offsets (threads < 64) are computed too, so its records can be prefetched into L2 below. */
+    int64_t nro = -1, nso = -1; /* offsets of the next tile's key `tid` (threads < 64) */
     if (t < t_end) {
         const int t1 = ak_sdw_next(p, t + 1, t_end, len0, len1);
         if (tid < AK_SD_KEYS) {
-            ids[tid] = ak_sdw_slot(p, r, i, t, tid, len0, len1);
-            if (t1 < t_end) nslot = ak_sdw_slot(p, r, i, t1, tid, len0, len1);
+            int64_t ro, so;
+            ak_sdw_locate<LAYOUT>(p.list[t >= p.list[0].tiles], ak_sdw_slot(p, r, i, t, tid, len0, len1), ro, so);
+            ros[tid] = ro;
+            if (M::V4) sos[tid] = so;
+            if (t1 < t_end)
+                ak_sdw_locate<LAYOUT>(p.list[t1 >= p.list[0].tiles], ak_sdw_slot(p, r, i, t1, tid, len0, len1),
+                                      nro, nso);
         }
         __syncthreads();
-        ak_sdw_fetch<LAYOUT>(p, t, ids, raw, sc8);
+        ak_sdw_fetch<LAYOUT>(p.list[t >= p.list[0].tiles].pool, ros, sos, raw, sc8);
     }
 
     /* Q tile -> swizzled shared memory, zero rows past h_q; 9 loads in flight per batch. */
@@ -216,7 +262,10 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
             }
         }
     }
-    if (t < t_end) ak_sdw_prefetch<LAYOUT>(p, ak_sdw_next(p, t + 1, t_end, len0, len1), nslot);
+    if (t < t_end) {
+        const int t1 = ak_sdw_next(p, t + 1, t_end, len0, len1);
+        if (t1 < t_end) ak_sdw_prefetch<LAYOUT>(p.list[t1 >= p.list[0].tiles].pool, nro, nso);
+    }
 
     float o[128];
 #pragma unroll
@@ -229,7 +278,7 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
         const int tn = ak_sdw_next(p, t + 1, t_end, len0, len1);
         const int tnn = tn < t_end ? ak_sdw_next(p, tn + 1, t_end, len0, len1) : t_end;
         /* slot ids two tiles ahead: they arrive during this tile's work, then their records are
-           prefetched into L2, so next iteration's cp.async of that tile hits L2 */
+           prefetched into L2, so the cp.async of that tile (next iteration) mostly hits L2 */
         int32_t pslot = -1;
         if (tnn < t_end && tid < AK_SD_KEYS) pslot = ak_sdw_slot(p, r, i, tnn, tid, len0, len1);
         float kscale = 1.0f;
@@ -240,10 +289,15 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
         ak_cp_async_wait_all();
         __syncthreads(); /* raw holds tile t; the previous tile's wgmma reads of ks are done */
         ak_sdw_dequant<LAYOUT>(raw, sc8, ks, kscale);
-        if (tid < AK_SD_KEYS) ids[(cur ^ 1) * AK_SD_KEYS + tid] = nslot;
+        if (tid < AK_SD_KEYS) {
+            ros[(cur ^ 1) * AK_SD_KEYS + tid] = nro;
+            if (M::V4) sos[(cur ^ 1) * AK_SD_KEYS + tid] = nso;
+        }
         ak_fence_proxy_async(); /* Q and K tile writes -> the wgmma (async proxy) reads */
         __syncthreads();
-        if (tn < t_end) ak_sdw_fetch<LAYOUT>(p, tn, ids + (cur ^ 1) * AK_SD_KEYS, raw, sc8);
+        if (tn < t_end)
+            ak_sdw_fetch<LAYOUT>(p.list[tn >= p.list[0].tiles].pool, ros + (cur ^ 1) * AK_SD_KEYS,
+                                 sos + (cur ^ 1) * AK_SD_KEYS, raw, sc8);
 
         /* S = Q K^T for the 32 keys 32 wg .. 32 wg + 31 of this warpgroup */
         float s[16];
@@ -265,7 +319,7 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
            key 32 wg + 8j + 2c4 + e. The row max of the tile is merged across the two
            warpgroups through `red`, so both apply the same m and alpha; each keeps the partial
            sum of its own keys (merged at the end). */
-        const int32_t *tid_ids = ids + cur * AK_SD_KEYS;
+        const int64_t *key_ro = ros + cur * AK_SD_KEYS;
         float mx[2];
 #pragma unroll
         for (int hr = 0; hr < 2; hr++) {
@@ -275,7 +329,7 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
                     const int key = 32 * wg + 8 * j + 2 * c4 + e;
-                    float v = tid_ids[key] >= 0 ? s[4 * j + 2 * hr + e] * p.scale_log2 : -INFINITY;
+                    float v = key_ro[key] >= 0 ? s[4 * j + 2 * hr + e] * p.scale_log2 : -INFINITY;
                     s[4 * j + 2 * hr + e] = v;
                     mx[hr] = fmaxf(mx[hr], v);
                 }
@@ -335,11 +389,15 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
                                       ak_wgmma_desc_sw128(ka + wg * 4 * AK_SDW_TILE + kk * 2048, AK_SDW_TILE, 1024));
         ak_wgmma_commit();
         /* tile tnn's records -> L2 while the tensor cores run */
-        ak_sdw_prefetch<LAYOUT>(p, tnn, pslot);
+        nro = nso = -1;
+        if (tnn < t_end) {
+            const ak_sd_list &l = p.list[tnn >= p.list[0].tiles];
+            ak_sdw_locate<LAYOUT>(l, pslot, nro, nso);
+            ak_sdw_prefetch<LAYOUT>(l.pool, nro, nso);
+        }
         ak_wgmma_wait0();
 #pragma unroll
         for (int j = 0; j < 128; j++) ak_reg_fence(o[j]);
-        nslot = pslot;
         cur ^= 1;
         t = tn;
     }
@@ -396,15 +454,19 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
 
 /* ---- host side ----------------------------------------------------------------------------- */
 
-static size_t ak_sdw_smem(int layout, int dqk) {
-    const size_t rec = layout == AK_LAYOUT_MLA_BF16 ? 1152 : layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE ? 656 : 576;
-    return 1024 /* alignment slack */ + (2 * (size_t)(dqk / 64) + 1) * AK_SDW_TILE + AK_SD_KEYS * rec +
-           AK_SD_KEYS * 8 + 2 * AK_SD_KEYS * sizeof(int32_t) + 2 * 64 * sizeof(float);
+static size_t ak_sdw_smem(int layout) {
+    size_t bytes = (size_t)ak_sdw_smem_map<AK_LAYOUT_DSV4_FP8_UE8M0>::BYTES;
+    if (layout == AK_LAYOUT_MLA_BF16) bytes = (size_t)ak_sdw_smem_map<AK_LAYOUT_MLA_BF16>::BYTES;
+    if (layout == AK_LAYOUT_MLA_FP8_PERTENSOR) bytes = (size_t)ak_sdw_smem_map<AK_LAYOUT_MLA_FP8_PERTENSOR>::BYTES;
+    if (layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE) bytes = (size_t)ak_sdw_smem_map<AK_LAYOUT_DSA_FP8_BLOCKSCALE>::BYTES;
+    return 1024 /* alignment slack */ + bytes;
 }
 
 /* Serves sparse decode with h_q > 32 on the four MLA layouts. Splits from shapes and the SM count
-   only (one CTA per SM): the fewest splits minimising waves x tiles per CTA, as in
-   ak_sd_plan_make. */
+   only (one CTA per SM): the fewest splits minimising waves x (tiles per CTA + 2), the 2 standing
+   for a CTA's fixed work (Q tile, row writes). Without it b 128 h_q 128 took 32 splits (63 waves
+   of one tile each, then a combine of 1 GB of partial rows: 1140 us in device run w1) over one
+   split (2 waves of 32 tiles). */
 int ak_sdw_plan(const ak_context *ctx, const ak_mla_decode_args *a, ak_sd_plan *pl) {
     const int layout = (int)a->cache->layout;
     if (a->block_table != NULL || a->q->shape[2] <= 32) return 0;
@@ -412,20 +474,19 @@ int ak_sdw_plan(const ak_context *ctx, const ak_mla_decode_args *a, ak_sd_plan *
         layout != AK_LAYOUT_MLA_BF16 && layout != AK_LAYOUT_MLA_FP8_PERTENSOR)
         return 0;
     const int64_t b = a->q->shape[0], s_q = a->q->shape[1], h_q = a->q->shape[2];
-    const int dqk = (int)a->q->shape[3];
     const int64_t topk = a->indices->shape[2];
     const int64_t etopk = a->extra_indices != NULL ? a->extra_indices->shape[2] : 0;
     pl->kernel = 1;
     pl->mw = 4;
     pl->htiles = (int)((h_q + AK_SDW_HEADS - 1) / AK_SDW_HEADS);
     pl->n_tiles = (int)((topk + AK_SD_KEYS - 1) / AK_SD_KEYS + (etopk + AK_SD_KEYS - 1) / AK_SD_KEYS);
-    pl->smem = ak_sdw_smem(layout, dqk);
+    pl->smem = ak_sdw_smem(layout);
     const int64_t slots = ctx->cuda != NULL ? ctx->cuda->prop.multiProcessorCount : 132;
     const int64_t base = b * s_q * pl->htiles;
     int64_t splits = 1, best = INT64_MAX;
     for (int64_t sp = 1; sp <= pl->n_tiles; sp++) {
         const int64_t waves = (base * sp + slots - 1) / slots, per = (pl->n_tiles + sp - 1) / sp;
-        if (waves * per < best) best = waves * per, splits = sp;
+        if (waves * (per + 2) < best) best = waves * (per + 2), splits = sp;
     }
     pl->splits = (int)splits;
     pl->rows = b * s_q * h_q;
