@@ -394,6 +394,8 @@ static size_t ak_sd_smem(int dqk, int mw) {
 
 /* Shapes and SM count only: never lengths or indices (workspace size and graph stability). */
 static void ak_sd_plan_make(const ak_context *ctx, const ak_mla_decode_args *a, ak_sd_plan *pl) {
+    if (ak_sdw_plan(ctx, a, pl)) return;
+    pl->kernel = 0;
     const int64_t b = a->q->shape[0], s_q = a->q->shape[1], h_q = a->q->shape[2];
     const int dqk = (int)a->q->shape[3];
     const int64_t topk = a->indices->shape[2];
@@ -511,7 +513,8 @@ extern "C" ak_status ak_cuda_mla_decode(ak_context *ctx, const ak_mla_decode_arg
         p.lacc = p.oacc + (size_t)pl.splits * pl.rows * AK_SD_DV;
     }
     ak_status st;
-    switch (a->cache->layout) {
+    if (pl.kernel == 1) st = ak_sdw_launch(ctx, p, pl, (int)a->cache->layout);
+    else switch (a->cache->layout) {
     case AK_LAYOUT_MLA_BF16: st = ak_sd_launch_mw<AK_LAYOUT_MLA_BF16>(ctx, p, pl); break;
     case AK_LAYOUT_MLA_FP8_PERTENSOR: st = ak_sd_launch_mw<AK_LAYOUT_MLA_FP8_PERTENSOR>(ctx, p, pl); break;
     case AK_LAYOUT_DSA_FP8_BLOCKSCALE: st = ak_sd_launch_mw<AK_LAYOUT_DSA_FP8_BLOCKSCALE>(ctx, p, pl); break;
