@@ -270,22 +270,11 @@ static int ak_grid_for(const ak_context *ctx, int64_t items, int per_block) {
    buffers deep, so three stages' bytes (about 72 KB per block, two blocks per SM) are in flight
    while the warps quantize or dequantize the current one from shared memory. */
 
-__device__ __forceinline__ void ak_cp_async16(void *smem, const void *gmem) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(ak_smem_addr(smem)),
-                 "l"(gmem));
-}
-__device__ __forceinline__ void ak_cp_async8(void *smem, const void *gmem) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(ak_smem_addr(smem)), "l"(gmem));
-}
-__device__ __forceinline__ void ak_cp_async_commit(void) {
-    asm volatile("cp.async.commit_group;\n" ::);
-}
 /* Stages per block: AK_MLA_STAGES - 1 in flight while one is computed. */
 #define AK_MLA_STAGES 4
 /* Waits until at most AK_MLA_STAGES - 1 committed groups (the newest) are still in flight. */
 __device__ __forceinline__ void ak_cp_async_wait_stages(void) {
-    static_assert(AK_MLA_STAGES == 4, "the wait_group immediate is AK_MLA_STAGES - 1");
-    asm volatile("cp.async.wait_group 3;\n" ::);
+    ak_cp_async_wait_group<AK_MLA_STAGES - 1>();
 }
 
 struct ak_mla_geo {
@@ -475,8 +464,8 @@ __device__ void ak_mla_stage(const ak_mla_job &j, const ak_mla_tok *toks, uint8_
             const uint8_t *g = head ? t.a + off : t.b + (off - j.split);
             const int bytes = head || j.tail16 ? 16 : 8;
             if (j.vec) {
-                if (bytes == 16) ak_cp_async16(s + off, g);
-                else ak_cp_async8(s + off, g);
+                if (bytes == 16) ak_cp_async16(ak_smem_addr(s + off), g, 16);
+                else ak_cp_async8(ak_smem_addr(s + off), g, 8);
             } else {
                 for (int q = 0; q < bytes; q++) s[off + q] = g[q];
             }

@@ -151,6 +151,11 @@ __device__ __forceinline__ void ak_cp_async_commit(void) {
     asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
 
+/* Waits until at most N of this thread's newest cp.async groups are still in flight. */
+template <int N> __device__ __forceinline__ void ak_cp_async_wait_group(void) {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
 /* Waits for every cp.async of this thread (a barrier then publishes them to the CTA). */
 __device__ __forceinline__ void ak_cp_async_wait_all(void) {
     asm volatile("cp.async.wait_all;\n" ::: "memory");
