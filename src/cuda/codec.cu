@@ -692,15 +692,386 @@ __global__ void __launch_bounds__(AK_MLA_THREADS, 2) ak_mla_codec_kernel(ak_mla_
     }
 }
 
+/* ---- MLA layouts: lean register-resident kernels ---------------------------------------------- */
+
+/* Why: the staged kernel is issue-bound (Nsight Compute, run 3): every 16-byte piece went through
+   shared memory and a runtime-layout decode/encode. Here each (mode, source, destination) pair is
+   its own instantiation, so a chunk is a few vector loads, conversions and stores with no switch.
+   A warp takes U tokens per step: lane k < U resolves token k (slot, pointers; rule I1) and the
+   warp shares the result by shuffles; every lane then loads its NoPE chunk (dims [16 l, 16 l + 16))
+   of all U tokens and one RoPE chunk (lane = 4 token + chunk) before it converts and stores any,
+   so U + 1 loads per lane are in flight. V4 keeps its 4 RoPE chunks in lanes 28..31 as before.
+   Used when every view is 16-byte aligned and the rows are bf16 (write) / bf16 or f32 (gather);
+   other cases take the staged kernel. */
+#define AK_LEAN_ROWS (-1) /* write: the source is bf16 input rows */
+#define AK_LEAN_THREADS 256
+#define AK_LEAN_U 4
+
+__device__ __forceinline__ const uint8_t *ak_shfl_ptr(const void *p, int src) {
+    return (const uint8_t *)__shfl_sync(0xffffffffu, (unsigned long long)(uintptr_t)p, src);
+}
+
+/* 8 bf16 in a uint4 <-> fp32 (exact widening). */
+__device__ __forceinline__ void ak_bf16x8_to_f32(uint4 w, float *v) {
+    const uint32_t u[4] = {w.x, w.y, w.z, w.w};
+    for (int m = 0; m < 4; m++) {
+        v[2 * m] = ak_f32_from_bits(u[m] << 16);
+        v[2 * m + 1] = ak_f32_from_bits(u[m] & 0xffff0000u);
+    }
+}
+
+/* 16 fp32 -> bf16 (round to nearest even, NaN quieted as ak_f32_to_bf16) in two uint4. */
+__device__ __forceinline__ void ak_f32_to_bf16x16(const float v[16], uint4 o[2]) {
+    uint16_t h[16];
+    ak_dev_bf16xn(v, h, 16);
+    memcpy(o, h, 32);
+}
+
+/* 16 e4m3 bytes -> fp32 times s (__fmul_rn), as ak_dev_dec_e4m3x16. */
+__device__ __forceinline__ void ak_e4m3x16_scaled(uint4 w, float s, float v[16]) {
+    uint8_t b[16];
+    memcpy(b, &w, 16);
+    ak_dev_dec_e4m3x16(b, v);
+    for (int i = 0; i < 16; i++) v[i] = __fmul_rn(v[i], s);
+}
+
+__device__ __forceinline__ uint4 ak_e4m3x16_pack(const float v[16]) {
+    uint8_t q[16];
+    ak_dev_e4m3x16(v, q);
+    uint4 w;
+    memcpy(&w, q, 16);
+    return w;
+}
+
+/* Encodes NoPE chunk ch of a destination record from v (tile amax already reduced). */
+template <int DL>
+__device__ __forceinline__ void ak_lean_enc_nope(uint8_t *rec, uint8_t *srow, int ch, float v[16],
+                                                 float amax, int rule, const ak_divisor &kd) {
+    if (DL == AK_LAYOUT_MLA_BF16) {
+        uint4 o[2];
+        ak_f32_to_bf16x16(v, o);
+        *(uint4 *)(rec + ch * 32) = o[0];
+        *(uint4 *)(rec + ch * 32 + 16) = o[1];
+    } else if (DL == AK_LAYOUT_MLA_FP8_PERTENSOR) {
+        for (int i = 0; i < 16; i++) v[i] = ak_div(kd, v[i]);
+        *(uint4 *)(rec + ch * 16) = ak_e4m3x16_pack(v);
+    } else if (DL == AK_LAYOUT_DSA_FP8_BLOCKSCALE) {
+        float sc;
+        if (rule == AK_QUANT_FP32) {
+            sc = __fdiv_rn(amax, 448.0f);
+            if (!(sc >= 1e-4f)) sc = 1e-4f;
+            const ak_divisor dv = ak_divisor_of(sc);
+            for (int i = 0; i < 16; i++) v[i] = ak_div(dv, v[i]);
+        } else { /* x / 2^k == x * 2^-k exactly */
+            const int32_t k = ak_scale_pow2_exp(amax);
+            sc = ak_pow2_f32(k);
+            const float rs = ak_pow2_f32(-k);
+            for (int i = 0; i < 16; i++) v[i] = __fmul_rn(v[i], rs);
+        }
+        *(uint4 *)(rec + ch * 16) = ak_e4m3x16_pack(v);
+        if ((ch & 7) == 0) *(float *)(rec + 512 + 4 * (ch >> 3)) = sc;
+    } else { /* DSV4_FP8_UE8M0 */
+        int32_t e = 127 + ak_dev_pow2_exp(amax, rule);
+        e = e < 1 ? 1 : e > 254 ? 254 : e;
+        const float rs = __fdiv_rn(1.0f, ak_ue8m0_to_f32((uint8_t)e));
+        for (int i = 0; i < 16; i++) v[i] = __fmul_rn(v[i], rs);
+        *(uint4 *)(rec + ch * 16) = ak_e4m3x16_pack(v);
+        if ((ch & 3) == 0) srow[ch >> 2] = (uint8_t)e;
+        if (ch == 0) srow[7] = 0;
+    }
+}
+
+/* Encodes RoPE chunk rc (dims [16 rc, 16 rc + 16) of the 64) of a destination record. */
+template <int DL>
+__device__ __forceinline__ void ak_lean_enc_rope(uint8_t *rec, int rc, float v[16],
+                                                 const ak_divisor &kd) {
+    if (DL == AK_LAYOUT_MLA_FP8_PERTENSOR) {
+        for (int i = 0; i < 16; i++) v[i] = ak_div(kd, v[i]);
+        *(uint4 *)(rec + 512 + rc * 16) = ak_e4m3x16_pack(v);
+        return;
+    }
+    const int off = DL == AK_LAYOUT_MLA_BF16 ? 1024 : DL == AK_LAYOUT_DSA_FP8_BLOCKSCALE ? 528 : 448;
+    uint4 o[2];
+    ak_f32_to_bf16x16(v, o);
+    *(uint4 *)(rec + off + rc * 32) = o[0];
+    *(uint4 *)(rec + off + rc * 32 + 16) = o[1];
+}
+
+/* Stores 16 fp32 as output row elements (bf16 or f32, 16-byte aligned). */
+template <int DT>
+__device__ __forceinline__ void ak_lean_out(void *base, int64_t off, const float v[16]) {
+    if (DT == AK_DTYPE_BF16) {
+        uint4 o[2];
+        ak_f32_to_bf16x16(v, o);
+        uint4 *p = (uint4 *)((uint16_t *)base + off);
+        p[0] = o[0];
+        p[1] = o[1];
+    } else {
+        float4 *p = (float4 *)((float *)base + off);
+        for (int i = 0; i < 4; i++) p[i] = make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
+    }
+}
+
+/* MODE: AK_MLA_WRITE / CONVERT / GATHER. SL: source layout (AK_LEAN_ROWS for write). DL:
+   destination layout (write / convert). DT: gather output dtype. */
+template <int MODE, int SL, int DL, int DT, int U>
+__global__ void __launch_bounds__(AK_LEAN_THREADS) ak_mla_lean_kernel(ak_mla_job j) {
+    constexpr int LAY = MODE == AK_MLA_GATHER ? SL : DL;
+    constexpr bool V4 = LAY == AK_LAYOUT_DSV4_FP8_UE8M0; /* 28 NoPE + 4 RoPE chunks in one pass */
+    constexpr bool BF16SRC = SL == AK_LEAN_ROWS || SL == AK_LAYOUT_MLA_BF16; /* 32-byte chunks */
+    constexpr bool PT656 = MODE == AK_MLA_CONVERT && SL == AK_LAYOUT_MLA_FP8_PERTENSOR &&
+                           DL == AK_LAYOUT_DSA_FP8_BLOCKSCALE; /* NoPE bytes kept */
+    /* 656 NoPE decodes to bf16_rn(q * s); a destination that stores bf16 rounds it once itself */
+    constexpr bool BF16DST = (MODE == AK_MLA_CONVERT && DL == AK_LAYOUT_MLA_BF16) ||
+                             (MODE == AK_MLA_GATHER && DT == AK_DTYPE_BF16);
+    const int lane = threadIdx.x & 31;
+    const int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int64_t nwarps = ((int64_t)gridDim.x * blockDim.x) >> 5;
+    const float ks = SL == AK_LAYOUT_MLA_FP8_PERTENSOR ? ak_kv_k_scale(&j.src.c) : 1.0f;
+    const ak_divisor kd = ak_divisor_of(
+        MODE != AK_MLA_GATHER && DL == AK_LAYOUT_MLA_FP8_PERTENSOR ? ak_kv_k_scale(&j.dst.c) : 1.0f);
+    const int rk = lane >> 2, rc = lane & 3; /* RoPE item of this lane (lane < 4 U) */
+    for (int64_t i0 = warp * U; i0 < j.n; i0 += nwarps * U) {
+        /* lane k < U resolves token i0 + k */
+        const uint8_t *ma = NULL, *mb = NULL;
+        uint8_t *md = NULL, *mds = NULL;
+        int mst = AK_TOK_SKIP;
+        if (lane < U) {
+            const int64_t i = i0 + lane;
+            const ak_mla_tok t = ak_mla_tok_of(j, i, ak_mla_tok_key(j, i));
+            ma = t.a;
+            mb = t.b;
+            mst = t.state;
+            if (MODE != AK_MLA_GATHER && t.state == AK_TOK_LIVE) md = ak_mla_rec(j.dst, t.ds, &mds);
+        }
+        /* loads: the NoPE chunk of each token, then this lane's RoPE chunk */
+        uint4 raw[U][2];
+        float sc[U];
+        int st[U];
+        uint8_t *dp[U], *dsp[U];
+#pragma unroll
+        for (int k = 0; k < U; k++) {
+            st[k] = __shfl_sync(0xffffffffu, mst, k);
+            const uint8_t *a = ak_shfl_ptr(ma, k), *b = ak_shfl_ptr(mb, k);
+            dp[k] = (uint8_t *)ak_shfl_ptr(md, k);
+            dsp[k] = V4 && MODE != AK_MLA_GATHER ? (uint8_t *)ak_shfl_ptr(mds, k) : NULL;
+            raw[k][0] = raw[k][1] = make_uint4(0, 0, 0, 0);
+            sc[k] = 0.0f;
+            if (st[k] != AK_TOK_LIVE) continue;
+            if (V4 && lane >= 28) { /* V4 RoPE: bf16 */
+                const uint8_t *p = SL == AK_LEAN_ROWS ? b + (lane - 28) * 32 : a + 448 + (lane - 28) * 32;
+                raw[k][0] = *(const uint4 *)p;
+                raw[k][1] = *(const uint4 *)(p + 16);
+            } else if (BF16SRC) {
+                raw[k][0] = *(const uint4 *)(a + lane * 32);
+                raw[k][1] = *(const uint4 *)(a + lane * 32 + 16);
+            } else {
+                raw[k][0] = *(const uint4 *)(a + lane * 16);
+                if (SL == AK_LAYOUT_DSA_FP8_BLOCKSCALE && !PT656)
+                    sc[k] = *(const float *)(a + 512 + 4 * (lane >> 3));
+                else if (SL == AK_LAYOUT_DSV4_FP8_UE8M0)
+                    sc[k] = ak_ue8m0_to_f32(b[lane >> 2]);
+            }
+        }
+        uint4 rr[2] = {make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
+        int rst = AK_TOK_SKIP;
+        uint8_t *rdp = NULL;
+        if (!V4) {
+            rst = __shfl_sync(0xffffffffu, mst, rk);
+            const uint8_t *a = ak_shfl_ptr(ma, rk), *b = ak_shfl_ptr(mb, rk);
+            rdp = (uint8_t *)ak_shfl_ptr(md, rk);
+            if (lane >= 4 * U) rst = AK_TOK_SKIP;
+            if (rst == AK_TOK_LIVE) {
+                if (SL == AK_LAYOUT_MLA_FP8_PERTENSOR) {
+                    rr[0] = *(const uint4 *)(a + 512 + rc * 16);
+                } else {
+                    const uint8_t *p = SL == AK_LEAN_ROWS ? b + rc * 32
+                                       : SL == AK_LAYOUT_MLA_BF16 ? a + 1024 + rc * 32
+                                                                  : a + 528 + rc * 32;
+                    rr[0] = *(const uint4 *)p;
+                    rr[1] = *(const uint4 *)(p + 16);
+                }
+            }
+        }
+        /* convert and store, token by token (warp-uniform state: tile shuffles) */
+#pragma unroll
+        for (int k = 0; k < U; k++) {
+            if (st[k] == AK_TOK_SKIP) continue;
+            const bool rope = V4 && lane >= 28;
+            float v[16];
+            if (PT656) {
+                *(uint4 *)(dp[k] + lane * 16) = raw[k][0];
+                if ((lane & 7) == 0) *(float *)(dp[k] + 512 + 4 * (lane >> 3)) = ks;
+                continue;
+            }
+            if (st[k] == AK_TOK_ZERO) {
+                for (int i = 0; i < 16; i++) v[i] = 0.0f;
+            } else if (BF16SRC || rope) {
+                ak_bf16x8_to_f32(raw[k][0], v);
+                ak_bf16x8_to_f32(raw[k][1], v + 8);
+            } else if (SL == AK_LAYOUT_MLA_FP8_PERTENSOR) {
+                ak_e4m3x16_scaled(raw[k][0], ks, v);
+            } else {
+                ak_e4m3x16_scaled(raw[k][0], sc[k], v);
+                if (SL == AK_LAYOUT_DSA_FP8_BLOCKSCALE && !BF16DST)
+                    for (int i = 0; i < 16; i++) v[i] = ak_bf16_round_f32(v[i]);
+            }
+            if (MODE == AK_MLA_GATHER) {
+                ak_lean_out<DT>(j.out.data, (i0 + k) * j.out.rs + lane * 16, v);
+                continue;
+            }
+            float amax = 0.0f;
+            if (DL == AK_LAYOUT_DSA_FP8_BLOCKSCALE || DL == AK_LAYOUT_DSV4_FP8_UE8M0) {
+                for (int i = 0; i < 16; i++) amax = fmaxf(amax, fabsf(v[i]));
+                amax = ak_group_max(amax, DL == AK_LAYOUT_DSA_FP8_BLOCKSCALE ? 8 : 4);
+            }
+            if (rope) ak_lean_enc_rope<DL>(dp[k], lane - 28, v, kd);
+            else ak_lean_enc_nope<DL>(dp[k], dsp[k], lane, v, amax, j.rule, kd);
+        }
+        if (!V4 && rst != AK_TOK_SKIP) {
+            float v[16];
+            if (rst == AK_TOK_ZERO) {
+                for (int i = 0; i < 16; i++) v[i] = 0.0f;
+            } else if (SL == AK_LAYOUT_MLA_FP8_PERTENSOR) {
+                ak_e4m3x16_scaled(rr[0], ks, v);
+            } else {
+                ak_bf16x8_to_f32(rr[0], v);
+                ak_bf16x8_to_f32(rr[1], v + 8);
+            }
+            if (MODE == AK_MLA_GATHER) ak_lean_out<DT>(j.out.data, (i0 + rk) * j.out.rs + (32 + rc) * 16, v);
+            else ak_lean_enc_rope<DL>(rdp, rc, v, kd);
+        }
+    }
+}
+
+/* Same-layout convert (re-page, listed pages): a warp copies the records of U tokens as one flat
+   run of 16-byte pieces, every load issued before the first store; a V4 token's 8-byte scale row
+   is copied by the lane that resolved it. */
+template <int REC, bool V4, int U>
+__global__ void __launch_bounds__(AK_LEAN_THREADS) ak_mla_copy_kernel(ak_mla_job j) {
+    constexpr int P = REC / 16;
+    constexpr int NIT = (U * P + 31) / 32;
+    const int lane = threadIdx.x & 31;
+    const int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int64_t nwarps = ((int64_t)gridDim.x * blockDim.x) >> 5;
+    for (int64_t i0 = warp * U; i0 < j.n; i0 += nwarps * U) {
+        const uint8_t *ms = NULL, *mss = NULL;
+        uint8_t *md = NULL, *mds = NULL;
+        if (lane < U) {
+            const int64_t i = i0 + lane;
+            const ak_mla_tok t = ak_mla_tok_of(j, i, ak_mla_tok_key(j, i));
+            if (t.state == AK_TOK_LIVE) {
+                ms = t.a;
+                mss = t.b;
+                md = ak_mla_rec(j.dst, t.ds, &mds);
+            }
+        }
+        uint4 r[NIT];
+        uint8_t *d[NIT];
+#pragma unroll
+        for (int it = 0; it < NIT; it++) {
+            const int e = it * 32 + lane, k = e / P, p = e - k * P;
+            const uint8_t *s = ak_shfl_ptr(ms, k);
+            uint8_t *dd = (uint8_t *)ak_shfl_ptr(md, k);
+            d[it] = e < U * P && s != NULL ? dd + p * 16 : NULL;
+            if (d[it] != NULL) r[it] = *(const uint4 *)(s + p * 16);
+        }
+#pragma unroll
+        for (int it = 0; it < NIT; it++)
+            if (d[it] != NULL) *(uint4 *)d[it] = r[it];
+        if (V4 && ms != NULL) *(uint2 *)mds = *(const uint2 *)mss;
+    }
+}
+
+static int ak_lean_grid(const ak_context *ctx, int64_t n) {
+    return ak_grid_for(ctx, (n + AK_LEAN_U - 1) / AK_LEAN_U * 32, AK_LEAN_THREADS);
+}
+
+template <int MODE, int SL, int DL, int DT>
+static ak_status ak_lean_go(ak_context *ctx, const ak_mla_job *j) {
+    ak_mla_lean_kernel<MODE, SL, DL, DT, AK_LEAN_U>
+        <<<ak_lean_grid(ctx, j->n), AK_LEAN_THREADS, 0, ak_stream(ctx)>>>(*j);
+    AK_CUDA_CHECK_LAUNCH("ak_mla_lean_kernel");
+    return AK_OK;
+}
+
+/* Runs job j with a lean kernel when one fits; *done = false leaves it to the staged kernel. */
+static ak_status ak_mla_lean(ak_context *ctx, const ak_mla_job *j, bool *done) {
+    *done = false;
+    if (j->n == 0) {
+        *done = true;
+        return AK_OK;
+    }
+    if (j->mode == AK_MLA_WRITE) {
+        if (!(j->vec && j->dst.vec && j->nope.dtype == AK_DTYPE_BF16 && j->rope.dtype == AK_DTYPE_BF16))
+            return AK_OK;
+        *done = true;
+        switch (j->dst.c.layout) {
+        case AK_LAYOUT_MLA_BF16: return ak_lean_go<AK_MLA_WRITE, AK_LEAN_ROWS, AK_LAYOUT_MLA_BF16, 0>(ctx, j);
+        case AK_LAYOUT_MLA_FP8_PERTENSOR:
+            return ak_lean_go<AK_MLA_WRITE, AK_LEAN_ROWS, AK_LAYOUT_MLA_FP8_PERTENSOR, 0>(ctx, j);
+        case AK_LAYOUT_DSA_FP8_BLOCKSCALE:
+            return ak_lean_go<AK_MLA_WRITE, AK_LEAN_ROWS, AK_LAYOUT_DSA_FP8_BLOCKSCALE, 0>(ctx, j);
+        default: return ak_lean_go<AK_MLA_WRITE, AK_LEAN_ROWS, AK_LAYOUT_DSV4_FP8_UE8M0, 0>(ctx, j);
+        }
+    }
+    if (j->mode == AK_MLA_GATHER) {
+        const int dt = j->out.dtype;
+        if (!(j->src.vec && j->out.vec && (dt == AK_DTYPE_BF16 || dt == AK_DTYPE_F32))) return AK_OK;
+        *done = true;
+        const int l = j->src.c.layout;
+#define AK_LEAN_G(L)                                                                               \
+    if (l == L) {                                                                                  \
+        if (dt == AK_DTYPE_BF16) return ak_lean_go<AK_MLA_GATHER, L, 0, AK_DTYPE_BF16>(ctx, j);    \
+        return ak_lean_go<AK_MLA_GATHER, L, 0, AK_DTYPE_F32>(ctx, j);                              \
+    }
+        AK_LEAN_G(AK_LAYOUT_MLA_BF16)
+        AK_LEAN_G(AK_LAYOUT_MLA_FP8_PERTENSOR)
+        AK_LEAN_G(AK_LAYOUT_DSA_FP8_BLOCKSCALE)
+        AK_LEAN_G(AK_LAYOUT_DSV4_FP8_UE8M0)
+#undef AK_LEAN_G
+        *done = false;
+        return AK_OK;
+    }
+    /* convert */
+    if (!(j->src.vec && j->dst.vec)) return AK_OK;
+    const int sl = j->src.c.layout, dl = j->dst.c.layout;
+    *done = true;
+    const int grid = ak_lean_grid(ctx, j->n);
+    cudaStream_t st = ak_stream(ctx);
+    if (sl == dl) {
+        if (sl == AK_LAYOUT_MLA_BF16) ak_mla_copy_kernel<1152, false, AK_LEAN_U><<<grid, AK_LEAN_THREADS, 0, st>>>(*j);
+        else if (sl == AK_LAYOUT_MLA_FP8_PERTENSOR) ak_mla_copy_kernel<576, false, AK_LEAN_U><<<grid, AK_LEAN_THREADS, 0, st>>>(*j);
+        else if (sl == AK_LAYOUT_DSA_FP8_BLOCKSCALE) ak_mla_copy_kernel<656, false, AK_LEAN_U><<<grid, AK_LEAN_THREADS, 0, st>>>(*j);
+        else ak_mla_copy_kernel<576, true, AK_LEAN_U><<<grid, AK_LEAN_THREADS, 0, st>>>(*j);
+        AK_CUDA_CHECK_LAUNCH("ak_mla_copy_kernel");
+        return AK_OK;
+    }
+#define AK_LEAN_C(SL_, DL_)                                                                        \
+    if (sl == SL_ && dl == DL_) return ak_lean_go<AK_MLA_CONVERT, SL_, DL_, 0>(ctx, j);
+    AK_LEAN_C(AK_LAYOUT_MLA_BF16, AK_LAYOUT_MLA_FP8_PERTENSOR)
+    AK_LEAN_C(AK_LAYOUT_MLA_BF16, AK_LAYOUT_DSA_FP8_BLOCKSCALE)
+    AK_LEAN_C(AK_LAYOUT_MLA_FP8_PERTENSOR, AK_LAYOUT_MLA_BF16)
+    AK_LEAN_C(AK_LAYOUT_MLA_FP8_PERTENSOR, AK_LAYOUT_DSA_FP8_BLOCKSCALE)
+    AK_LEAN_C(AK_LAYOUT_DSA_FP8_BLOCKSCALE, AK_LAYOUT_MLA_BF16)
+    AK_LEAN_C(AK_LAYOUT_DSA_FP8_BLOCKSCALE, AK_LAYOUT_MLA_FP8_PERTENSOR)
+#undef AK_LEAN_C
+    *done = false;
+    return AK_OK;
+}
+
 /* Staged bytes of one source token of a cache layout (a V4 data row and its scale row). */
 static int32_t ak_mla_staged_bytes(ak_layout l) {
     return ak_mla_rec_bytes(l) + (l == AK_LAYOUT_DSV4_FP8_UE8M0 ? AK_DSV4_SCALE_BYTES : 0);
 }
 
-/* Sizes the stages (about 24 KB each, at most 32 tokens; 96 KB of buffers per block, two blocks
-   per SM) and launches one persistent grid. */
+/* Runs a lean kernel when one fits; otherwise sizes the stages (about 24 KB each, at most 32
+   tokens; 96 KB of buffers per block, two blocks per SM) and launches one persistent grid. */
 static ak_status ak_mla_launch(ak_context *ctx, ak_mla_job *j, int32_t token_bytes) {
     if (j->n == 0) return AK_OK;
+    bool lean;
+    AK_TRY(ak_mla_lean(ctx, j, &lean));
+    if (lean) return AK_OK;
     j->pieces = (token_bytes + 15) / 16;
     j->tstride = j->pieces * 16;
     int32_t tb = AK_MLA_STAGE_BYTES / j->tstride; /* tstride <= 2304: tb >= 10 */
