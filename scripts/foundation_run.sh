@@ -4,7 +4,7 @@
 # --backend cuda` on those ops, their benchmark, compute-sanitizer memcheck on the quick test,
 # optionally an Nsight Compute profile of one staged codec launch. Logs go to $OUT (default
 # /tmp/out). Environment: BENCH_TIMEOUT, BENCH_OPS, SANITIZE=0, SAN_TIMEOUT, PROFILE=1,
-# NCU_TIMEOUT.
+# NCU_TIMEOUT, NCU_KERNEL (kernel-name regex).
 set -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}
@@ -28,6 +28,6 @@ if [ "${SANITIZE:-1}" = 1 ]; then
 fi
 if [ "${PROFILE:-0}" = 1 ]; then
   NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-  timeout ${NCU_TIMEOUT:-60} $NCU --kernel-name regex:ak_mla_codec_kernel --launch-skip 20 --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats ./build-gpu/attnkit bench --backend cuda --op convert > $OUT/ncu.txt 2>&1; echo "ncu rc $?" | tee -a $OUT/log.txt
+  timeout ${NCU_TIMEOUT:-60} $NCU --kernel-name regex:"${NCU_KERNEL:-ak_mla_(codec|lean|copy)_kernel}" --launch-skip 20 --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats ./build-gpu/attnkit bench --backend cuda --op convert > $OUT/ncu.txt 2>&1; echo "ncu rc $?" | tee -a $OUT/log.txt
   grep -E "Duration|DRAM Throughput|Memory Throughput|Compute \(SM\)|Achieved Occupancy|Theoretical Occupancy|Block Limit|Registers Per|Dynamic Shared|Waves|Stall|Issued Warp|Warp Cycles|ERR|rror" $OUT/ncu.txt | head -40 | tee -a $OUT/log.txt
 fi
