@@ -36,36 +36,33 @@ __device__ __forceinline__ uint8_t ak_dev_e4m3(float x) {
     return (uint8_t)(r & 0xffu);
 }
 
-/* n (even) fp32 -> n e4m3 bytes (two per instruction). */
-__device__ __forceinline__ void ak_dev_e4m3xn(const float *v, uint8_t *q, int n) {
+/* 16 fp32 -> 16 e4m3 bytes (two per instruction). */
+__device__ __forceinline__ void ak_dev_e4m3x16(const float v[16], uint8_t q[16]) {
     bool nan = false;
-    for (int i = 0; i < n; i++) nan |= ak_isnan_f32(v[i]);
+    for (int i = 0; i < 16; i++) nan |= ak_isnan_f32(v[i]);
     if (nan) {
-        for (int i = 0; i < n; i++) q[i] = ak_f32_to_e4m3(v[i]);
+        for (int i = 0; i < 16; i++) q[i] = ak_f32_to_e4m3(v[i]);
         return;
     }
-    for (int i = 0; i < n; i += 2) {
+    for (int i = 0; i < 16; i += 2) {
         uint16_t r;
         asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(v[i + 1]), "f"(v[i]));
         q[i] = (uint8_t)(r & 0xffu);
         q[i + 1] = (uint8_t)(r >> 8);
     }
 }
-__device__ __forceinline__ void ak_dev_e4m3x16(const float v[16], uint8_t q[16]) {
-    ak_dev_e4m3xn(v, q, 16);
-}
 
-/* n (a multiple of 4) e4m3 bytes -> n fp32 (exact: every e4m3 value is an f16 value). */
-__device__ __forceinline__ void ak_dev_dec_e4m3xn(const uint8_t *b, float *v, int n) {
+/* 16 e4m3 bytes -> 16 fp32 (exact: every e4m3 value is an f16 value). */
+__device__ __forceinline__ void ak_dev_dec_e4m3x16(const uint8_t b[16], float v[16]) {
     uint32_t w[4];
-    memcpy(w, b, n);
+    memcpy(w, b, 16);
     uint32_t nan = 0; /* a byte whose low 7 bits are 0x7f is a NaN */
-    for (int k = 0; k < n / 4; k++) nan |= ((w[k] & 0x7f7f7f7fu) + 0x01010101u) & 0x80808080u;
+    for (int k = 0; k < 4; k++) nan |= ((w[k] & 0x7f7f7f7fu) + 0x01010101u) & 0x80808080u;
     if (nan) {
-        for (int i = 0; i < n; i++) v[i] = ak_e4m3_to_f32(b[i]);
+        for (int i = 0; i < 16; i++) v[i] = ak_e4m3_to_f32(b[i]);
         return;
     }
-    for (int i = 0; i < n; i += 2) {
+    for (int i = 0; i < 16; i += 2) {
         uint16_t pair = (uint16_t)(b[i] | (b[i + 1] << 8));
         uint32_t h2;
         asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(pair));
@@ -73,9 +70,6 @@ __device__ __forceinline__ void ak_dev_dec_e4m3xn(const uint8_t *b, float *v, in
         asm("cvt.f32.f16 %0, %1;" : "=f"(v[i]) : "h"(lo));
         asm("cvt.f32.f16 %0, %1;" : "=f"(v[i + 1]) : "h"(hi));
     }
-}
-__device__ __forceinline__ void ak_dev_dec_e4m3x16(const uint8_t b[16], float v[16]) {
-    ak_dev_dec_e4m3xn(b, v, 16);
 }
 
 /* n (even) fp32 -> bf16, two per instruction. */
@@ -1313,11 +1307,6 @@ __device__ __forceinline__ void ak_mha_load_raw(const ak_mha_pool &p, int64_t of
 __device__ __forceinline__ void ak_mha_decode(const ak_mha_pool &p, const uint8_t raw[16], int w,
                                               float *v, float scale) {
     const int dt = p.c.elem_dtype;
-    if (dt == AK_DTYPE_E4M3 && w == 8) { /* paired PTX conversions, as the MLA paths */
-        ak_dev_dec_e4m3xn(raw, v, 8);
-        for (int k = 0; k < 8; k++) v[k] = __fmul_rn(v[k], scale);
-        return;
-    }
     for (int k = 0; k < w; k++) {
         if (dt == AK_DTYPE_E4M3) {
             v[k] = ak_e4m3_to_f32(raw[k]) * scale;
@@ -1343,13 +1332,7 @@ __device__ __forceinline__ void ak_mha_store(const ak_mha_pool &p, int64_t off, 
     if (dt == AK_DTYPE_E4M3) {
         uint8_t q[8];
         const ak_divisor dv = ak_divisor_of(scale);
-        if (!use_raw && w == 8) {
-            float t[8];
-            for (int k = 0; k < 8; k++) t[k] = ak_div(dv, v[k]);
-            ak_dev_e4m3xn(t, q, 8);
-        } else {
-            for (int k = 0; k < w; k++) q[k] = use_raw ? raw[k] : ak_dev_e4m3(ak_div(dv, v[k]));
-        }
+        for (int k = 0; k < w; k++) q[k] = use_raw ? raw[k] : ak_dev_e4m3(ak_div(dv, v[k]));
         uint8_t *d = p.data + off;
         if (w == 8 && p.vec) {
             uint2 u;
@@ -1360,12 +1343,9 @@ __device__ __forceinline__ void ak_mha_store(const ak_mha_pool &p, int64_t off, 
         }
     } else {
         uint16_t x[8];
-        if (!use_raw && w == 8 && dt == AK_DTYPE_BF16)
-            ak_dev_bf16xn(v, x, 8);
-        else
-            for (int k = 0; k < w; k++)
-                x[k] = use_raw ? (uint16_t)(raw[2 * k] | (raw[2 * k + 1] << 8))
-                       : dt == AK_DTYPE_BF16 ? ak_f32_to_bf16(v[k]) : ak_f32_to_f16(v[k]);
+        for (int k = 0; k < w; k++)
+            x[k] = use_raw ? (uint16_t)(raw[2 * k] | (raw[2 * k + 1] << 8))
+                   : dt == AK_DTYPE_BF16 ? ak_f32_to_bf16(v[k]) : ak_f32_to_f16(v[k]);
         uint16_t *d = (uint16_t *)p.data + off;
         if (w == 8 && p.vec) {
             uint4 u;
@@ -1487,7 +1467,7 @@ __global__ void ak_mha_gather_kernel(ak_mha_pool p, const int32_t *slots, int64_
    flight per thread. */
 #define AK_MHA_U 4
 template <int w>
-__global__ void __launch_bounds__(256, 3)
+__global__ void __launch_bounds__(256, 4)
     ak_mha_convert_kernel(ak_mha_pool s, ak_mha_pool d, const int32_t *pages, int64_t pstride,
                           int64_t nslots) {
     const int32_t cpr = (s.dim + w - 1) / w;
