@@ -92,7 +92,7 @@ __device__ __forceinline__ void ak_sd_issue(const ak_sd_list &l, const int64_t *
 template <int LAYOUT, int KSTR>
 __device__ __forceinline__ void ak_sd_dequant(const uint8_t *stage, uint16_t *ks, float kscale) {
     enum { STG = ak_sd_stg<LAYOUT>::STG, NQ = LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0 ? 28 : 32,
-           CH = LAYOUT == AK_LAYOUT_MLA_FP8_PERTENSOR ? 36 : 40, ITEMS = AK_SD_KEYS * CH };
+           CH = LAYOUT == AK_LAYOUT_MLA_FP8_PERTENSOR ? 36 : NQ + 8, ITEMS = AK_SD_KEYS * CH }; /* chunks out */
 #pragma unroll 2
     for (int it = threadIdx.x; it < ITEMS; it += AK_SD_THREADS) {
         const int tok = it / CH, c = it - tok * CH;
@@ -144,17 +144,24 @@ struct ak_sd_cfg {
            except at MW 4, where two ks buffers do not fit in 227 KB */
         NKB = LAYOUT == AK_LAYOUT_MLA_BF16 && MW < 4 ? 2 : 1,
         PREF = LAYOUT != AK_LAYOUT_MLA_BF16 || NKB == 2,
+        /* fp8 layouts at MW <= 2 keep two stages, so the next tile's copies start before this
+           tile's dequantization (at MW 4 a second stage does not fit) */
+        NSTG = STG > 0 && MW <= 2 ? 2 : 1,
+        EARLY = NKB == 2 || NSTG == 2, /* the next tile's copies are issued right after the wait */
         KS_BYTES = AK_SD_KEYS * KSTR * 2,
-        SMEM = NKB * KS_BYTES + 16 * MW * KSTR * 2 + 16 * MW * SSTR * 4 + AK_SD_KEYS * STG + 3 * AK_SD_KEYS * 8
+        SMEM = NKB * KS_BYTES + 16 * MW * KSTR * 2 + 16 * MW * SSTR * 4 + NSTG * AK_SD_KEYS * STG +
+               3 * AK_SD_KEYS * 8
     };
 };
 
 /*
- * Per tile k (three barriers): wait for its copies, barrier; dequantize the stage into ks, barrier
- * (MLA_BF16 has nothing to convert); issue the copies of tile k + 1 and the slot-id loads of tile
- * k + 2 (kept in a register until PV is done); S = Q K^T, barrier; softmax and O += P V; turn the
- * slot ids of k + 2 into record offsets in the third offset buffer. So the records of the next
- * tile and the slot ids of the one after are in flight during the MMAs.
+ * Per tile k (three barriers): wait for its copies, barrier; issue the copies of tile k + 1 into the
+ * other stage (other ks half for MLA_BF16); dequantize this stage into ks, barrier (MLA_BF16 has
+ * nothing to convert); issue the slot-id loads of tile k + 2 (kept in a register until PV is done);
+ * S = Q K^T, barrier; softmax and O += P V; turn the slot ids of k + 2 into record offsets in the
+ * third offset buffer. So the records of the next tile and the slot ids of the one after are in
+ * flight during the dequantization and the MMAs. With one stage (MW 4) the copies of k + 1 start
+ * after the dequantization; MLA_BF16 at MW 4 (one ks) loads each tile after the previous PV.
  */
 template <int LAYOUT, int MW>
 __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_params p) {
@@ -172,8 +179,8 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
     uint16_t *ks0 = (uint16_t *)smem;                                /* [NKB][64][KSTR] bf16 */
     uint16_t *qs = (uint16_t *)(smem + C::NKB * C::KS_BYTES);        /* [16 MW][KSTR] bf16 */
     float *ss = (float *)(qs + 16 * MW * KSTR);                      /* [16 MW][SSTR] f32 logits */
-    uint8_t *stage = (uint8_t *)(ss + 16 * MW * SSTR);               /* [64][STG] raw records */
-    int64_t *offs = (int64_t *)(stage + AK_SD_KEYS * C::STG);        /* [3][64] record offset or -1 */
+    uint8_t *stage = (uint8_t *)(ss + 16 * MW * SSTR);               /* [NSTG][64][STG] raw records */
+    int64_t *offs = (int64_t *)(stage + C::NSTG * AK_SD_KEYS * C::STG); /* [3][64] record offset or -1 */
 
     /* The combine (programmatic dependent launch) may start its prologue now; it waits for this
        grid's completion before reading anything. */
@@ -276,14 +283,18 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
         }
         ak_sd_cp_wait();
         __syncthreads();
-        if (C::STG) {
-            ak_sd_dequant<LAYOUT, KSTR>(stage, ks, cur >= nt0 ? kscale1 : kscale);
-            __syncthreads();
-        }
-        if (C::PREF && nxt < t_end) {
-            uint8_t *dst = C::STG ? stage : (uint8_t *)(ks0 + ((k + 1) & 1) * AK_SD_KEYS * KSTR);
+        uint8_t *stg = stage + (C::NSTG == 2 ? (k & 1) * AK_SD_KEYS * C::STG : 0);
+        if (C::EARLY && nxt < t_end) {
+            uint8_t *dst = C::STG ? stage + ((k + 1) & 1) * AK_SD_KEYS * C::STG
+                                  : (uint8_t *)(ks0 + ((k + 1) & 1) * AK_SD_KEYS * KSTR);
             ak_sd_issue<LAYOUT, KSTR>(p.list[nxt >= nt0], offs + ((k + 1) % 3) * AK_SD_KEYS, dst);
         }
+        if (C::STG) {
+            ak_sd_dequant<LAYOUT, KSTR>(stg, ks, cur >= nt0 ? kscale1 : kscale);
+            __syncthreads();
+        }
+        if (C::PREF && !C::EARLY && nxt < t_end)
+            ak_sd_issue<LAYOUT, KSTR>(p.list[nxt >= nt0], offs + ((k + 1) % 3) * AK_SD_KEYS, stage);
         int32_t pf = -1;
         if (tid < AK_SD_KEYS && nxt2 < t_end) pf = ak_sd_slot(p, nxt2, tid, r, i, len0, len1);
 
@@ -490,16 +501,23 @@ __global__ void __launch_bounds__(128) ak_sd_combine(const ak_sd_params p) {
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     float lse_e = INFINITY, f = 0.0f;
     if (mx != -INFINITY) {
+        /* Eight partial rows are loaded before any is used (unconditional loads: an empty split's
+           row is zeros with weight 0), so the loop waits for one L2 round trip per eight splits. */
         const float *src = p.oacc + row * AK_SD_DV + d;
-#pragma unroll 4
-        for (int s = 0; s < p.splits; s++) {
-            const float w = wsm[s];
-            if (w == 0.0f) continue; /* an empty split's row may be anything finite; skip it */
-            const float4 v = *reinterpret_cast<const float4 *>(src + s * rows * AK_SD_DV);
-            acc[0] += w * v.x;
-            acc[1] += w * v.y;
-            acc[2] += w * v.z;
-            acc[3] += w * v.w;
+        for (int s0 = 0; s0 < p.splits; s0 += 8) {
+            float4 v[8];
+#pragma unroll
+            for (int k = 0; k < 8; k++)
+                if (s0 + k < p.splits) v[k] = *reinterpret_cast<const float4 *>(src + (s0 + k) * rows * AK_SD_DV);
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                if (s0 + k >= p.splits) break;
+                const float w = wsm[s0 + k];
+                acc[0] += w * v[k].x;
+                acc[1] += w * v[k].y;
+                acc[2] += w * v[k].z;
+                acc[3] += w * v[k].w;
+            }
         }
         lse_e = lse2 * 0.69314718055994531f;
         f = 1.0f;
