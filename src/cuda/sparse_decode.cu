@@ -36,6 +36,11 @@
 
 #define AK_SD_THREADS 256
 
+/* 1: the combine is a programmatic dependent launch of the main kernel (hides its launch latency). */
+#ifndef AK_SD_PDL
+#define AK_SD_PDL 1
+#endif
+
 /* Staging of the raw records of one tile for the fp8 layouts: bytes per key (the whole record, or
    for 584 the 576-byte row then its 8 scale bytes at +576). MLA_BF16 copies straight into ks. */
 template <int LAYOUT> struct ak_sd_stg { enum { STG = 0 }; };
@@ -184,7 +189,9 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
 
     /* The combine (programmatic dependent launch) may start its prologue now; it waits for this
        grid's completion before reading anything. */
+#if AK_SD_PDL
     asm volatile("griddepcontrol.launch_dependents;\n" ::);
+#endif
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int mt = warp / GW, gw = warp % GW;
@@ -468,7 +475,9 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
 __global__ void __launch_bounds__(128) ak_sd_combine(const ak_sd_params p) {
     extern __shared__ float wsm[]; /* [splits] weights */
     __shared__ float red[4];
+#if AK_SD_PDL
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
     const int64_t row = blockIdx.x;
     const int64_t rows = (int64_t)p.b * p.s_q * p.h_q;
     const int h = (int)(row % p.h_q);
@@ -648,7 +657,7 @@ static ak_status ak_sd_combine_launch(ak_context *ctx, const ak_sd_params &p, co
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    cfg.numAttrs = AK_SD_PDL ? 1 : 0;
     AK_CUDA_TRY(cudaLaunchKernelEx(&cfg, ak_sd_combine, p));
     AK_CUDA_CHECK_LAUNCH("ak_sd_combine");
     return AK_OK;
