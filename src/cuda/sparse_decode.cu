@@ -178,7 +178,9 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
         DVW = AK_SD_DV / GW,   /* value dims per warp in PV */
         NJ = NKW / 8,          /* n8 key tiles per warp */
         NCH = NJ >= 4 ? 1 : 4 / NJ, /* independent accumulator chains over d_qk */
-        QREG = MW == 1         /* Q fragments live in registers (one CTA per SM leaves room) */
+        QREG = MW == 1,        /* Q fragments live in registers (one CTA per SM leaves room) */
+        QB = MW == 4 ? 2 : 4,  /* k16 steps per batch of QK^T fragment loads */
+        PB = DVW / 16 < 4 ? DVW / 16 : 4 /* x4 fragment loads per batch in PV */
     };
     extern __shared__ __align__(16) uint8_t smem[];
     uint16_t *ks0 = (uint16_t *)smem;                                /* [NKB][64][KSTR] bf16 */
@@ -314,21 +316,31 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
                 for (int j = 0; j < NJ; j++) sacc[c][j][0] = sacc[c][j][1] = sacc[c][j][2] = sacc[c][j][3] = 0.0f;
             const uint32_t qa = ak_smem_addr(qs + (mt * 16 + (lane & 15)) * KSTR + (lane >> 4) * 8);
             const int key0 = gw * NKW;
-            const uint32_t ka = ak_smem_addr(ks + (key0 + (lane & 7)) * KSTR + ((lane >> 3) & 1) * 8);
+            /* one x4 ldmatrix = the B fragments of two k16 steps (lanes 16..31 address dims +16) */
+            const uint32_t ka = ak_smem_addr(ks + (key0 + (lane & 7)) * KSTR + (lane >> 3) * 8);
+            /* ldmatrix and mma are volatile asm, so they issue in program order: load QB steps of
+               fragments first, then run their MMAs, instead of one load-use stall per step */
 #pragma unroll
-            for (int kk = 0; kk < DQK / 16; kk++) {
-                uint32_t a[4];
-                if (QREG) {
-                    a[0] = qf[QREG ? kk : 0][0], a[1] = qf[QREG ? kk : 0][1];
-                    a[2] = qf[QREG ? kk : 0][2], a[3] = qf[QREG ? kk : 0][3];
-                } else {
-                    ak_ldmatrix_x4(qa + kk * 32, a[0], a[1], a[2], a[3]);
+            for (int kk0 = 0; kk0 < DQK / 16; kk0 += QB) {
+                uint32_t b[QB / 2][NJ][4], a[QREG ? 1 : QB][4];
+#pragma unroll
+                for (int u = 0; u < QB / 2; u++)
+#pragma unroll
+                    for (int j = 0; j < NJ; j++)
+                        ak_ldmatrix_x4(ka + (j * 8 * KSTR + (kk0 + 2 * u) * 16) * 2, b[u][j][0], b[u][j][1],
+                                       b[u][j][2], b[u][j][3]);
+                if (!QREG) {
+#pragma unroll
+                    for (int u = 0; u < (QREG ? 0 : QB); u++)
+                        ak_ldmatrix_x4(qa + (kk0 + u) * 32, a[u][0], a[u][1], a[u][2], a[u][3]);
                 }
 #pragma unroll
-                for (int j = 0; j < NJ; j++) {
-                    uint32_t b0, b1;
-                    ak_ldmatrix_x2(ka + (j * 8 * KSTR + kk * 16) * 2, b0, b1);
-                    ak_mma_bf16_16816(sacc[kk % NCH][j], a, b0, b1);
+                for (int u = 0; u < QB; u++) {
+                    const uint32_t *au = QREG ? qf[QREG ? kk0 + u : 0] : a[QREG ? 0 : u];
+#pragma unroll
+                    for (int j = 0; j < NJ; j++)
+                        ak_mma_bf16_16816(sacc[(kk0 + u) % NCH][j], au, b[u / 2][j][(u & 1) * 2],
+                                          b[u / 2][j][(u & 1) * 2 + 1]);
                 }
             }
             float *srow = ss + (mt * 16 + g) * SSTR + key0 + c4 * 2;
@@ -410,11 +422,17 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
 #pragma unroll
             for (int kk = 0; kk < 4; kk++) {
 #pragma unroll
-                for (int j = 0; j < DVW / 8; j += 2) {
-                    uint32_t b0, b1, b2, b3;
-                    ak_ldmatrix_x4_trans(va + (kk * 16 * KSTR + j * 8) * 2, b0, b1, b2, b3);
-                    ak_mma_bf16_16816(o[j], pa[kk], b0, b1);
-                    ak_mma_bf16_16816(o[j + 1], pa[kk], b2, b3);
+                for (int j0 = 0; j0 < DVW / 8; j0 += 2 * PB) { /* PB fragment loads, then their MMAs */
+                    uint32_t b[PB][4];
+#pragma unroll
+                    for (int u = 0; u < PB; u++)
+                        ak_ldmatrix_x4_trans(va + (kk * 16 * KSTR + (j0 + 2 * u) * 8) * 2, b[u][0], b[u][1],
+                                             b[u][2], b[u][3]);
+#pragma unroll
+                    for (int u = 0; u < PB; u++) {
+                        ak_mma_bf16_16816(o[j0 + 2 * u], pa[kk], b[u][0], b[u][1]);
+                        ak_mma_bf16_16816(o[j0 + 2 * u + 1], pa[kk], b[u][2], b[u][3]);
+                    }
                 }
             }
         }
