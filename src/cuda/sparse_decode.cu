@@ -518,8 +518,9 @@ __global__ void __launch_bounds__(128) ak_sd_combine(const ak_sd_params p) {
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     float lse_e = INFINITY, f = 0.0f;
     if (mx != -INFINITY) {
-        /* Eight partial rows are loaded before any is used (unconditional loads: an empty split's
-           row is zeros with weight 0), so the loop waits for one L2 round trip per eight splits. */
+        /* Eight partial rows are loaded before any is used, so the loop waits for one L2 round trip
+           per eight splits (the workspace is allocated for every split, so the loads are in
+           bounds even for an empty split, whose weight is 0). */
         const float *src = p.oacc + row * AK_SD_DV + d;
         for (int s0 = 0; s0 < p.splits; s0 += 8) {
             float4 v[8];
@@ -530,6 +531,7 @@ __global__ void __launch_bounds__(128) ak_sd_combine(const ak_sd_params p) {
             for (int k = 0; k < 8; k++) {
                 if (s0 + k >= p.splits) break;
                 const float w = wsm[s0 + k];
+                if (w == 0.0f) continue; /* an empty split's row need not be written */
                 acc[0] += w * v[k].x;
                 acc[1] += w * v[k].y;
                 acc[2] += w * v[k].z;
