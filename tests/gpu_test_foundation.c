@@ -8,13 +8,15 @@
  *     gather; every conversion of the matrix, whole pool and touched pages, V4 page split and
  *     merge, padded page strides): whole pools and outputs byte for byte. Unused cache bytes and
  *     outputs start poisoned (NaN / 0x7f pattern) on both sides, so a stray or missing write shows.
+ *     Pools of 12.8k-44.8k tokens run the staged MLA codec's pipeline over several iterations.
  *   - invalid slots of every kind (-1, -7, INT32_MIN, capacity, capacity + 100, INT32_MAX) are
  *     skipped by the CUDA writers (the CPU run gets -1 there: it rejects the others) and give zero
  *     rows in gathers; invalid page ids in convert are skipped.
  *   - block table, CSR, top-k transforms (NONE, PAGED P = 1 / 64, RAGGED, with and without
  *     cu_seqlens_q), V4 SWA lists and the sparse-prefill combiner: byte for byte; CUDA-only
  *     truncation of a CSR list past its capacity.
- *   - merge_states (both bases, sinks, empty partials, bf16/f32): within 2 ulp-scale tolerance,
+ *   - merge_states (both bases, sinks, empty partials, bf16/f32, one case with several pairs per
+ *     warp): within 2 ulp-scale tolerance,
  *     because exp/log of the CUDA math library and of libm may differ in the last bit.
  *   - capture of write + gather into a CUDA graph and two replays give the eager bytes.
  * AK_TEST_QUICK=1 shrinks every shape (compute-sanitizer runs). Exit 77 without a GPU.
@@ -582,6 +584,26 @@ AK_TEST(cuda_cache_convert_matrix) {
     }
 }
 
+/* Pools deep enough that every block of the staged MLA codec runs several iterations of its
+   shared-memory pipeline (two 512-thread blocks per SM hold at most 32 tokens per stage each, so a
+   sweep of the grid covers about 8k tokens); the small pools above stay within one iteration. */
+AK_TEST(cuda_cache_convert_long_pipeline) {
+    if (!gpu()) return;
+    ak_rng r;
+    ak_rng_init(&r, ak_test_seed() + 5);
+    const int32_t np = g_quick ? 200 : 700; /* 64-token pages: 12.8k or 44.8k tokens */
+    const ak_layout A = AK_LAYOUT_MLA_BF16, C = AK_LAYOUT_DSA_FP8_BLOCKSCALE,
+                    V = AK_LAYOUT_DSV4_FP8_UE8M0;
+    for (int up_ = 0; up_ < 2; up_++) {
+        ak_cache s = mla(A, np, 64, 0, 0), d = mla(C, np, 64, 0, 0);
+        convert_case(&r, &s, &d, up_, AK_QUANT_DEFAULT);
+        s = mla(C, np, 64, 0, 0); d = mla(A, np, 64, 0, 0);
+        convert_case(&r, &s, &d, up_, AK_QUANT_DEFAULT);
+        s = mla(V, np, 64, 0, 0); d = mla(V, np / 4, 256, 0, 0); /* copy with the scale rows */
+        convert_case(&r, &s, &d, up_, AK_QUANT_DEFAULT);
+    }
+}
+
 /* ---- page tables and transforms ------------------------------------------------------------------ */
 
 /* Runs op on both contexts over tensors cloned from host buffers, compares the outputs. */
@@ -644,7 +666,8 @@ AK_TEST(cuda_block_table_and_csr) {
     static const int32_t Ps[3] = {1, 16, 64};
     for (int pi = 0; pi < 3; pi++) {
         int32_t P = Ps[pi];
-        int64_t rows = 12, max_ctx = g_quick ? 256 : 2048, B = 9;
+        /* 10240 positions: a page-1 request spans 3 CSR block chunks of 4096 entries */
+        int64_t rows = 12, max_ctx = g_quick ? 256 : 10240, B = 9;
         int32_t *r2t = make_r2t(&r, rows, max_ctx, P);
         int32_t req[9], start[9], lens[9];
         for (int b = 0; b < B; b++) {
@@ -703,7 +726,9 @@ AK_TEST(cuda_topk_transforms) {
     if (!gpu()) return;
     ak_rng r;
     ak_rng_init(&r, ak_test_seed() + 5);
-    const int64_t B = 6, width = 40, k = g_quick ? 64 : 512;
+    /* k 2048: two column blocks of 1024 per row, 16-byte accesses; quick k 66 (k % 4 != 0): the
+       scalar path */
+    const int64_t B = 6, width = 40, k = g_quick ? 66 : 2048;
     int32_t cuq[7] = {0, 3, 3, 10, 11, 15, 18}, cuk[7] = {0, 100, 250, 250, 700, 900, 1000};
     int64_t rows = 21; /* rows past cu_q[B] must be all -1 */
     for (int P = 1; P <= 64; P += 63) {
@@ -817,8 +842,11 @@ AK_TEST(cuda_merge_states) {
     if (!gpu()) return;
     ak_rng r;
     ak_rng_init(&r, ak_test_seed() + 7);
-    const int64_t n = 5, rows = g_quick ? 3 : 17, h = 8, d = 200;
+    const int64_t n = 5, h = 8, d = 200;
     for (int variant = 0; variant < 4; variant++) {
+        /* variant 0: more (row, head) pairs than the grid has warps (16 blocks of 8 per SM), so
+           each warp merges several pairs with the next one's loads in flight */
+        const int64_t rows = g_quick ? 3 : variant == 0 ? 2400 : 17;
         ak_dtype dt = variant & 1 ? AK_DTYPE_BF16 : AK_DTYPE_F32;
         ak_lse_base ib = variant & 2 ? AK_LSE_BASE_2 : AK_LSE_BASE_E, ob = variant == 1 ? AK_LSE_BASE_2 : AK_LSE_BASE_E;
         size_t es = (size_t)ak_dtype_size(dt);

@@ -1,5 +1,6 @@
 /* bench.c -- case lists, the builder registry, random fills and the CPU ceilings and timing. */
 #include "bench.h"
+#include "bench_internal.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -104,6 +105,16 @@ void ak_bench_fill_normal_bf16(uint16_t *dst, int64_t n, double sigma, double cl
 void ak_bench_fill_normal_f32(float *dst, int64_t n, double sigma, double clamp, uint64_t seed) {
     uint64_t x = seed;
     for (int64_t i = 0; i < n; i++) dst[i] = (float)clampd(sigma * normal(&x), clamp);
+}
+
+ak_status ak_bench_fill_normal_bf16_dev(ak_context *ctx, void *dst, int64_t n, double sigma,
+                                        double clamp, uint64_t seed) {
+#ifdef AK_HAVE_CUDA
+    if (ak_context_backend(ctx) == AK_BACKEND_CUDA)
+        return ak_bench_cuda_fill_normal_bf16(ctx, dst, n, sigma, clamp, seed);
+#endif
+    ak_bench_fill_normal_bf16((uint16_t *)dst, n, sigma, clamp, seed); /* CPU: host memory */
+    return AK_OK;
 }
 
 /* ---- CPU timing and ceilings ---- */

@@ -47,6 +47,10 @@ typedef ak_status (*ak_bench_builder)(ak_context *ctx, const ak_bench_opts *o, c
 /* Random fill helpers for builders (host memory; upload with devmem.h). */
 void ak_bench_fill_normal_bf16(uint16_t *dst, int64_t n, double sigma, double clamp, uint64_t seed);
 void ak_bench_fill_normal_f32(float *dst, int64_t n, double sigma, double clamp, uint64_t seed);
+/* The same distribution written straight into a buffer of ctx's device (a kernel on CUDA, so
+   large pools need no host pass; the values differ from the host fill's). */
+ak_status ak_bench_fill_normal_bf16_dev(ak_context *ctx, void *dst, int64_t n, double sigma,
+                                        double clamp, uint64_t seed);
 
 /* Registers a family's builder; put `AK_BENCH_REGISTER(ak_bench_x)` after its definition in
    tools/bench_<family>.c. The framework runs every registered builder. */

@@ -6,7 +6,8 @@
  * pool of >= 1 GiB (about 32 MiB with --quick): C1, C2, C3, C5, FP8-PT -> BF16, 656 -> FP8-PT,
  * C8 (V4 256 -> 64 pages, touched-pages form with a random page permutation), C13 (656 re-page
  * into padded pages), C11 (MHA NHD -> HND) and C12 (MHA bf16 -> e4m3 and back).
- * write / gather: random slot lists over a pool (C2/C9 writers; C3, C6 and C10 gathers).
+ * write / gather: 262144 random slots over a 1M-token pool (C2/C9 writers; C3, C6 and C10
+ * gathers). Pools and input rows are filled with random normal values on the device.
  *
  * A case's pools are allocated and filled by its first (warm-up) call and freed by destroy; the
  * framework destroys each case after timing it, so only one case's pools exist at a time.
@@ -64,20 +65,20 @@ static void row_widths(const ak_cache *c, int64_t *wn, int64_t *wr) {
     *wr = t.d_rope;
 }
 
-/* Fills every slot of a device pool with random bf16 rows through the writers, in chunks. */
+/* Fills every slot of a pool with random rows through the writers, in chunks; the rows are
+   generated on the device (ak_bench_fill_normal_bf16_dev), so 1 GiB pools fill in well under a
+   second on a GPU. */
 static ak_status fill_pool(ak_context *ctx, const ak_cache *c, uint64_t seed) {
     int64_t cap = (int64_t)c->num_pages * c->page_size, wn, wr;
     row_widths(c, &wn, &wr);
-    const int64_t chunk = 8192, w = wn + wr;
-    uint16_t *h = (uint16_t *)malloc((size_t)(chunk * w) * 2);
+    const int64_t chunk = 262144, w = wn + wr;
     int32_t *hs = (int32_t *)malloc((size_t)chunk * 4);
     void *d = ak_dev_alloc(ctx, (size_t)(chunk * w) * 2), *ds = ak_dev_alloc(ctx, (size_t)chunk * 4);
-    ak_status st = (h && hs && d && ds) ? AK_OK : AK_ERR_OUT_OF_MEMORY;
+    ak_status st = (hs && d && ds) ? AK_OK : AK_ERR_OUT_OF_MEMORY;
     for (int64_t b = 0; b < cap && st == AK_OK; b += chunk) {
         int64_t m = cap - b < chunk ? cap - b : chunk;
-        ak_bench_fill_normal_bf16(h, m * w, 1.0, 8.0, seed + (uint64_t)b);
+        st = ak_bench_fill_normal_bf16_dev(ctx, d, m * w, 1.0, 8.0, seed + (uint64_t)b);
         for (int64_t i = 0; i < m; i++) hs[i] = (int32_t)(b + i);
-        st = ak_dev_upload(ctx, d, h, (size_t)(m * w) * 2);
         if (st == AK_OK) st = ak_dev_upload(ctx, ds, hs, (size_t)m * 4);
         if (st != AK_OK) break;
         int64_t ss[1] = {m};
@@ -97,8 +98,9 @@ static ak_status fill_pool(ak_context *ctx, const ak_cache *c, uint64_t seed) {
             tr.strides[0] = w;
             st = ak_cache_write(ctx, c, &tn, wr ? &tr : NULL, &ts, AK_QUANT_DEFAULT);
         }
+        /* the next chunk reuses d and ds */
+        if (st == AK_OK) st = ak_context_synchronize(ctx);
     }
-    free(h);
     free(hs);
     ak_dev_free(ctx, d);
     ak_dev_free(ctx, ds);
@@ -159,12 +161,9 @@ static ak_status setup(ak_context *ctx, bstate *s) {
     int64_t wn, wr;
     row_widths(&s->src, &wn, &wr);
     if (s->kind == BK_WRITE) {
-        uint16_t *h = (uint16_t *)malloc((size_t)(s->n * (wn + wr)) * 2);
-        if (h == NULL) return AK_ERR_OUT_OF_MEMORY;
-        ak_bench_fill_normal_bf16(h, s->n * (wn + wr), 1.0, 8.0, s->seed);
-        s->mem[5] = ak_dev_clone(ctx, h, (size_t)(s->n * (wn + wr)) * 2);
-        free(h);
+        s->mem[5] = ak_dev_alloc(ctx, (size_t)(s->n * (wn + wr)) * 2);
         if (s->mem[5] == NULL) return AK_ERR_OUT_OF_MEMORY;
+        AK_TRY(ak_bench_fill_normal_bf16_dev(ctx, s->mem[5], s->n * (wn + wr), 1.0, 8.0, s->seed));
         int64_t sn[2] = {s->n, wn}, sr[2] = {s->n, wr};
         s->nope = ak_dev_tensor(ctx, s->mem[5], AK_DTYPE_BF16, 2, sn);
         s->rope = ak_dev_tensor(ctx, (uint16_t *)s->mem[5] + wn, AK_DTYPE_BF16, 2, sr);
@@ -319,7 +318,8 @@ ak_status ak_bench_codec(ak_context *ctx, const ak_bench_opts *o, const char *op
             AK_TRY(add_case(out, &s, "convert", shape, (double)(sb + sv + db + dv)));
         }
     }
-    int64_t n = o->quick ? 8192 : 65536;
+    /* 1M-token pools (issue 5), n random distinct slots per call */
+    int64_t n = o->quick ? 8192 : 262144, pool_tok = o->quick ? 4 * 8192 : 1048576;
     const struct { const char *name; ak_layout l; int32_t P; ak_quant_rule rule; int raw; } rows[] = {
         {"C2 bf16 rows->656", AK_LAYOUT_DSA_FP8_BLOCKSCALE, 64, AK_QUANT_DEFAULT, 0},
         {"C9 bf16 rows->V4", AK_LAYOUT_DSV4_FP8_UE8M0, 64, AK_QUANT_DEFAULT, 0},
@@ -338,13 +338,13 @@ ak_status ak_bench_codec(ak_context *ctx, const ak_bench_opts *o, const char *op
         s.n = n;
         s.raw = rows[i].raw;
         s.rule = rows[i].rule;
-        /* the pool holds 4 n tokens: random slots scatter over pages larger than the caches */
-        s.src = mla_desc(ctx, rows[i].l, (int32_t)(4 * n / rows[i].P), rows[i].P, 0);
+        /* random slots scatter over a pool far larger than the caches */
+        s.src = mla_desc(ctx, rows[i].l, (int32_t)(pool_tok / rows[i].P), rows[i].P, 0);
         ak_layout_traits t;
         ak_layout_traits_get(rows[i].l, &t);
         int64_t row = (int64_t)t.d_qk * (s.raw ? 1 : 2) + (s.raw ? 4 : 0);
         snprintf(shape, sizeof shape, "%s n %lld random slots of %lld", rows[i].name, (long long)n,
-                 (long long)(4 * n));
+                 (long long)pool_tok);
         AK_TRY(add_case(out, &s, k == BK_WRITE ? "write" : "gather", shape,
                         (double)n * (double)(token_bytes(&s.src) + row + 4)));
     }

@@ -7,6 +7,7 @@
 
 #include "bench_internal.h"
 #include "common/internal.h"
+#include "common/numeric.h"
 
 #define BENCH_CU(call)                                                                           \
     do {                                                                                         \
@@ -25,6 +26,36 @@ __global__ void bench_fill_bf16(uint16_t *p, size_t n, unsigned long long seed) 
         float u = (float)(z >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f;
         p[i] = (uint16_t)(__float_as_uint(u) >> 16);
     }
+}
+
+/* Normal(0, sigma) clamped to +-clamp, as bf16: Box-Muller on two 24-bit fields of a hash of
+   (index, seed). */
+__global__ void bench_fill_normal_bf16(uint16_t *p, int64_t n, float sigma, float clamp,
+                                       unsigned long long seed) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        unsigned long long z = (unsigned long long)i + seed * 0x632be59bd9b4e019ull;
+        z *= 0x9e3779b97f4a7c15ull;
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        z ^= z >> 31;
+        float u1 = ((float)(z >> 40) + 0.5f) * (1.0f / 16777216.0f);
+        float u2 = (float)((z >> 16) & 0xffffffull) * (1.0f / 16777216.0f);
+        float x = sigma * sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2);
+        x = fminf(fmaxf(x, -clamp), clamp);
+        p[i] = ak_f32_to_bf16(x);
+    }
+}
+
+extern "C" ak_status ak_bench_cuda_fill_normal_bf16(ak_context *ctx, void *dst, int64_t n,
+                                                    double sigma, double clamp, uint64_t seed) {
+    if (n <= 0) return AK_OK;
+    int64_t blocks = (n + 255) / 256;
+    if (blocks > 8192) blocks = 8192;
+    bench_fill_normal_bf16<<<(int)blocks, 256, 0, (cudaStream_t)ctx->stream>>>(
+        (uint16_t *)dst, n, (float)sigma, (float)clamp, (unsigned long long)seed);
+    BENCH_CU(cudaGetLastError());
+    return AK_OK;
 }
 
 extern "C" ak_status ak_bench_cuda_setup(ak_context *ctx, void **stream) {

@@ -30,6 +30,9 @@ ak_status ak_bench_cuda_ceilings(ak_context *ctx, int32_t quick, double *copy_Bp
 /* Events around one call (graph = 0) or replay of a captured graph of 20 calls (graph = 1). */
 ak_status ak_bench_cuda_time(ak_context *ctx, ak_bench_case *c, int32_t quick, double *median_s,
                              double *min_s, double *rsd, int32_t *samples);
+/* Random normal bf16 (sigma, clamped) into n elements of device memory, on ctx's stream. */
+ak_status ak_bench_cuda_fill_normal_bf16(ak_context *ctx, void *dst, int64_t n, double sigma,
+                                         double clamp, uint64_t seed);
 /* Device facts for the report header: clocks in MHz, driver and runtime versions. */
 void ak_bench_cuda_describe(ak_context *ctx, char *buf, size_t size);
 

@@ -4,15 +4,19 @@
  * bit-exact ones of numeric.h (e4m3 through PTX cvt.rn.satfinite, identical for every non-NaN fp32),
  * divisions are IEEE round-to-nearest (__fdiv_rn), scales follow layouts.md section 3.
  *
- * Thread mapping. MLA layouts: one warp per token, lane l owns dims [16 l, 16 l + 16) of the NoPE
- * part (a 128-dim 656 tile is 8 lanes, a 64-dim V4 tile 4 lanes, reduced with shuffles); the 64 RoPE
- * dims are 4 more 16-dim chunks (lanes 28..31 for V4, a second round of lanes 0..3 otherwise).
- * Indexer layouts: 8 lanes per token. MHA: one thread per 8 elements of one (token, head) row.
+ * Thread mapping. MLA layouts: a block of 512 threads stages the source bytes of up to 32 tokens
+ * (about 24 KB) in shared memory with cp.async, four stages deep, so three stages are in flight
+ * while one is computed; then a warp per token, lane l owning dims [16 l, 16 l + 16) of the NoPE
+ * part (a 128-dim 656 tile is 8 lanes, a 64-dim V4 tile 4 lanes, reduced with shuffles; V4's 64
+ * RoPE dims are lanes 28..31), and for the 576-dim layouts a second pass with the 4 RoPE chunks
+ * of 8 tokens per warp. Indexer layouts: 8 lanes per token, 2-4 tokens per lane in flight. MHA: one
+ * thread per 8 elements of one (token, head) row, 4 tokens per thread in flight in converts.
  * Invalid slots (rule I1) are skipped by writers and give zero rows in gathers. No allocation and no
  * host synchronisation: every function is capturable in a CUDA graph.
  */
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_common.cuh"
+#include "cuda/ptx.cuh"
 
 #include "common/kv_access.h"
 #include "common/kv_records.h"
@@ -82,6 +86,25 @@ __device__ __forceinline__ void ak_dev_bf16xn(const float *v, uint16_t *h, int n
         h[i] = (uint16_t)(r & 0xffffu);
         h[i + 1] = (uint16_t)(r >> 16);
     }
+}
+
+/* x / s for a fixed s: when s is a power of two with a normal reciprocal, x * (1 / s) is the
+   same real number rounded once, so the result is identical and the IEEE division sequence is
+   skipped (k_scale 1.0, UE8M0 and power-of-two scales); NaN inputs keep the division. */
+struct ak_divisor {
+    float s, rs;
+    bool pow2;
+};
+__device__ __forceinline__ ak_divisor ak_divisor_of(float s) {
+    const uint32_t u = ak_f32_bits(s), e = u >> 23;
+    ak_divisor d;
+    d.s = s;
+    d.pow2 = (u & 0x007fffffu) == 0 && e >= 1 && e <= 253; /* positive, 2^-126 .. 2^126 */
+    d.rs = ak_f32_from_bits((254u - e) << 23);              /* 2^(127 - e) = 1 / s */
+    return d;
+}
+__device__ __forceinline__ float ak_div(const ak_divisor &d, float x) {
+    return d.pow2 && !ak_isnan_f32(x) ? __fmul_rn(x, d.rs) : __fdiv_rn(x, d.s);
 }
 
 /* 16-byte aligned vector load/store with a scalar fallback for unaligned views. */
@@ -238,15 +261,34 @@ static int ak_grid_for(const ak_context *ctx, int64_t items, int per_block) {
     return blocks < 1 ? 1 : (int)blocks;
 }
 
-/* ---- MLA records: where each 16-dim chunk lives ---------------------------------------------- */
+/* ---- MLA layouts: tokens staged through shared memory ---------------------------------------- */
+
+/* Why staged: a token is 576..2304 source bytes and its scale tiles need shuffles across 8 lanes,
+   so a register-resident warp keeps only one token (about 1 KB) in flight and the codec stalls near
+   half of the copy bandwidth. Here a block copies the source bytes of tb tokens into shared memory
+   with cp.async (16-byte pieces, no registers held, all issued before any is waited on), four
+   buffers deep, so three stages' bytes (about 72 KB per block, two blocks per SM) are in flight
+   while the warps quantize or dequantize the current one from shared memory. */
+
+/* Stages per block: AK_MLA_STAGES - 1 in flight while one is computed. */
+#define AK_MLA_STAGES 4
+/* Waits until at most AK_MLA_STAGES - 1 committed groups (the newest) are still in flight. */
+__device__ __forceinline__ void ak_cp_async_wait_stages(void) {
+    ak_cp_async_wait_group<AK_MLA_STAGES - 1>();
+}
 
 struct ak_mla_geo {
     ak_cache c;      /* descriptor by value (scale pointer is a device pointer) */
     int64_t stride;  /* page stride, bytes */
     uint32_t cap;    /* capacity in tokens */
     int32_t nope_chunks; /* 32 (512 dims) or 28 (V4, 448 dims) */
+    int32_t rec_bytes;   /* 1152, 576, 656 or 576 (V4 data row) */
     bool vec;        /* pool base and page stride 16-byte aligned */
 };
+
+static int32_t ak_mla_rec_bytes(ak_layout l) {
+    return l == AK_LAYOUT_MLA_BF16 ? 1152 : l == AK_LAYOUT_DSA_FP8_BLOCKSCALE ? 656 : 576;
+}
 
 static ak_mla_geo ak_mla_geo_of(const ak_cache *c) {
     ak_mla_geo g;
@@ -254,44 +296,45 @@ static ak_mla_geo ak_mla_geo_of(const ak_cache *c) {
     g.stride = ak_cache_stride(c);
     g.cap = (uint32_t)ak_cache_capacity(c);
     g.nope_chunks = c->layout == AK_LAYOUT_DSV4_FP8_UE8M0 ? 28 : 32;
+    g.rec_bytes = ak_mla_rec_bytes(c->layout);
     g.vec = ak_vec_ok(c->data, g.stride);
     return g;
 }
 
-/* Byte address of token `slot`'s record (AoS) or data row (V4) and its in-page offset. */
-__device__ __forceinline__ uint8_t *ak_mla_rec(const ak_mla_geo &g, uint32_t slot, int32_t *t) {
-    uint32_t page = slot / (uint32_t)g.c.page_size;
-    *t = (int32_t)(slot - page * (uint32_t)g.c.page_size);
+/* Byte address of token `slot`'s record (AoS) or data row (V4); *srow: the V4 scale row. */
+__device__ __forceinline__ uint8_t *ak_mla_rec(const ak_mla_geo &g, uint32_t slot, uint8_t **srow) {
+    const uint32_t page = slot / (uint32_t)g.c.page_size;
+    const uint32_t t = slot - page * (uint32_t)g.c.page_size;
     uint8_t *base = (uint8_t *)g.c.data + (int64_t)page * g.stride;
-    int32_t bpt = g.c.layout == AK_LAYOUT_MLA_BF16 ? 1152
-                  : g.c.layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE ? 656 : 576;
-    return base + (int64_t)(*t) * bpt;
+    *srow = base + (int64_t)g.c.page_size * AK_DSV4_DATA_BYTES + (int64_t)t * AK_DSV4_SCALE_BYTES;
+    return base + (int64_t)t * g.rec_bytes;
 }
 
-/* Decodes chunk ch (dims [16 ch, 16 ch + 16) of the d_qk vector) of a token into v. */
-__device__ __forceinline__ void ak_mla_decode_chunk(const ak_mla_geo &g, const uint8_t *rec,
-                                                    int32_t t, int ch, float v[16]) {
+/* Decodes chunk ch (dims [16 ch, 16 ch + 16) of the d_qk vector) of a staged record (16-byte
+   aligned shared memory; a V4 record's scale row follows its 576-byte data row). */
+__device__ __forceinline__ void ak_mla_decode_chunk(const ak_mla_geo &g, const uint8_t *rec, int ch,
+                                                    float v[16]) {
     const bool rope = ch >= g.nope_chunks;
     const int rc = ch - g.nope_chunks;
     uint8_t b[16];
     switch (g.c.layout) {
     case AK_LAYOUT_MLA_BF16: {
-        ak_ld_bf16x16(v, rope ? rec + 1024 + rc * 32 : rec + ch * 32, g.vec);
+        ak_ld_bf16x16(v, rope ? rec + 1024 + rc * 32 : rec + ch * 32, true);
         break;
     }
     case AK_LAYOUT_MLA_FP8_PERTENSOR: {
         float s = ak_kv_k_scale(&g.c);
-        ak_ld16(b, rope ? rec + 512 + rc * 16 : rec + ch * 16, g.vec);
+        ak_ld16(b, rope ? rec + 512 + rc * 16 : rec + ch * 16, true);
         ak_dev_dec_e4m3x16(b, v);
         for (int i = 0; i < 16; i++) v[i] = __fmul_rn(v[i], s);
         break;
     }
     case AK_LAYOUT_DSA_FP8_BLOCKSCALE: {
         if (rope) {
-            ak_ld_bf16x16(v, rec + 528 + rc * 32, g.vec);
+            ak_ld_bf16x16(v, rec + 528 + rc * 32, true);
         } else {
-            float s = ak_ld_f32(rec + 512 + 4 * (ch >> 3), g.vec);
-            ak_ld16(b, rec + ch * 16, g.vec);
+            float s = ak_ld_f32(rec + 512 + 4 * (ch >> 3), true);
+            ak_ld16(b, rec + ch * 16, true);
             ak_dev_dec_e4m3x16(b, v);
             for (int i = 0; i < 16; i++) v[i] = __fmul_rn(v[i], s);
             uint16_t h[16];
@@ -302,12 +345,10 @@ __device__ __forceinline__ void ak_mla_decode_chunk(const ak_mla_geo &g, const u
     }
     default: { /* DSV4_FP8_UE8M0 */
         if (rope) {
-            ak_ld_bf16x16(v, rec + 448 + rc * 32, g.vec);
+            ak_ld_bf16x16(v, rec + 448 + rc * 32, true);
         } else {
-            const uint8_t *page = rec - (int64_t)t * AK_DSV4_DATA_BYTES;
-            uint8_t e = page[(int64_t)g.c.page_size * AK_DSV4_DATA_BYTES + (int64_t)t * 8 + (ch >> 2)];
-            float s = ak_ue8m0_to_f32(e);
-            ak_ld16(b, rec + ch * 16, g.vec);
+            float s = ak_ue8m0_to_f32(rec[AK_DSV4_DATA_BYTES + (ch >> 2)]);
+            ak_ld16(b, rec + ch * 16, true);
             ak_dev_dec_e4m3x16(b, v);
             for (int i = 0; i < 16; i++) v[i] = __fmul_rn(v[i], s);
         }
@@ -316,150 +357,31 @@ __device__ __forceinline__ void ak_mla_decode_chunk(const ak_mla_geo &g, const u
     }
 }
 
-/* Where the 16 dims of a chunk come from: input rows (write) or another cache (convert). */
-struct ak_mla_src {
-    ak_rows nope, rope;  /* write */
-    ak_mla_geo cache;    /* convert */
-    bool from_cache;
-    const int32_t *slots; /* write: [n] int32; convert: NULL */
+enum { AK_MLA_WRITE = 0, AK_MLA_CONVERT = 1, AK_MLA_GATHER = 2 };
+
+/* One staged MLA codec call. Token i of [0, n) is input row i (write), source visit i (convert:
+   the whole pool or the listed pages) or output row i (gather). */
+struct ak_mla_job {
+    int32_t mode;
+    ak_mla_geo dst;           /* write / convert destination */
+    ak_mla_geo src;           /* convert / gather source */
+    ak_rows nope, rope;       /* write input rows */
+    int64_t nope_rsb, rope_rsb; /* write: row strides, bytes */
+    int32_t nope_bytes;       /* write: staged bytes of the nope row (the rope row follows) */
+    ak_rows_out out;          /* gather output rows */
+    const int32_t *slots;     /* write / gather: [n] int32 */
     int64_t slot_stride;
-    const int32_t *pages; /* convert: source pages [n] (NULL = whole pool) */
-    int64_t page_stride_el;
-    int64_t n;           /* tokens (write) or source slots to visit (convert) */
+    const int32_t *pages;     /* convert: source pages (NULL = whole pool) */
+    int64_t page_stride;
+    int64_t n;
+    int32_t pieces;           /* 16-byte pieces per token (a V4 source adds one 8-byte piece) */
+    int32_t split;            /* bytes read from a token's first source pointer */
+    bool tail16;              /* pieces past split are 16 bytes (rope rows), else 8 (V4 scales) */
+    int32_t tstride;          /* staged bytes per token (multiple of 16) */
+    int32_t tb;               /* tokens per stage */
+    int32_t rule;
+    bool vec;                 /* every staged piece 16-byte aligned: cp.async, else bytes */
 };
-
-/* Same-layout convert of one token: the record bytes (and the V4 scale row) copied unchanged. */
-__device__ void ak_mla_copy_token(const ak_mla_geo &dst, const ak_mla_geo &src,
-                                  const uint8_t *src_rec, int32_t src_t, uint32_t slot, int lane) {
-    int32_t t;
-    uint8_t *rec = ak_mla_rec(dst, slot, &t);
-    const int layout = dst.c.layout;
-    const int bytes = layout == AK_LAYOUT_MLA_BF16 ? 1152
-                      : layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE ? 656 : 576;
-    const bool vec = dst.vec && src.vec;
-    for (int pc = lane; pc < bytes / 16; pc += 32) {
-        uint8_t b[16];
-        ak_ld16(b, src_rec + pc * 16, vec);
-        ak_st16(rec + pc * 16, b, vec);
-    }
-    if (layout == AK_LAYOUT_DSV4_FP8_UE8M0 && lane < 8) {
-        const uint8_t *sp = src_rec - (int64_t)src_t * AK_DSV4_DATA_BYTES +
-                            (int64_t)src.c.page_size * AK_DSV4_DATA_BYTES + (int64_t)src_t * 8;
-        uint8_t *dp = rec - (int64_t)t * AK_DSV4_DATA_BYTES +
-                      (int64_t)dst.c.page_size * AK_DSV4_DATA_BYTES + (int64_t)t * 8;
-        dp[lane] = sp[lane];
-    }
-}
-
-/* Quantizes and stores one token. All 32 lanes of the warp call it together (shuffles). */
-__device__ void ak_mla_encode_token(const ak_mla_geo &dst, const ak_mla_src &src, int64_t row,
-                                    const uint8_t *src_rec, int32_t src_t, uint32_t slot, int rule,
-                                    int lane) {
-    int32_t t;
-    uint8_t *rec = ak_mla_rec(dst, slot, &t);
-    const int layout = dst.c.layout;
-    /* 576 per-tensor -> 656 keeps the NoPE e4m3 bytes and writes k_scale as every tile scale */
-    const bool pt_to_656 = src.from_cache && src.cache.c.layout == AK_LAYOUT_MLA_FP8_PERTENSOR &&
-                           layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE;
-    const int nchunks = dst.nope_chunks + 4;
-    for (int round = 0; round < 2; round++) {
-        if (round == 1 && dst.nope_chunks == 28) break; /* V4: 32 chunks, one round */
-        const int ch = lane + 32 * round;
-        const bool live = ch < nchunks;
-        const bool rope = ch >= dst.nope_chunks;
-        float v[16];
-        uint8_t q[16];
-        if (!live) {
-            for (int i = 0; i < 16; i++) v[i] = 0.0f;
-        } else if (pt_to_656 && !rope) {
-            ak_ld16(q, src_rec + ch * 16, src.cache.vec);
-            for (int i = 0; i < 16; i++) v[i] = 0.0f;
-        } else if (src.from_cache) {
-            ak_mla_decode_chunk(src.cache, src_rec, src_t, ch, v);
-        } else if (rope) {
-            ak_load_vals(v, 16, src.rope.data, row * src.rope.rs + (ch - dst.nope_chunks) * 16,
-                         src.rope.dtype, src.rope.vec);
-        } else {
-            ak_load_vals(v, 16, src.nope.data, row * src.nope.rs + ch * 16, src.nope.dtype,
-                         src.nope.vec);
-        }
-        /* tile amax: 656 tiles are 8 lanes, V4 tiles 4 lanes (lanes 28..31 hold RoPE, their own
-           group of 4, whose result is never used as a scale) */
-        float amax = 0.0f;
-        for (int i = 0; i < 16; i++) amax = fmaxf(amax, fabsf(v[i]));
-        if (layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE) amax = ak_group_max(amax, 8);
-        else if (layout == AK_LAYOUT_DSV4_FP8_UE8M0) amax = ak_group_max(amax, 4);
-        if (!live) continue;
-        switch (layout) {
-        case AK_LAYOUT_MLA_BF16: {
-            int off = rope ? 1024 + (ch - 32) * 32 : ch * 32;
-            uint16_t h[16];
-            ak_dev_bf16xn(v, h, 16);
-            ak_st16(rec + off, (const uint8_t *)h, dst.vec);
-            ak_st16(rec + off + 16, (const uint8_t *)(h + 8), dst.vec);
-            break;
-        }
-        case AK_LAYOUT_MLA_FP8_PERTENSOR: {
-            float s = ak_kv_k_scale(&dst.c);
-            for (int i = 0; i < 16; i++) v[i] = __fdiv_rn(v[i], s);
-            ak_dev_e4m3x16(v, q);
-            ak_st16(rec + (rope ? 512 + (ch - 32) * 16 : ch * 16), q, dst.vec);
-            break;
-        }
-        case AK_LAYOUT_DSA_FP8_BLOCKSCALE: {
-            if (rope) {
-                uint16_t h[16];
-                ak_dev_bf16xn(v, h, 16);
-                ak_st16(rec + 528 + (ch - 32) * 32, (const uint8_t *)h, dst.vec);
-                ak_st16(rec + 528 + (ch - 32) * 32 + 16, (const uint8_t *)(h + 8), dst.vec);
-                break;
-            }
-            float s;
-            if (pt_to_656) {
-                s = ak_kv_k_scale(&src.cache.c);
-            } else {
-                if (rule == AK_QUANT_FP32) {
-                    s = __fdiv_rn(amax, 448.0f);
-                    if (!(s >= 1e-4f)) s = 1e-4f;
-                    for (int i = 0; i < 16; i++) v[i] = __fdiv_rn(v[i], s);
-                } else {
-                    /* AMAX_FLOOR is a 584-only rule. x / 2^k == x * 2^-k exactly (one rounding
-                       of the same real number), so the power-of-two path multiplies. */
-                    int32_t k = ak_scale_pow2_exp(amax);
-                    s = ak_pow2_f32(k);
-                    const float rs = ak_pow2_f32(-k);
-                    for (int i = 0; i < 16; i++) v[i] = __fmul_rn(v[i], rs);
-                }
-                ak_dev_e4m3x16(v, q);
-            }
-            ak_st16(rec + ch * 16, q, dst.vec);
-            if ((ch & 7) == 0) ak_st_f32(rec + 512 + 4 * (ch >> 3), s, dst.vec);
-            break;
-        }
-        default: { /* DSV4_FP8_UE8M0 */
-            if (rope) {
-                uint16_t h[16];
-                ak_dev_bf16xn(v, h, 16);
-                ak_st16(rec + 448 + (ch - 28) * 32, (const uint8_t *)h, dst.vec);
-                ak_st16(rec + 448 + (ch - 28) * 32 + 16, (const uint8_t *)(h + 8), dst.vec);
-                break;
-            }
-            int32_t e = 127 + ak_dev_pow2_exp(amax, rule);
-            e = e < 1 ? 1 : e > 254 ? 254 : e;
-            /* 1 / 2^(e-127) is exact (2^-127 is an fp32 subnormal): multiply, as above */
-            const float rs = __fdiv_rn(1.0f, ak_ue8m0_to_f32((uint8_t)e));
-            for (int i = 0; i < 16; i++) v[i] = __fmul_rn(v[i], rs);
-            ak_dev_e4m3x16(v, q);
-            ak_st16(rec + ch * 16, q, dst.vec);
-            uint8_t *srow = rec - (int64_t)t * AK_DSV4_DATA_BYTES +
-                            (int64_t)dst.c.page_size * AK_DSV4_DATA_BYTES + (int64_t)t * 8;
-            if ((ch & 3) == 0) srow[ch >> 2] = (uint8_t)e;
-            if (ch == 0) srow[7] = 0;
-            break;
-        }
-        }
-    }
-}
 
 /* Source slot of visit index i for convert: the whole pool, or the listed pages (rule I1 on the
    page id). Returns false when the page is invalid. */
@@ -477,51 +399,340 @@ __device__ __forceinline__ bool ak_convert_slot(const int32_t *pages, int64_t ps
     return true;
 }
 
-__global__ void ak_mla_write_kernel(ak_mla_geo dst, ak_mla_src src, int rule) {
-    const int lane = threadIdx.x & 31;
-    const int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    const int64_t nwarps = ((int64_t)gridDim.x * blockDim.x) >> 5;
-    for (int64_t i = warp; i < src.n; i += nwarps) { /* warp-uniform: one token per warp */
-        uint32_t slot;
-        const uint8_t *src_rec = NULL;
-        int32_t src_t = 0;
-        if (src.from_cache) {
-            if (!ak_convert_slot(src.pages, src.page_stride_el, src.cache.c.page_size,
-                                 (uint32_t)src.cache.c.num_pages, i, &slot))
-                continue;
-            src_rec = ak_mla_rec(src.cache, slot, &src_t);
+/* A staged token, resolved once per stage by one thread: where its source pieces are, its
+   slots, and what to do with it. */
+struct ak_mla_tok {
+    const uint8_t *a;  /* first `split` bytes: the record / data row, or the nope input row */
+    const uint8_t *b;  /* the rest: the V4 scale row, or the rope input row */
+    uint32_t ds, ss;   /* destination slot (write / convert), source slot (convert / gather) */
+    int32_t state;     /* AK_TOK_SKIP, AK_TOK_LIVE or AK_TOK_ZERO (gather of an invalid slot) */
+};
+enum { AK_TOK_SKIP = 0, AK_TOK_LIVE = 1, AK_TOK_ZERO = 2 };
+
+/* The global value token i depends on (its slot, or its source page entry for a convert with a
+   page list), loaded early so the load overlaps a stage's compute. */
+__device__ __forceinline__ uint32_t ak_mla_tok_key(const ak_mla_job &j, int64_t i) {
+    if (i >= j.n) return 0;
+    if (j.mode != AK_MLA_CONVERT) return (uint32_t)j.slots[i * j.slot_stride];
+    return j.pages ? (uint32_t)j.pages[(i / j.src.c.page_size) * j.page_stride] : 0;
+}
+
+/* Resolves token i from its key (rule I1: invalid slots and pages are skipped; gathers always
+   write their row). */
+__device__ ak_mla_tok ak_mla_tok_of(const ak_mla_job &j, int64_t i, uint32_t key) {
+    ak_mla_tok t = {NULL, NULL, 0, 0, AK_TOK_SKIP};
+    if (i >= j.n) return t;
+    if (j.mode == AK_MLA_CONVERT) {
+        if (j.pages) {
+            if (key >= (uint32_t)j.src.c.num_pages) return t;
+            const int64_t k = i / j.src.c.page_size;
+            t.ss = key * (uint32_t)j.src.c.page_size + (uint32_t)(i - k * j.src.c.page_size);
         } else {
-            slot = (uint32_t)src.slots[i * src.slot_stride];
+            t.ss = (uint32_t)i;
         }
-        if (slot >= dst.cap) continue; /* rule I1: -1 and out-of-range slots are skipped */
-        if (src.from_cache && src.cache.c.layout == dst.c.layout)
-            ak_mla_copy_token(dst, src.cache, src_rec, src_t, slot, lane);
-        else
-            ak_mla_encode_token(dst, src, i, src_rec, src_t, slot, rule, lane);
+        t.ds = t.ss;
+        if (t.ds >= j.dst.cap) return t;
+    } else {
+        t.ds = t.ss = key;
+        if (j.mode == AK_MLA_WRITE && key >= j.dst.cap) return t;
+    }
+    if (j.mode == AK_MLA_WRITE) {
+        t.a = (const uint8_t *)j.nope.data + i * j.nope_rsb;
+        t.b = (const uint8_t *)j.rope.data + i * j.rope_rsb;
+    } else if (t.ss < j.src.cap) {
+        uint8_t *srow;
+        t.a = ak_mla_rec(j.src, t.ss, &srow);
+        t.b = srow;
+    } else {
+        t.state = AK_TOK_ZERO; /* gather of an invalid slot: a zero row, nothing read */
+        return t;
+    }
+    t.state = AK_TOK_LIVE;
+    return t;
+}
+
+/* Issues the copies of a resolved stage into buf: a warp per token, lanes over its pieces. */
+__device__ void ak_mla_stage(const ak_mla_job &j, const ak_mla_tok *toks, uint8_t *buf) {
+    const int lane = threadIdx.x & 31;
+    for (int k = threadIdx.x >> 5; k < j.tb; k += blockDim.x >> 5) {
+        const ak_mla_tok t = toks[k];
+        if (t.state != AK_TOK_LIVE) continue;
+        uint8_t *s = buf + (int64_t)k * j.tstride;
+        for (int p = lane; p < j.pieces; p += 32) {
+            const int32_t off = p * 16;
+            const bool head = off < j.split;
+            const uint8_t *g = head ? t.a + off : t.b + (off - j.split);
+            const int bytes = head || j.tail16 ? 16 : 8;
+            if (j.vec) {
+                if (bytes == 16) ak_cp_async16(ak_smem_addr(s + off), g, 16);
+                else ak_cp_async8(ak_smem_addr(s + off), g, 8);
+            } else {
+                for (int q = 0; q < bytes; q++) s[off + q] = g[q];
+            }
+        }
     }
 }
 
-__global__ void ak_mla_gather_kernel(ak_mla_geo g, const int32_t *slots, int64_t slot_stride,
-                                     int64_t n, ak_rows_out out) {
-    const int lane = threadIdx.x & 31;
-    const int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    const int64_t nwarps = ((int64_t)gridDim.x * blockDim.x) >> 5;
-    const int nchunks = g.nope_chunks + 4;
-    for (int64_t i = warp; i < n; i += nwarps) {
-        uint32_t slot = (uint32_t)slots[i * slot_stride];
-        const bool ok = slot < g.cap;
-        int32_t t = 0;
-        const uint8_t *rec = ok ? ak_mla_rec(g, slot, &t) : NULL;
-        for (int ch = lane; ch < nchunks; ch += 32) {
-            float v[16];
-            if (ok) ak_mla_decode_chunk(g, rec, t, ch, v);
-            else for (int k = 0; k < 16; k++) v[k] = 0.0f;
-            ak_store_vals(out.data, i * out.rs + ch * 16, v, 16, out.dtype, out.vec);
-        }
+/* Chunk ch of a staged token as fp32: input rows (write) or a source record (convert). */
+__device__ __forceinline__ void ak_mla_src_chunk(const ak_mla_job &j, const uint8_t *s, int ch,
+                                                 float v[16]) {
+    const int nc = j.dst.nope_chunks;
+    if (j.mode == AK_MLA_CONVERT) ak_mla_decode_chunk(j.src, s, ch, v);
+    else if (ch >= nc) ak_load_vals(v, 16, s + j.nope_bytes, (ch - nc) * 16, j.rope.dtype, true);
+    else ak_load_vals(v, 16, s, ch * 16, j.nope.dtype, true);
+}
+
+/* Stores RoPE chunk rc (dims [16 rc, 16 rc + 16) of the 64) of a destination record. */
+__device__ __forceinline__ void ak_mla_store_rope(const ak_mla_geo &dst, uint8_t *rec, int rc,
+                                                  float v[16]) {
+    if (dst.c.layout == AK_LAYOUT_MLA_FP8_PERTENSOR) {
+        const float sc = ak_kv_k_scale(&dst.c);
+        uint8_t q[16];
+        const ak_divisor dv = ak_divisor_of(sc);
+        for (int i = 0; i < 16; i++) v[i] = ak_div(dv, v[i]);
+        ak_dev_e4m3x16(v, q);
+        ak_st16(rec + 512 + rc * 16, q, dst.vec);
+        return;
     }
+    const int off = dst.c.layout == AK_LAYOUT_MLA_BF16 ? 1024
+                    : dst.c.layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE ? 528 : 448;
+    uint16_t h[16];
+    ak_dev_bf16xn(v, h, 16);
+    ak_st16(rec + off + rc * 32, (const uint8_t *)h, dst.vec);
+    ak_st16(rec + off + rc * 32 + 16, (const uint8_t *)(h + 8), dst.vec);
+}
+
+/* Writes chunk ch = lane of one staged token: the 32 NoPE chunks (656, BF16, FP8-PT) or the 28
+   NoPE and 4 RoPE chunks (V4). All 32 lanes call it together (tile amax shuffles). */
+__device__ void ak_mla_encode_lane(const ak_mla_job &j, const uint8_t *s, uint32_t slot, int ch) {
+    const ak_mla_geo &dst = j.dst;
+    uint8_t *srow;
+    uint8_t *rec = ak_mla_rec(dst, slot, &srow);
+    const int layout = dst.c.layout;
+    const bool rope = ch >= dst.nope_chunks;
+    /* 576 per-tensor -> 656 keeps the NoPE e4m3 bytes and writes k_scale as every tile scale */
+    const bool pt_to_656 = j.mode == AK_MLA_CONVERT &&
+                           j.src.c.layout == AK_LAYOUT_MLA_FP8_PERTENSOR &&
+                           layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE;
+    float v[16];
+    uint8_t q[16];
+    if (pt_to_656) {
+        ak_ld16(q, s + ch * 16, true);
+        for (int i = 0; i < 16; i++) v[i] = 0.0f;
+    } else {
+        ak_mla_src_chunk(j, s, ch, v);
+    }
+    /* tile amax: 656 tiles are 8 lanes, V4 tiles 4 lanes (lanes 28..31 hold RoPE, their own
+       group of 4, whose result is never used as a scale) */
+    float amax = 0.0f;
+    for (int i = 0; i < 16; i++) amax = fmaxf(amax, fabsf(v[i]));
+    if (layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE) amax = ak_group_max(amax, 8);
+    else if (layout == AK_LAYOUT_DSV4_FP8_UE8M0) amax = ak_group_max(amax, 4);
+    if (rope) {
+        ak_mla_store_rope(dst, rec, ch - dst.nope_chunks, v);
+        return;
+    }
+    switch (layout) {
+    case AK_LAYOUT_MLA_BF16: {
+        uint16_t h[16];
+        ak_dev_bf16xn(v, h, 16);
+        ak_st16(rec + ch * 32, (const uint8_t *)h, dst.vec);
+        ak_st16(rec + ch * 32 + 16, (const uint8_t *)(h + 8), dst.vec);
+        break;
+    }
+    case AK_LAYOUT_MLA_FP8_PERTENSOR: {
+        float sc = ak_kv_k_scale(&dst.c);
+        const ak_divisor dv = ak_divisor_of(sc);
+        for (int i = 0; i < 16; i++) v[i] = ak_div(dv, v[i]);
+        ak_dev_e4m3x16(v, q);
+        ak_st16(rec + ch * 16, q, dst.vec);
+        break;
+    }
+    case AK_LAYOUT_DSA_FP8_BLOCKSCALE: {
+        float sc;
+        if (pt_to_656) {
+            sc = ak_kv_k_scale(&j.src.c);
+        } else {
+            if (j.rule == AK_QUANT_FP32) {
+                sc = __fdiv_rn(amax, 448.0f);
+                if (!(sc >= 1e-4f)) sc = 1e-4f;
+                const ak_divisor dv = ak_divisor_of(sc);
+                for (int i = 0; i < 16; i++) v[i] = ak_div(dv, v[i]);
+            } else {
+                /* AMAX_FLOOR is a 584-only rule. x / 2^k == x * 2^-k exactly (one rounding of
+                   the same real number), so the power-of-two path multiplies. */
+                int32_t k = ak_scale_pow2_exp(amax);
+                sc = ak_pow2_f32(k);
+                const float rs = ak_pow2_f32(-k);
+                for (int i = 0; i < 16; i++) v[i] = __fmul_rn(v[i], rs);
+            }
+            ak_dev_e4m3x16(v, q);
+        }
+        ak_st16(rec + ch * 16, q, dst.vec);
+        if ((ch & 7) == 0) ak_st_f32(rec + 512 + 4 * (ch >> 3), sc, dst.vec);
+        break;
+    }
+    default: { /* DSV4_FP8_UE8M0 */
+        int32_t e = 127 + ak_dev_pow2_exp(amax, j.rule);
+        e = e < 1 ? 1 : e > 254 ? 254 : e;
+        /* 1 / 2^(e-127) is exact (2^-127 is an fp32 subnormal): multiply, as above */
+        const float rs = __fdiv_rn(1.0f, ak_ue8m0_to_f32((uint8_t)e));
+        for (int i = 0; i < 16; i++) v[i] = __fmul_rn(v[i], rs);
+        ak_dev_e4m3x16(v, q);
+        ak_st16(rec + ch * 16, q, dst.vec);
+        if ((ch & 3) == 0) srow[ch >> 2] = (uint8_t)e;
+        if (ch == 0) srow[7] = 0;
+        break;
+    }
+    }
+}
+
+/* Computes one stage (tokens [t0, t0 + tb) staged in buf, resolved in toks). Same-layout convert
+   copies the staged bytes out. Otherwise two passes keep every lane busy: a warp per token over
+   chunks 0..31 (the 32 NoPE chunks, or V4's 28 NoPE + 4 RoPE), then for the 36-chunk layouts the
+   4 RoPE chunks of 8 tokens per warp. */
+__device__ void ak_mla_compute(const ak_mla_job &j, int64_t t0, const ak_mla_tok *toks,
+                               const uint8_t *buf) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarp = blockDim.x >> 5;
+    if (j.mode == AK_MLA_CONVERT && j.src.c.layout == j.dst.c.layout) {
+        for (int k = warp; k < j.tb; k += nwarp) {
+            const ak_mla_tok t = toks[k];
+            if (t.state != AK_TOK_LIVE) continue;
+            const uint8_t *s = buf + (int64_t)k * j.tstride;
+            uint8_t *srow;
+            uint8_t *rec = ak_mla_rec(j.dst, t.ds, &srow);
+            for (int p = lane; p < j.pieces; p += 32) {
+                if (p * 16 < j.dst.rec_bytes) {
+                    uint8_t b[16];
+                    ak_ld16(b, s + p * 16, true);
+                    ak_st16(rec + p * 16, b, j.dst.vec);
+                } else { /* V4 scale row */
+                    for (int q = 0; q < AK_DSV4_SCALE_BYTES; q++) srow[q] = s[p * 16 + q];
+                }
+            }
+        }
+        return;
+    }
+    const int nc = j.mode == AK_MLA_GATHER ? j.src.nope_chunks : j.dst.nope_chunks;
+    for (int k = warp; k < j.tb; k += nwarp) { /* warp-uniform: one token per warp */
+        const ak_mla_tok t = toks[k];
+        if (t.state == AK_TOK_SKIP) continue;
+        const uint8_t *s = buf + (int64_t)k * j.tstride;
+        if (j.mode != AK_MLA_GATHER) {
+            ak_mla_encode_lane(j, s, t.ds, lane);
+            continue;
+        }
+        float v[16];
+        if (t.state == AK_TOK_LIVE) ak_mla_decode_chunk(j.src, s, lane, v);
+        else
+            for (int q = 0; q < 16; q++) v[q] = 0.0f;
+        ak_store_vals(j.out.data, (t0 + k) * j.out.rs + lane * 16, v, 16, j.out.dtype, j.out.vec);
+    }
+    if (nc != 32) return; /* V4: RoPE done in the first pass */
+    for (int k0 = 8 * warp; k0 < j.tb; k0 += 8 * nwarp) {
+        const int k = k0 + (lane >> 2), rc = lane & 3;
+        if (k >= j.tb) continue;
+        const ak_mla_tok t = toks[k];
+        if (t.state == AK_TOK_SKIP) continue;
+        const uint8_t *s = buf + (int64_t)k * j.tstride;
+        float v[16];
+        if (j.mode != AK_MLA_GATHER) {
+            uint8_t *srow;
+            ak_mla_src_chunk(j, s, 32 + rc, v);
+            ak_mla_store_rope(j.dst, ak_mla_rec(j.dst, t.ds, &srow), rc, v);
+            continue;
+        }
+        if (t.state == AK_TOK_LIVE) ak_mla_decode_chunk(j.src, s, 32 + rc, v);
+        else
+            for (int q = 0; q < 16; q++) v[q] = 0.0f;
+        ak_store_vals(j.out.data, (t0 + k) * j.out.rs + (32 + rc) * 16, v, 16, j.out.dtype,
+                      j.out.vec);
+    }
+}
+
+/* Grid-stride over stages of tb tokens through AK_MLA_STAGES shared buffers of tb * tstride
+   bytes: AK_MLA_STAGES - 1 stages are in flight while one is computed. A stage's tokens are
+   resolved (slots, pointers) by threads 0..tb-1 at the end of the iteration before its copies
+   are issued, from keys loaded at that iteration's start, so no slot load is on the issue path. */
+#define AK_MLA_THREADS 512
+#define AK_MLA_STAGE_BYTES 24576
+#define AK_MLA_SMEM_MAX (AK_MLA_STAGES * AK_MLA_STAGE_BYTES)
+__global__ void __launch_bounds__(AK_MLA_THREADS, 2) ak_mla_codec_kernel(ak_mla_job j) {
+    extern __shared__ __align__(16) uint8_t ak_stage_mem[];
+    __shared__ ak_mla_tok toks[AK_MLA_STAGES][32];
+    const int64_t step = (int64_t)gridDim.x * j.tb;
+    const int64_t buf_bytes = (int64_t)j.tb * j.tstride;
+    const int64_t t0 = (int64_t)blockIdx.x * j.tb;
+    const int tid = threadIdx.x;
+    if (tid < j.tb)
+        for (int s = 0; s < AK_MLA_STAGES; s++) {
+            const int64_t i = t0 + s * step + tid;
+            toks[s][tid] = ak_mla_tok_of(j, i, ak_mla_tok_key(j, i));
+        }
+    __syncthreads();
+    for (int s = 0; s < AK_MLA_STAGES - 1; s++) {
+        ak_mla_stage(j, toks[s], ak_stage_mem + s * buf_bytes);
+        ak_cp_async_commit();
+    }
+    int b = 0;
+    for (int64_t t = t0; t < j.n; t += step, b = b + 1 == AK_MLA_STAGES ? 0 : b + 1) {
+        /* the stage AK_MLA_STAGES - 1 ahead goes into the buffer computed last iteration */
+        const int bn = b == 0 ? AK_MLA_STAGES - 1 : b - 1;
+        ak_mla_stage(j, toks[bn], ak_stage_mem + bn * buf_bytes);
+        ak_cp_async_commit();
+        /* the key of the token that takes over this iteration's table row, used below */
+        const int64_t inext = t + AK_MLA_STAGES * step + tid;
+        const uint32_t key = tid < j.tb ? ak_mla_tok_key(j, inext) : 0;
+        ak_cp_async_wait_stages();
+        __syncthreads();
+        ak_mla_compute(j, t, toks[b], ak_stage_mem + b * buf_bytes);
+        __syncthreads(); /* buffer b and toks[b] are free: refilled below and next iteration */
+        if (tid < j.tb) toks[b][tid] = ak_mla_tok_of(j, inext, key);
+        __syncthreads(); /* the next iteration's stage reads toks[b] */
+    }
+}
+
+/* Staged bytes of one source token of a cache layout (a V4 data row and its scale row). */
+static int32_t ak_mla_staged_bytes(ak_layout l) {
+    return ak_mla_rec_bytes(l) + (l == AK_LAYOUT_DSV4_FP8_UE8M0 ? AK_DSV4_SCALE_BYTES : 0);
+}
+
+/* Sizes the stages (about 24 KB each, at most 32 tokens; 96 KB of buffers per block, two blocks
+   per SM) and launches one persistent grid. */
+static ak_status ak_mla_launch(ak_context *ctx, ak_mla_job *j, int32_t token_bytes) {
+    if (j->n == 0) return AK_OK;
+    j->pieces = (token_bytes + 15) / 16;
+    j->tstride = j->pieces * 16;
+    int32_t tb = AK_MLA_STAGE_BYTES / j->tstride; /* tstride <= 2304: tb >= 10 */
+    j->tb = tb > 32 ? 32 : tb;
+    const size_t smem = AK_MLA_STAGES * (size_t)j->tb * (size_t)j->tstride;
+    /* more than the default 48 KB of dynamic shared memory: opt in once per device */
+    static int opted[64];
+    const int dev = ctx->device_id;
+    if (dev < 0 || dev >= 64 || !opted[dev]) {
+        AK_CUDA_TRY(cudaFuncSetAttribute(ak_mla_codec_kernel,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         AK_MLA_SMEM_MAX));
+        AK_CUDA_TRY(cudaFuncSetAttribute(ak_mla_codec_kernel,
+                                         cudaFuncAttributePreferredSharedMemoryCarveout,
+                                         cudaSharedmemCarveoutMaxShared));
+        if (dev >= 0 && dev < 64) opted[dev] = 1;
+    }
+    int64_t groups = (j->n + j->tb - 1) / j->tb;
+    int64_t cap = (int64_t)(ctx->info.sm_count > 0 ? ctx->info.sm_count : 132) * 2;
+    int grid = (int)(groups < cap ? groups : cap);
+    ak_mla_codec_kernel<<<grid, AK_MLA_THREADS, smem, ak_stream(ctx)>>>(*j);
+    AK_CUDA_CHECK_LAUNCH("ak_mla_codec_kernel");
+    return AK_OK;
 }
 
 /* ---- indexer layouts: 8 lanes per token, 16 dims per lane ------------------------------------- */
+
+/* A warp covers 4 tokens per round and AK_IDX_U (gather) or AK_IDX_WU (write) rounds per step:
+   every round's loads are issued before the first is used, so each lane keeps several loads in
+   flight instead of one. */
+#define AK_IDX_U 4
+#define AK_IDX_WU 2 /* writers hold 16 fp32 per token: 2 tokens keep them under 64 registers */
 
 struct ak_idx_geo {
     uint8_t *data;
@@ -543,47 +754,65 @@ static ak_idx_geo ak_idx_geo_of(const ak_cache *c) {
 
 __global__ void ak_idx_write_kernel(ak_idx_geo g, ak_rows in, const int32_t *slots,
                                     int64_t slot_stride, int64_t n, int rule) {
-    const int sub = threadIdx.x & 7; /* chunk of 16 dims */
-    const int64_t grp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 3;
-    const int64_t ngrp = ((int64_t)gridDim.x * blockDim.x) >> 3;
-    /* whole warps iterate together (shuffles): loop bound rounded to the warp's 4 groups */
-    const int64_t base0 = grp & ~(int64_t)3;
-    for (int64_t b = base0; b < n; b += ngrp) {
-        const int64_t i = b + (grp & 3);
-        uint32_t slot = i < n ? (uint32_t)slots[i * slot_stride] : 0xffffffffu;
-        const bool ok = slot < g.cap;
-        float v[16];
-        if (ok) ak_load_vals(v, 16, in.data, i * in.rs + sub * 16, in.dtype, in.vec);
-        else for (int k = 0; k < 16; k++) v[k] = 0.0f;
-        float amax = 0.0f;
-        for (int k = 0; k < 16; k++) amax = fmaxf(amax, fabsf(v[k]));
-        uint32_t page = ok ? slot / 64u : 0, t = ok ? slot % 64u : 0;
-        uint8_t *pg = g.data + (int64_t)page * g.stride;
-        if (!g.fp4) {
-            amax = ak_group_max(amax, 8);
-            if (!ok) continue;
-            float a = amax >= 1e-4f ? amax : 1e-4f;
-            float s = __fdiv_rn(a, 448.0f);
-            if (rule == AK_QUANT_POW2) s = ak_pow2_f32(ak_ceil_log2_f32(s));
-            uint8_t q[16];
-            for (int k = 0; k < 16; k++) q[k] = ak_dev_e4m3(__fdiv_rn(v[k], s));
-            ak_st16(pg + t * 128 + sub * 16, q, g.vec);
-            if (sub == 0) ((float *)(pg + 8192))[t] = s;
-        } else {
-            amax = ak_group_max(amax, 2); /* 32-value scale group = 2 lanes */
-            if (!ok) continue;
-            float r = __fdiv_rn(amax, 6.0f);
-            if (!(r >= 1e-4f)) r = 1e-4f;
-            int32_t e = 127 + ak_ceil_log2_f32(r);
-            e = e < 1 ? 1 : e > 254 ? 254 : e;
-            float s = ak_ue8m0_to_f32((uint8_t)e);
-            uint8_t q[8];
-            for (int k = 0; k < 8; k++)
-                q[k] = (uint8_t)(ak_f32_to_e2m1(__fdiv_rn(v[2 * k], s)) |
-                                 (ak_f32_to_e2m1(__fdiv_rn(v[2 * k + 1], s)) << 4));
-            uint8_t *kp = pg + t * 64 + sub * 8;
-            for (int k = 0; k < 8; k++) kp[k] = q[k];
-            if ((sub & 1) == 0) pg[4096 + t * 4 + (sub >> 1)] = (uint8_t)e;
+    const int sub = threadIdx.x & 7, q = (threadIdx.x >> 3) & 3; /* chunk of 16 dims, token */
+    const int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int64_t nwarps = ((int64_t)gridDim.x * blockDim.x) >> 5;
+    /* whole warps iterate together (shuffles) */
+    for (int64_t b = warp * 4 * AK_IDX_WU; b < n; b += nwarps * 4 * AK_IDX_WU) {
+        uint32_t slot[AK_IDX_WU];
+        float v[AK_IDX_WU][16];
+#pragma unroll
+        for (int u = 0; u < AK_IDX_WU; u++) {
+            const int64_t i = b + 4 * u + q;
+            slot[u] = i < n ? (uint32_t)slots[i * slot_stride] : 0xffffffffu;
+        }
+#pragma unroll
+        for (int u = 0; u < AK_IDX_WU; u++) {
+            if (slot[u] < g.cap)
+                ak_load_vals(v[u], 16, in.data, (b + 4 * u + q) * in.rs + sub * 16, in.dtype,
+                             in.vec);
+            else
+                for (int k = 0; k < 16; k++) v[u][k] = 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < AK_IDX_WU; u++) {
+            const bool ok = slot[u] < g.cap;
+            float amax = 0.0f;
+            for (int k = 0; k < 16; k++) amax = fmaxf(amax, fabsf(v[u][k]));
+            uint32_t page = ok ? slot[u] / 64u : 0, t = ok ? slot[u] % 64u : 0;
+            uint8_t *pg = g.data + (int64_t)page * g.stride;
+            if (!g.fp4) {
+                amax = ak_group_max(amax, 8);
+                if (!ok) continue;
+                float a = amax >= 1e-4f ? amax : 1e-4f;
+                float s = __fdiv_rn(a, 448.0f);
+                if (rule == AK_QUANT_POW2) s = ak_pow2_f32(ak_ceil_log2_f32(s));
+                uint8_t qb[16];
+                for (int k = 0; k < 16; k++) qb[k] = ak_dev_e4m3(__fdiv_rn(v[u][k], s));
+                ak_st16(pg + t * 128 + sub * 16, qb, g.vec);
+                if (sub == 0) ((float *)(pg + 8192))[t] = s;
+            } else {
+                amax = ak_group_max(amax, 2); /* 32-value scale group = 2 lanes */
+                if (!ok) continue;
+                float r = __fdiv_rn(amax, 6.0f);
+                if (!(r >= 1e-4f)) r = 1e-4f;
+                int32_t e = 127 + ak_ceil_log2_f32(r);
+                e = e < 1 ? 1 : e > 254 ? 254 : e;
+                float s = ak_ue8m0_to_f32((uint8_t)e);
+                uint8_t qb[8];
+                for (int k = 0; k < 8; k++)
+                    qb[k] = (uint8_t)(ak_f32_to_e2m1(__fdiv_rn(v[u][2 * k], s)) |
+                                      (ak_f32_to_e2m1(__fdiv_rn(v[u][2 * k + 1], s)) << 4));
+                uint8_t *kp = pg + t * 64 + sub * 8;
+                if (g.vec) {
+                    uint2 w;
+                    memcpy(&w, qb, 8);
+                    *(uint2 *)kp = w;
+                } else {
+                    for (int k = 0; k < 8; k++) kp[k] = qb[k];
+                }
+                if ((sub & 1) == 0) pg[4096 + t * 4 + (sub >> 1)] = (uint8_t)e;
+            }
         }
     }
 }
@@ -594,40 +823,59 @@ __global__ void ak_idx_gather_kernel(ak_idx_geo g, const int32_t *slots, int64_t
     const int sub = threadIdx.x & 7;
     const int64_t grp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 3;
     const int64_t ngrp = ((int64_t)gridDim.x * blockDim.x) >> 3;
-    for (int64_t i = grp; i < n; i += ngrp) {
-        uint32_t slot = (uint32_t)slots[i * slot_stride];
-        const bool ok = slot < g.cap;
-        const uint8_t *pg = g.data + (int64_t)(ok ? slot / 64u : 0) * g.stride;
-        const uint32_t t = ok ? slot % 64u : 0;
-        float s = 0.0f;
-        float v[16];
-        if (!g.fp4) {
-            uint8_t b[16];
-            if (ok) {
-                ak_ld16(b, pg + t * 128 + sub * 16, g.vec);
-                s = ((const float *)(pg + 8192))[t];
+    for (int64_t b = grp; b < n; b += ngrp * AK_IDX_U) {
+        uint32_t slot[AK_IDX_U];
+        uint8_t raw[AK_IDX_U][16]; /* FP8: 16 keys; FP4: 8 packed pair bytes */
+        uint32_t sc[AK_IDX_U];     /* FP8: fp32 scale bits; FP4: the UE8M0 byte */
+#pragma unroll
+        for (int u = 0; u < AK_IDX_U; u++) {
+            const int64_t i = b + u * ngrp;
+            slot[u] = i < n ? (uint32_t)slots[i * slot_stride] : 0xffffffffu;
+        }
+#pragma unroll
+        for (int u = 0; u < AK_IDX_U; u++) {
+            for (int k = 0; k < 16; k++) raw[u][k] = 0;
+            sc[u] = 0;
+            if (slot[u] >= g.cap) continue;
+            const uint8_t *pg = g.data + (int64_t)(slot[u] / 64u) * g.stride;
+            const uint32_t t = slot[u] % 64u;
+            if (!g.fp4) {
+                ak_ld16(raw[u], pg + t * 128 + sub * 16, g.vec);
+                sc[u] = ak_f32_bits(((const float *)(pg + 8192))[t]);
             } else {
-                for (int k = 0; k < 16; k++) b[k] = 0;
-            }
-            if (out.dtype == AK_DTYPE_E4M3) {
-                ak_st16((uint8_t *)out.data + i * out.rs + sub * 16, b, out.vec);
-                if (out_scale != NULL && sub == 0) out_scale[i * scale_stride] = s;
-                continue;
-            }
-            for (int k = 0; k < 16; k++) v[k] = ok ? ak_e4m3_to_f32(b[k]) * s : 0.0f;
-        } else {
-            for (int k = 0; k < 8; k++) {
-                if (ok) {
-                    uint8_t byte = pg[t * 64 + sub * 8 + k];
-                    float gs = ak_ue8m0_to_f32(pg[4096 + t * 4 + (sub >> 1)]);
-                    v[2 * k] = ak_e2m1_to_f32(byte & 0xfu) * gs;
-                    v[2 * k + 1] = ak_e2m1_to_f32(byte >> 4) * gs;
+                const uint8_t *kp = pg + t * 64 + sub * 8;
+                if (g.vec) {
+                    uint2 w = *(const uint2 *)kp;
+                    memcpy(raw[u], &w, 8);
                 } else {
-                    v[2 * k] = v[2 * k + 1] = 0.0f;
+                    for (int k = 0; k < 8; k++) raw[u][k] = kp[k];
                 }
+                sc[u] = pg[4096 + t * 4 + (sub >> 1)];
             }
         }
-        ak_store_vals(out.data, i * out.rs + sub * 16, v, 16, out.dtype, out.vec);
+#pragma unroll
+        for (int u = 0; u < AK_IDX_U; u++) {
+            const int64_t i = b + u * ngrp;
+            if (i >= n) continue;
+            const bool ok = slot[u] < g.cap;
+            float v[16];
+            if (!g.fp4) {
+                const float s = ak_f32_from_bits(sc[u]);
+                if (out.dtype == AK_DTYPE_E4M3) {
+                    ak_st16((uint8_t *)out.data + i * out.rs + sub * 16, raw[u], out.vec);
+                    if (out_scale != NULL && sub == 0) out_scale[i * scale_stride] = s;
+                    continue;
+                }
+                for (int k = 0; k < 16; k++) v[k] = ok ? ak_e4m3_to_f32(raw[u][k]) * s : 0.0f;
+            } else {
+                const float gs = ak_ue8m0_to_f32((uint8_t)sc[u]);
+                for (int k = 0; k < 8; k++) {
+                    v[2 * k] = ok ? ak_e2m1_to_f32(raw[u][k] & 0xfu) * gs : 0.0f;
+                    v[2 * k + 1] = ok ? ak_e2m1_to_f32(raw[u][k] >> 4) * gs : 0.0f;
+                }
+            }
+            ak_store_vals(out.data, i * out.rs + sub * 16, v, 16, out.dtype, out.vec);
+        }
     }
 }
 
@@ -659,11 +907,10 @@ __device__ __forceinline__ float ak_mha_scale(const ak_mha_pool &p) {
     return p.is_v ? ak_kv_v_scale(&p.c) : ak_kv_k_scale(&p.c);
 }
 
-/* Loads w (8, or 1 for odd dims) elements at element offset off of a pool. */
-__device__ __forceinline__ void ak_mha_load(const ak_mha_pool &p, int64_t off, int w, float *v,
-                                            uint8_t *raw, float scale) {
-    const int dt = p.c.elem_dtype;
-    if (dt == AK_DTYPE_E4M3) {
+/* Loads the bytes of w (8, or 1 for odd dims) elements at element offset off of a pool. */
+__device__ __forceinline__ void ak_mha_load_raw(const ak_mha_pool &p, int64_t off, int w,
+                                                uint8_t raw[16]) {
+    if (p.c.elem_dtype == AK_DTYPE_E4M3) {
         const uint8_t *q = p.data + off;
         if (w == 8 && p.vec) {
             uint2 u = *(const uint2 *)q;
@@ -671,22 +918,39 @@ __device__ __forceinline__ void ak_mha_load(const ak_mha_pool &p, int64_t off, i
         } else {
             for (int k = 0; k < w; k++) raw[k] = q[k];
         }
-        for (int k = 0; k < w; k++) v[k] = ak_e4m3_to_f32(raw[k]) * scale;
     } else {
         const uint16_t *h = (const uint16_t *)p.data + off;
-        uint16_t x[8];
         if (w == 8 && p.vec) {
             uint4 u = *(const uint4 *)h;
-            memcpy(x, &u, 16);
+            memcpy(raw, &u, 16);
         } else {
-            for (int k = 0; k < w; k++) x[k] = h[k];
+            for (int k = 0; k < w; k++) {
+                raw[2 * k] = (uint8_t)(h[k] & 0xffu);
+                raw[2 * k + 1] = (uint8_t)(h[k] >> 8);
+            }
         }
-        for (int k = 0; k < w; k++) {
-            raw[2 * k] = (uint8_t)(x[k] & 0xffu);
-            raw[2 * k + 1] = (uint8_t)(x[k] >> 8);
-        }
-        for (int k = 0; k < w; k++) v[k] = dt == AK_DTYPE_BF16 ? ak_bf16_to_f32(x[k]) : ak_f16_to_f32(x[k]);
     }
+}
+
+/* The w values of loaded bytes as fp32 (e4m3 times the pool scale). */
+__device__ __forceinline__ void ak_mha_decode(const ak_mha_pool &p, const uint8_t raw[16], int w,
+                                              float *v, float scale) {
+    const int dt = p.c.elem_dtype;
+    for (int k = 0; k < w; k++) {
+        if (dt == AK_DTYPE_E4M3) {
+            v[k] = ak_e4m3_to_f32(raw[k]) * scale;
+        } else {
+            const uint16_t x = (uint16_t)(raw[2 * k] | (raw[2 * k + 1] << 8));
+            v[k] = dt == AK_DTYPE_BF16 ? ak_bf16_to_f32(x) : ak_f16_to_f32(x);
+        }
+    }
+}
+
+/* Loads w elements at element offset off of a pool: bytes and fp32 values. */
+__device__ __forceinline__ void ak_mha_load(const ak_mha_pool &p, int64_t off, int w, float *v,
+                                            uint8_t *raw, float scale) {
+    ak_mha_load_raw(p, off, w, raw);
+    ak_mha_decode(p, raw, w, v, scale);
 }
 
 /* Stores w elements; use_raw: raw holds bytes of the same dtype, copied unchanged. */
@@ -696,7 +960,8 @@ __device__ __forceinline__ void ak_mha_store(const ak_mha_pool &p, int64_t off, 
     const int dt = p.c.elem_dtype;
     if (dt == AK_DTYPE_E4M3) {
         uint8_t q[8];
-        for (int k = 0; k < w; k++) q[k] = use_raw ? raw[k] : ak_dev_e4m3(__fdiv_rn(v[k], scale));
+        const ak_divisor dv = ak_divisor_of(scale);
+        for (int k = 0; k < w; k++) q[k] = use_raw ? raw[k] : ak_dev_e4m3(ak_div(dv, v[k]));
         uint8_t *d = p.data + off;
         if (w == 8 && p.vec) {
             uint2 u;
@@ -826,28 +1091,48 @@ __global__ void ak_mha_gather_kernel(ak_mha_pool p, const int32_t *slots, int64_
     }
 }
 
-/* MHA convert: every (source slot, head, chunk); same element type copies the bytes. */
+/* MHA convert: every (source slot, head, chunk); same element type copies the bytes. A thread
+   loads the items of AK_MHA_U tokens (grid-strided) before storing any, so AK_MHA_U loads are in
+   flight per thread. */
+#define AK_MHA_U 4
 template <int w>
-__global__ void ak_mha_convert_kernel(ak_mha_pool s, ak_mha_pool d, const int32_t *pages,
-                                      int64_t pstride, int64_t nslots) {
+__global__ void __launch_bounds__(256, 4)
+    ak_mha_convert_kernel(ak_mha_pool s, ak_mha_pool d, const int32_t *pages, int64_t pstride,
+                          int64_t nslots) {
     const int32_t cpr = (s.dim + w - 1) / w;
     const ak_tok_map m = ak_tok_map_of(s.c.h_kv * cpr);
     if (m.off >= m.T) return;
     const float ss = s.c.elem_dtype == AK_DTYPE_E4M3 ? ak_mha_scale(s) : 1.0f;
     const float ds = d.c.elem_dtype == AK_DTYPE_E4M3 ? ak_mha_scale(d) : 1.0f;
     const bool same = s.c.elem_dtype == d.c.elem_dtype;
-    for (int64_t i = (int64_t)blockIdx.x * m.T + m.off; i < nslots; i += (int64_t)gridDim.x * m.T) {
-        uint32_t slot;
-        if (!ak_convert_slot(pages, pstride, s.c.page_size, (uint32_t)s.c.num_pages, i, &slot)) continue;
-        if (slot >= d.cap) continue;
-        uint32_t st, dt;
-        const int64_t sb = ak_mha_base(s, slot, &st), db = ak_mha_base(d, slot, &dt);
+    const int64_t stride = (int64_t)gridDim.x * m.T;
+    for (int64_t i0 = (int64_t)blockIdx.x * m.T + m.off; i0 < nslots; i0 += stride * AK_MHA_U) {
         for (int32_t r = m.r0; r < s.c.h_kv * cpr; r += m.rstep) {
             const int32_t head = r / cpr, d0 = (r - head * cpr) * w;
-            float v[8];
-            uint8_t raw[16];
-            ak_mha_load(s, ak_mha_off(s, sb, st, head) + d0, w, v, raw, ss);
-            ak_mha_store(d, ak_mha_off(d, db, dt, head) + d0, w, v, raw, same, ds);
+            uint8_t raw[AK_MHA_U][16];
+            int64_t doff[AK_MHA_U];
+#pragma unroll
+            for (int u = 0; u < AK_MHA_U; u++) {
+                const int64_t i = i0 + u * stride;
+                uint32_t slot;
+                doff[u] = -1;
+                if (i >= nslots ||
+                    !ak_convert_slot(pages, pstride, s.c.page_size, (uint32_t)s.c.num_pages, i,
+                                     &slot) ||
+                    slot >= d.cap)
+                    continue;
+                uint32_t st, dt;
+                const int64_t sb = ak_mha_base(s, slot, &st), db = ak_mha_base(d, slot, &dt);
+                ak_mha_load_raw(s, ak_mha_off(s, sb, st, head) + d0, w, raw[u]);
+                doff[u] = ak_mha_off(d, db, dt, head) + d0;
+            }
+#pragma unroll
+            for (int u = 0; u < AK_MHA_U; u++) {
+                if (doff[u] < 0) continue;
+                float v[8];
+                if (!same) ak_mha_decode(s, raw[u], w, v, ss);
+                ak_mha_store(d, doff[u], w, v, raw[u], same, ds);
+            }
         }
     }
 }
@@ -960,23 +1245,29 @@ extern "C" ak_status ak_cuda_cache_write(ak_context *ctx, const ak_cache *cache,
     cudaStream_t st = ak_stream(ctx);
     if (ak_is_indexer(cache->layout)) {
         ak_idx_geo g = ak_idx_geo_of(cache);
-        int grid = ak_grid_for(ctx, (n + 3) / 4 * 32, 256);
+        int grid = ak_grid_for(ctx, (n + 4 * AK_IDX_WU - 1) / (4 * AK_IDX_WU) * 32, 256);
         ak_idx_write_kernel<<<grid, 256, 0, st>>>(g, ak_rows_of(nope), (const int32_t *)slots->data,
                                                   slots->strides[0], n, (int)rule);
         AK_CUDA_CHECK_LAUNCH("ak_idx_write_kernel");
         return AK_OK;
     }
-    ak_mla_src src = {};
-    src.nope = ak_rows_of(nope);
-    src.rope = ak_rows_of(rope);
-    src.from_cache = false;
-    src.slots = (const int32_t *)slots->data;
-    src.slot_stride = slots->strides[0];
-    src.n = n;
-    int grid = ak_grid_for(ctx, n * 32, 256);
-    ak_mla_write_kernel<<<grid, 256, 0, st>>>(ak_mla_geo_of(cache), src, (int)rule);
-    AK_CUDA_CHECK_LAUNCH("ak_mla_write_kernel");
-    return AK_OK;
+    ak_mla_job j = {};
+    j.mode = AK_MLA_WRITE;
+    j.dst = ak_mla_geo_of(cache);
+    j.nope = ak_rows_of(nope);
+    j.rope = ak_rows_of(rope);
+    j.nope_rsb = j.nope.rs * ak_dtype_size(nope->dtype);
+    j.rope_rsb = j.rope.rs * ak_dtype_size(rope->dtype);
+    j.nope_bytes = (int32_t)(nope->shape[1] * ak_dtype_size(nope->dtype));
+    j.slots = (const int32_t *)slots->data;
+    j.slot_stride = slots->strides[0];
+    j.n = n;
+    j.rule = (int32_t)rule;
+    j.split = j.nope_bytes;
+    j.tail16 = true;
+    j.vec = j.nope.vec && j.rope.vec;
+    return ak_mla_launch(ctx, &j,
+                         j.nope_bytes + (int32_t)(rope->shape[1] * ak_dtype_size(rope->dtype)));
 }
 
 static int ak_mha_width(const ak_cache *c, int is_v) {
@@ -1034,17 +1325,23 @@ extern "C" ak_status ak_cuda_cache_gather(ak_context *ctx, const ak_cache *cache
     if (ak_is_mha(cache->layout)) return ak_mha_gather_pool(ctx, cache, 0, slots, out);
     if (ak_is_indexer(cache->layout)) {
         ak_idx_geo g = ak_idx_geo_of(cache);
-        ak_idx_gather_kernel<<<ak_grid_for(ctx, n * 8, 256), 256, 0, st>>>(
+        const int grid = ak_grid_for(ctx, (n + AK_IDX_U - 1) / AK_IDX_U * 8, 256);
+        ak_idx_gather_kernel<<<grid, 256, 0, st>>>(
             g, (const int32_t *)slots->data, slots->strides[0], n, ak_rows_out_of(out),
             out_scale ? (float *)out_scale->data : NULL, out_scale ? out_scale->strides[0] : 0);
         AK_CUDA_CHECK_LAUNCH("ak_idx_gather_kernel");
         return AK_OK;
     }
-    ak_mla_gather_kernel<<<ak_grid_for(ctx, n * 32, 256), 256, 0, st>>>(
-        ak_mla_geo_of(cache), (const int32_t *)slots->data, slots->strides[0], n,
-        ak_rows_out_of(out));
-    AK_CUDA_CHECK_LAUNCH("ak_mla_gather_kernel");
-    return AK_OK;
+    ak_mla_job j = {};
+    j.mode = AK_MLA_GATHER;
+    j.src = ak_mla_geo_of(cache);
+    j.out = ak_rows_out_of(out);
+    j.slots = (const int32_t *)slots->data;
+    j.slot_stride = slots->strides[0];
+    j.n = n;
+    j.split = j.src.rec_bytes;
+    j.vec = j.src.vec;
+    return ak_mla_launch(ctx, &j, ak_mla_staged_bytes(cache->layout));
 }
 
 extern "C" ak_status ak_cuda_mha_cache_gather(ak_context *ctx, const ak_cache *cache,
@@ -1071,11 +1368,13 @@ extern "C" ak_status ak_cuda_cache_convert(ak_context *ctx, const ak_cache *src,
         for (int is_v = 0; is_v < 2; is_v++) {
             ak_mha_pool s = ak_mha_pool_of(src, is_v), d = ak_mha_pool_of(dst, is_v);
             int w = ak_mha_width(src, is_v);
-            int64_t items = nslots * 256 / ak_tok_per_block(src->h_kv * ((s.dim + w - 1) / w));
+            int64_t items =
+                nslots * 256 / ak_tok_per_block(src->h_kv * ((s.dim + w - 1) / w)) / AK_MHA_U;
+            const int grid = ak_grid_for(ctx, items, 256);
             if (w == 8)
-                ak_mha_convert_kernel<8><<<ak_grid_for(ctx, items, 256), 256, 0, st>>>(s, d, pg, pstride, nslots);
+                ak_mha_convert_kernel<8><<<grid, 256, 0, st>>>(s, d, pg, pstride, nslots);
             else
-                ak_mha_convert_kernel<1><<<ak_grid_for(ctx, items, 256), 256, 0, st>>>(s, d, pg, pstride, nslots);
+                ak_mha_convert_kernel<1><<<grid, 256, 0, st>>>(s, d, pg, pstride, nslots);
             AK_CUDA_CHECK_LAUNCH("ak_mha_convert_kernel");
         }
         return ak_zero_padding(ctx, src, dst, pg, pstride, npages);
@@ -1088,14 +1387,16 @@ extern "C" ak_status ak_cuda_cache_convert(ak_context *ctx, const ak_cache *src,
         AK_CUDA_CHECK_LAUNCH("ak_idx_copy_kernel");
         return ak_zero_padding(ctx, src, dst, pg, pstride, npages);
     }
-    ak_mla_src ms = {};
-    ms.cache = ak_mla_geo_of(src);
-    ms.from_cache = true;
-    ms.pages = pg;
-    ms.page_stride_el = pstride;
-    ms.n = nslots;
-    ak_mla_write_kernel<<<ak_grid_for(ctx, nslots * 32, 256), 256, 0, st>>>(ak_mla_geo_of(dst), ms,
-                                                                            (int)rule);
-    AK_CUDA_CHECK_LAUNCH("ak_mla_write_kernel (convert)");
+    ak_mla_job j = {};
+    j.mode = AK_MLA_CONVERT;
+    j.dst = ak_mla_geo_of(dst);
+    j.src = ak_mla_geo_of(src);
+    j.pages = pg;
+    j.page_stride = pstride;
+    j.n = nslots;
+    j.rule = (int32_t)rule;
+    j.split = j.src.rec_bytes;
+    j.vec = j.src.vec;
+    AK_TRY(ak_mla_launch(ctx, &j, ak_mla_staged_bytes(src->layout)));
     return ak_zero_padding(ctx, src, dst, pg, pstride, npages);
 }

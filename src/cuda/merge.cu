@@ -1,9 +1,11 @@
 /*
  * merge.cu -- merging attention states over disjoint key sets (semantics.md 7, rules M1 and M2).
- * One warp per (row, head): the lanes first reduce the partials' log-sum-exp in double (max, then
- * the sum of exp), then walk the head dimension in 128-wide chunks, each lane owning 4 dims, and accumulate
- * every partial with its weight exp(lse_i - lse). Non-finite partial lse values have weight 0; an
- * all-empty row gives out 0 and lse +inf. The sink is applied once, after the merge.
+ * One warp per (row, head): the first partials' first 128 dims of the warp's next pair are
+ * loaded (16 bytes per lane) while the lanes reduce this pair's log-sum-exp in double (max, then
+ * the sum of exp) and merge it, so the reads overlap that math; then the head dimension is walked
+ * in 128-wide chunks, each lane owning 4 consecutive dims, accumulating every partial with its
+ * weight exp(lse_i - lse). Non-finite partial lse values have weight 0; an all-empty row gives
+ * out 0 and lse +inf. The sink is applied once, after the merge.
  */
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_common.cuh"
@@ -38,14 +40,60 @@ __device__ __forceinline__ float ak_merge_lse_raw(const ak_merge_args &a, int32_
     return a.lses[(int64_t)i * a.ls0 + (int64_t)r * a.ls1 + (int64_t)hh * a.ls2];
 }
 
-__global__ void ak_merge_kernel(ak_merge_args a) {
+/* Four consecutive dims [dd, dd + 4) of a row (base: element offset of the row) as fp32; dims
+   at or past d read as 0. vec: 16-byte (f32) or 8-byte (bf16) aligned rows and d % 4 == 0. */
+__device__ __forceinline__ void ak_merge_load4(const ak_merge_args &a, int64_t base, int32_t dd,
+                                               bool vec, float x[4]) {
+    if (a.out_dtype_in == AK_DTYPE_F32) {
+        const float *p = (const float *)a.outs + base + dd;
+        if (vec && dd < a.d) {
+            float4 q = *(const float4 *)p;
+            x[0] = q.x, x[1] = q.y, x[2] = q.z, x[3] = q.w;
+            return;
+        }
+        for (int k = 0; k < 4; k++) x[k] = dd + k < a.d ? p[k] : 0.0f;
+    } else {
+        const uint16_t *p = (const uint16_t *)a.outs + base + dd;
+        if (vec && dd < a.d) {
+            uint2 q = *(const uint2 *)p;
+            x[0] = ak_bf16_to_f32((uint16_t)(q.x & 0xffffu));
+            x[1] = ak_bf16_to_f32((uint16_t)(q.x >> 16));
+            x[2] = ak_bf16_to_f32((uint16_t)(q.y & 0xffffu));
+            x[3] = ak_bf16_to_f32((uint16_t)(q.y >> 16));
+            return;
+        }
+        for (int k = 0; k < 4; k++) x[k] = dd + k < a.d ? ak_bf16_to_f32(p[k]) : 0.0f;
+    }
+}
+
+/* Partials whose first 128 dims are loaded before the lse reduction, so their reads overlap it. */
+#define AK_MERGE_PRE 2
+
+/* The first 128 dims of the first AK_MERGE_PRE partials of (row, head) pair pr. */
+__device__ __forceinline__ void ak_merge_prefetch(const ak_merge_args &a, int64_t pr, int lane,
+                                                  bool vin, float pre[AK_MERGE_PRE][4]) {
+    const int32_t r = (int32_t)(pr / a.h), hh = (int32_t)(pr - (int64_t)r * a.h);
+    const int64_t rb = (int64_t)r * a.os1 + (int64_t)hh * a.os2;
+#pragma unroll
+    for (int i = 0; i < AK_MERGE_PRE; i++)
+        if (i < a.n) ak_merge_load4(a, (int64_t)i * a.os0 + rb, 4 * lane, vin, pre[i]);
+}
+
+/* One warp per (row, head); lane l owns dims [128 c + 4 l, 128 c + 4 l + 4) of 128-dim chunk c.
+   Per dim the arithmetic (order of the partials, fp32 acc += w * x, then * factor) is unchanged. */
+__global__ void __launch_bounds__(256, 4) ak_merge_kernel(ak_merge_args a, bool vin, bool vout) {
     const int lane = threadIdx.x & 31;
     const int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const int64_t nwarps = ((int64_t)gridDim.x * blockDim.x) >> 5;
     const int64_t pairs = (int64_t)a.rows * a.h;
     const double to_e = a.in_base2 ? 0.69314718055994530942 : 1.0;
+    /* software pipeline: the next pair's first chunk is loaded while this pair is merged */
+    float pre[AK_MERGE_PRE][4], nxt[AK_MERGE_PRE][4];
+    if (warp < pairs) ak_merge_prefetch(a, warp, lane, vin, pre);
     for (int64_t pr = warp; pr < pairs; pr += nwarps) {
         const int32_t r = (int32_t)(pr / a.h), hh = (int32_t)(pr - (int64_t)r * a.h);
+        const int64_t rb = (int64_t)r * a.os1 + (int64_t)hh * a.os2;
+        if (pr + nwarps < pairs) ak_merge_prefetch(a, pr + nwarps, lane, vin, nxt);
         double m = -INFINITY;
         for (int32_t i = lane; i < a.n; i += 32) {
             float l = ak_merge_lse_raw(a, i, r, hh);
@@ -65,34 +113,65 @@ __global__ void ak_merge_kernel(ak_merge_args a) {
         if (a.sink != NULL && !empty)
             factor = (float)(1.0 / (1.0 + exp((double)a.sink[(int64_t)hh * a.sink_s] - L)));
         for (int32_t d0 = 0; d0 < a.d; d0 += 128) {
+            const int32_t dd = d0 + 4 * lane;
             float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            for (int32_t i = 0; i < a.n && !empty; i++) {
+#pragma unroll
+            for (int32_t i = 0; i < AK_MERGE_PRE; i++) { /* the prefetched partials, in order */
+                if (i >= a.n || empty) break;
                 float l = ak_merge_lse_raw(a, i, r, hh);
-                if (!ak_isfinite_f32(l)) continue; /* an empty partial's out is never read */
+                if (!ak_isfinite_f32(l)) continue; /* an empty partial's out is never used */
                 const float w = (float)exp(l * to_e - L);
-                const int64_t base = (int64_t)i * a.os0 + (int64_t)r * a.os1 + (int64_t)hh * a.os2;
-                for (int k = 0; k < 4; k++) {
-                    int32_t dd = d0 + k * 32 + lane;
-                    if (dd >= a.d) break;
-                    float x = a.out_dtype_in == AK_DTYPE_F32
-                                  ? ((const float *)a.outs)[base + dd]
-                                  : ak_bf16_to_f32(((const uint16_t *)a.outs)[base + dd]);
-                    acc[k] += w * x;
-                }
+                float x[4];
+                if (d0 == 0)
+                    for (int k = 0; k < 4; k++) x[k] = pre[i][k];
+                else
+                    ak_merge_load4(a, (int64_t)i * a.os0 + rb, dd, vin, x);
+                for (int k = 0; k < 4; k++) acc[k] += w * x[k];
             }
-            const int64_t ob = (int64_t)r * a.o0 + (int64_t)hh * a.o1;
-            for (int k = 0; k < 4; k++) {
-                int32_t dd = d0 + k * 32 + lane;
-                if (dd >= a.d) break;
-                float y = acc[k] * factor;
-                if (a.out_dtype == AK_DTYPE_F32) ((float *)a.out)[ob + dd] = y;
-                else ((uint16_t *)a.out)[ob + dd] = ak_f32_to_bf16(y);
+            for (int32_t i = AK_MERGE_PRE; i < a.n && !empty; i++) {
+                float l = ak_merge_lse_raw(a, i, r, hh);
+                if (!ak_isfinite_f32(l)) continue;
+                const float w = (float)exp(l * to_e - L);
+                float x[4];
+                ak_merge_load4(a, (int64_t)i * a.os0 + rb, dd, vin, x);
+                for (int k = 0; k < 4; k++) acc[k] += w * x[k];
+            }
+            if (dd >= a.d) continue;
+            const int64_t ob = (int64_t)r * a.o0 + (int64_t)hh * a.o1 + dd;
+            float y[4];
+            for (int k = 0; k < 4; k++) y[k] = acc[k] * factor;
+            if (a.out_dtype == AK_DTYPE_F32) {
+                float *p = (float *)a.out + ob;
+                if (vout) *(float4 *)p = make_float4(y[0], y[1], y[2], y[3]);
+                else
+                    for (int k = 0; k < 4 && dd + k < a.d; k++) p[k] = y[k];
+            } else {
+                uint16_t *p = (uint16_t *)a.out + ob;
+                uint16_t hb[4];
+                for (int k = 0; k < 4; k++) hb[k] = ak_f32_to_bf16(y[k]);
+                if (vout) {
+                    *(uint2 *)p = make_uint2((uint32_t)hb[0] | ((uint32_t)hb[1] << 16),
+                                             (uint32_t)hb[2] | ((uint32_t)hb[3] << 16));
+                } else {
+                    for (int k = 0; k < 4 && dd + k < a.d; k++) p[k] = hb[k];
+                }
             }
         }
         if (a.lse != NULL && lane == 0)
             a.lse[(int64_t)r * a.l0 + (int64_t)hh * a.l1] =
                 (float)(a.out_base2 ? L * 1.44269504088896340736 : L);
+#pragma unroll
+        for (int i = 0; i < AK_MERGE_PRE; i++)
+            for (int k = 0; k < 4; k++) pre[i][k] = nxt[i][k];
     }
+}
+
+/* Rows of `esz`-byte elements at p with the given strides can be read 4 elements at a time. */
+static bool ak_merge_vec(const void *p, int64_t esz, int32_t d, int64_t s0, int64_t s1,
+                         int64_t s2) {
+    const int64_t al = 4 * esz;
+    return (uintptr_t)p % (uintptr_t)al == 0 && d % 4 == 0 && (s0 * esz) % al == 0 &&
+           (s1 * esz) % al == 0 && (s2 * esz) % al == 0;
 }
 
 extern "C" ak_status ak_cuda_merge_states(ak_context *ctx, const ak_tensor *outs,
@@ -130,7 +209,9 @@ extern "C" ak_status ak_cuda_merge_states(ak_context *ctx, const ak_tensor *outs
     int64_t blocks = (pairs + 7) / 8;
     int64_t cap = (int64_t)(ctx->info.sm_count > 0 ? ctx->info.sm_count : 132) * 16;
     if (blocks > cap) blocks = cap;
-    ak_merge_kernel<<<(int)blocks, 256, 0, ak_stream(ctx)>>>(a);
+    const bool vin = ak_merge_vec(a.outs, ak_dtype_size(outs->dtype), a.d, a.os0, a.os1, a.os2);
+    const bool vout = ak_merge_vec(a.out, ak_dtype_size(out->dtype), a.d, 0, a.o0, a.o1);
+    ak_merge_kernel<<<(int)blocks, 256, 0, ak_stream(ctx)>>>(a, vin, vout);
     AK_CUDA_CHECK_LAUNCH("ak_merge_kernel");
     return AK_OK;
 }

@@ -12,7 +12,8 @@
 #include <stdint.h>
 
 #define AK_PT_THREADS 256
-#define AK_CSR_THREADS 512 /* a request's 2048 pages in 4 rounds per thread */
+#define AK_CSR_PER 16                             /* csr entries per thread and block step */
+#define AK_CSR_CHUNK (AK_CSR_PER * AK_PT_THREADS) /* csr entries per block step */
 
 /* A 1-D int32 view with a stride (NULL data = absent). */
 struct ak_i32v {
@@ -105,38 +106,55 @@ extern "C" ak_status ak_cuda_block_table_build(ak_context *ctx, const ak_tensor 
 
 /* ---- CSR ------------------------------------------------------------------------------------- */
 
-/* Block x handles requests x, x + gridDim.x, ...: its start is a block-wide sum over the earlier
-   requests. Entries past the capacity are dropped (truncation); [total, capacity) gets -1. */
+/* grid (X, min(B, 65535)): block (x, y) handles requests y, y + gridDim.y, ... and in each the
+   entry chunks x, x + X, ... of AK_CSR_CHUNK entries (every thread AK_CSR_PER independent reads in
+   flight); a request's start is a block-wide sum over the earlier requests. The total (for
+   indptr[B] and the -1 tail) is summed after the copy, off its critical path. Entries past the
+   capacity are dropped (truncation); [total, capacity) gets -1. */
 __global__ void ak_csr_kernel(ak_i32m r2t, ak_i32v req_ids, ak_i32v kv_start, ak_i32v seq_lens,
                               int32_t P, int32_t B, int32_t *indptr, int64_t indptr_s,
                               int32_t *indices, int64_t indices_s, int64_t cap, int32_t *last,
                               int64_t last_s) {
-    int64_t tot = 0;
-    for (int32_t j = threadIdx.x; j < B; j += blockDim.x) tot += ak_entry_count(ak_at(seq_lens, j), P);
-    const int64_t total = ak_block_sum(tot);
-    for (int32_t b = blockIdx.x; b < B; b += gridDim.x) {
+    for (int32_t b = blockIdx.y; b < B; b += gridDim.y) {
         int64_t part = 0;
-        for (int32_t j = threadIdx.x; j < b; j += blockDim.x) part += ak_entry_count(ak_at(seq_lens, j), P);
+        for (int32_t j = threadIdx.x; j < b; j += blockDim.x)
+            part += ak_entry_count(ak_at(seq_lens, j), P);
         const int64_t start = ak_block_sum(part);
         const int32_t len = ak_at(seq_lens, b);
         const int64_t cnt = ak_entry_count(len, P);
-        if (threadIdx.x == 0) {
+        if (blockIdx.x == 0 && threadIdx.x == 0) {
             indptr[(int64_t)b * indptr_s] = (int32_t)(start < cap ? start : cap);
-            if (last) last[(int64_t)b * last_s] = cnt > 0 ? (int32_t)(len - (int64_t)P * (cnt - 1)) : 0;
-            if (b == B - 1) indptr[(int64_t)B * indptr_s] = (int32_t)(total < cap ? total : cap);
+            if (last)
+                last[(int64_t)b * last_s] = cnt > 0 ? (int32_t)(len - (int64_t)P * (cnt - 1)) : 0;
         }
         const int64_t req = req_ids.p ? ak_at(req_ids, b) : b;
         const int64_t s0 = kv_start.p ? ak_at(kv_start, b) : 0;
-#pragma unroll 4
-        for (int64_t e = threadIdx.x; e < cnt && start + e < cap; e += blockDim.x) {
-            int32_t slot = ak_r2t(r2t, req, s0 + e * P);
-            indices[(start + e) * indices_s] = slot >= 0 ? slot / P : -1;
+        const int64_t end = cnt < cap - start ? cnt : cap - start; /* entries that fit */
+        for (int64_t c0 = (int64_t)blockIdx.x * AK_CSR_CHUNK; c0 < end;
+             c0 += (int64_t)gridDim.x * AK_CSR_CHUNK) {
+            int32_t v[AK_CSR_PER];
+#pragma unroll
+            for (int k = 0; k < AK_CSR_PER; k++) {
+                const int64_t e = c0 + k * AK_PT_THREADS + threadIdx.x;
+                v[k] = e < end ? ak_r2t(r2t, req, s0 + e * P) : -1;
+            }
+#pragma unroll
+            for (int k = 0; k < AK_CSR_PER; k++) {
+                const int64_t e = c0 + k * AK_PT_THREADS + threadIdx.x;
+                if (e < end) indices[(start + e) * indices_s] = v[k] >= 0 ? v[k] / P : -1;
+            }
         }
     }
-    if (B == 0 && blockIdx.x == 0 && threadIdx.x == 0) indptr[0] = 0;
+    int64_t tot = 0;
+    for (int32_t j = threadIdx.x; j < B; j += blockDim.x)
+        tot += ak_entry_count(ak_at(seq_lens, j), P);
+    const int64_t total = ak_block_sum(tot);
+    const int32_t bid = blockIdx.y * gridDim.x + blockIdx.x, nb = gridDim.x * gridDim.y;
+    if (bid == 0 && threadIdx.x == 0)
+        indptr[(int64_t)B * indptr_s] = (int32_t)(total < cap ? total : cap);
     const int64_t first = total < cap ? total : cap;
-    for (int64_t e = first + (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < cap;
-         e += (int64_t)gridDim.x * blockDim.x)
+    for (int64_t e = first + (int64_t)bid * blockDim.x + threadIdx.x; e < cap;
+         e += (int64_t)nb * blockDim.x)
         indices[e * indices_s] = -1;
 }
 
@@ -148,9 +166,13 @@ extern "C" ak_status ak_cuda_csr_build(ak_context *ctx, const ak_tensor *req_to_
     AK_CUDA_ENTER(ctx);
     const int32_t B = (int32_t)seq_lens->shape[0];
     const int64_t cap = kv_indices->shape[0];
-    int blocks = B < 1 ? 1 : B;
-    if (blocks > 4096) blocks = 4096;
-    ak_csr_kernel<<<blocks, AK_CSR_THREADS, 0, ak_stream(ctx)>>>(
+    /* chunks per request from the table width (a request's entries rarely exceed it; more are
+       still covered by the grid-stride loop), so long requests spread over many SMs */
+    const int64_t per_req = (req_to_token->shape[1] + page_size - 1) / page_size;
+    int64_t x = (per_req + AK_CSR_CHUNK - 1) / AK_CSR_CHUNK;
+    x = x < 1 ? 1 : x > 64 ? 64 : x;
+    dim3 grid((unsigned)x, (unsigned)(B < 1 ? 1 : B > 65535 ? 65535 : B));
+    ak_csr_kernel<<<grid, AK_PT_THREADS, 0, ak_stream(ctx)>>>(
         ak_i32m_of(req_to_token), ak_i32v_of(req_ids), ak_i32v_of(kv_start), ak_i32v_of(seq_lens),
         page_size, B, (int32_t *)kv_indptr->data, kv_indptr->strides[0],
         (int32_t *)kv_indices->data, cap > 0 ? kv_indices->strides[0] : 0, cap,
@@ -191,28 +213,73 @@ __device__ __forceinline__ int32_t ak_paged_slot(ak_i32m table, int32_t P, int32
 
 /* ---- top-k transform ----------------------------------------------------------------------------- */
 
+/* Request of row t for a whole block (every thread calls it): with cu_seqlens_q the threads test
+   the requests in parallel (one round of loads instead of a dependent binary search); a request
+   with cu[b] <= t < cu[b + 1] is unique when cu is non-decreasing, as the CPU backend requires. */
+__device__ int32_t ak_block_row_request(ak_i32v cu, int32_t nreq, int64_t t) {
+    if (cu.p == NULL) return t < nreq ? (int32_t)t : -1;
+    __shared__ int32_t found;
+    __syncthreads(); /* found may still be read for the previous row */
+    if (threadIdx.x == 0) found = -1;
+    __syncthreads();
+    for (int32_t b = threadIdx.x; b < nreq; b += blockDim.x)
+        if (ak_at(cu, b) <= t && t < ak_at(cu, b + 1)) found = b;
+    __syncthreads();
+    return found;
+}
+
+/* grid (X, min(rows, 65535)): block (x, y) handles rows y, y + gridDim.y, ... and in each the
+   4-column groups x * 256 + thread, stepping by X * 256; the thread's first indices are loaded
+   before the row's request is looked up. vec: idx and out rows 16-byte aligned, k % 4 == 0. */
 __global__ void ak_transform_kernel(int32_t kind, ak_i32m table, int32_t P, ak_i32v cu_q,
                                     int32_t nreq, ak_i32v cu_k, const int32_t *idx, int64_t idx_rs,
-                                    int32_t *out, int64_t out_rs, int32_t rows, int32_t k) {
-    const int64_t total = (int64_t)rows * k;
-    for (int64_t it = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; it < total;
-         it += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t t = it / k, j = it - t * k;
-        const int32_t x = idx[t * idx_rs + j]; /* read before the write: out may alias idx */
-        const int32_t b = ak_row_request(cu_q, nreq, t);
-        int32_t v = -1;
-        if (x >= 0 && b >= 0) {
-            if (kind == AK_TRANSFORM_PAGED) {
-                v = ak_paged_slot(table, P, b, x);
-            } else if (kind == AK_TRANSFORM_RAGGED) {
+                                    int32_t *out, int64_t out_rs, int32_t rows, int32_t k,
+                                    bool vec) {
+    const int64_t step = (int64_t)gridDim.x * blockDim.x * 4;
+    for (int64_t t = blockIdx.y; t < rows; t += gridDim.y) {
+        int64_t j = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * 4;
+        int32_t x[4];
+        const int32_t *ip = idx + t * idx_rs;
+        int32_t *op = out + t * out_rs;
+        /* read before the write: out may alias idx (each thread owns its 4 entries) */
+        if (vec && j < k) {
+            int4 q = *(const int4 *)(ip + j);
+            x[0] = q.x, x[1] = q.y, x[2] = q.z, x[3] = q.w;
+        } else {
+            for (int c = 0; c < 4; c++) x[c] = j + c < k ? ip[j + c] : -1;
+        }
+        const int32_t b = ak_block_row_request(cu_q, nreq, t);
+        int32_t off = 0, len = 0;
+        if (kind == AK_TRANSFORM_RAGGED && b >= 0) {
+            off = ak_at(cu_k, b);
+            len = ak_at(cu_k, b + 1) - off;
+        }
+        while (j < k) {
+            int32_t v[4];
+            for (int c = 0; c < 4; c++) {
+                v[c] = -1;
+                if (x[c] < 0 || b < 0) continue;
+                if (kind == AK_TRANSFORM_PAGED) v[c] = ak_paged_slot(table, P, b, x[c]);
                 /* a position past the request's keys would address the next request: -1 */
-                const int32_t off = ak_at(cu_k, b), len = ak_at(cu_k, b + 1) - off;
-                v = (uint32_t)x < (uint32_t)len ? x + off : -1;
+                else if (kind == AK_TRANSFORM_RAGGED)
+                    v[c] = (uint32_t)x[c] < (uint32_t)len ? x[c] + off : -1;
+                else v[c] = x[c];
+            }
+            if (vec) {
+                *(int4 *)(op + j) = make_int4(v[0], v[1], v[2], v[3]);
             } else {
-                v = x;
+                for (int c = 0; c < 4; c++)
+                    if (j + c < k) op[j + c] = v[c];
+            }
+            j += step;
+            if (j >= k) break;
+            if (vec) {
+                int4 q = *(const int4 *)(ip + j);
+                x[0] = q.x, x[1] = q.y, x[2] = q.z, x[3] = q.w;
+            } else {
+                for (int c = 0; c < 4; c++) x[c] = j + c < k ? ip[j + c] : -1;
             }
         }
-        out[t * out_rs + j] = v;
     }
 }
 
@@ -228,13 +295,18 @@ extern "C" ak_status ak_cuda_topk_transform(ak_context *ctx, const ak_transform 
     else if (tf->kind == AK_TRANSFORM_PAGED) nreq = table.rows;
     else if (tf->kind == AK_TRANSFORM_RAGGED) nreq = (int32_t)tf->cu_seqlens_k->shape[0] - 1;
     else nreq = rows;
-    int64_t blocks = (total + AK_PT_THREADS - 1) / AK_PT_THREADS;
-    if (blocks > 65535) blocks = 65535;
-    ak_transform_kernel<<<(int)blocks, AK_PT_THREADS, 0, ak_stream(ctx)>>>(
+    const bool vec = k % 4 == 0 && (uintptr_t)idx->data % 16 == 0 &&
+                     (uintptr_t)out->data % 16 == 0 && idx->strides[0] % 4 == 0 &&
+                     out->strides[0] % 4 == 0;
+    int64_t x = ((int64_t)k + 4 * AK_PT_THREADS - 1) / (4 * AK_PT_THREADS);
+    x = x > 64 ? 64 : x;
+    dim3 grid((unsigned)x, (unsigned)(rows > 65535 ? 65535 : rows));
+    ak_transform_kernel<<<grid, AK_PT_THREADS, 0, ak_stream(ctx)>>>(
         (int32_t)tf->kind, table, tf->kind == AK_TRANSFORM_PAGED ? tf->page_size : 1,
         ak_i32v_of(tf->cu_seqlens_q), nreq,
         ak_i32v_of(tf->kind == AK_TRANSFORM_RAGGED ? tf->cu_seqlens_k : NULL),
-        (const int32_t *)idx->data, idx->strides[0], (int32_t *)out->data, out->strides[0], rows, k);
+        (const int32_t *)idx->data, idx->strides[0], (int32_t *)out->data, out->strides[0], rows, k,
+        vec);
     AK_CUDA_CHECK_LAUNCH("ak_transform_kernel");
     return AK_OK;
 }
@@ -284,8 +356,6 @@ extern "C" ak_status ak_cuda_dsv4_swa_indices(ak_context *ctx, const ak_tensor *
 
 /* ---- DeepSeek V4 sparse-prefill index combiner ---------------------------------------------- */
 
-#define AK_COMBINE_X 16 /* blocks per request along the query rows */
-
 __device__ __forceinline__ int64_t ak_gather_len(ak_i32v seq_lens, ak_i32v cu, int32_t r,
                                                  int32_t window) {
     const int64_t sl = ak_at(seq_lens, r);
@@ -294,22 +364,52 @@ __device__ __forceinline__ int64_t ak_gather_len(ak_i32v seq_lens, ak_i32v cu, i
     return g > 0 ? g : 0;
 }
 
-/* grid (AK_COMBINE_X, B + 1): y = r < B fills request r's rows; y = B fills rows past the last
-   request with -1 and length 0. */
+#define AK_CB_PRE 4 /* 128-entry chunks of raw top-k preloaded per warp */
+
+/* grid (X, B + 1), one warp per query row: block (x, r < B) covers request r's rows with its 8
+   warps, x-strided; y = B fills rows past the last request with -1 and length 0. Each lane writes
+   4 consecutive entries per step (16-byte stores when vec: rows 16-byte aligned, W % 4 == 0). */
 __global__ void ak_combine_kernel(ak_i32m raw, ak_i32v seq_lens, ak_i32v cu, int32_t B,
                                   int32_t ratio, int32_t topk, int32_t c_max, int32_t window,
                                   int32_t *indices, int64_t ind_rs, int32_t W, int32_t *lengths,
-                                  int64_t len_s, int32_t T, int32_t *swa_off, int64_t off_s) {
+                                  int64_t len_s, int32_t T, int32_t *swa_off, int64_t off_s,
+                                  bool vec) {
     const int32_t r = blockIdx.y;
+    const int lane = threadIdx.x & 31;
+    const int64_t w0 = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    const int64_t nw = (int64_t)gridDim.x * (blockDim.x >> 5);
     const int64_t cu0 = cu.p ? ak_at(cu, 0) : 0;
     if (r == B) {
         if (B == 0 && swa_off != NULL && blockIdx.x == 0 && threadIdx.x == 0) swa_off[0] = 0;
         const int64_t first = cu.p ? (int64_t)ak_at(cu, B) - cu0 : B;
-        for (int64_t t = (first > 0 ? first : 0) + blockIdx.x; t < T; t += gridDim.x) {
-            for (int32_t j = threadIdx.x; j < W; j += blockDim.x) indices[t * ind_rs + j] = -1;
-            if (threadIdx.x == 0) lengths[t * len_s] = 0;
+        for (int64_t t = (first > 0 ? first : 0) + w0; t < T; t += nw) {
+            int32_t *op = indices + t * ind_rs;
+            for (int32_t j = 4 * lane; j < W; j += 128) {
+                if (vec) *(int4 *)(op + j) = make_int4(-1, -1, -1, -1);
+                else
+                    for (int c = 0; c < 4 && j + c < W; c++) op[j + c] = -1;
+            }
+            if (lane == 0) lengths[t * len_s] = 0;
         }
         return;
+    }
+    const int64_t sl = ak_at(seq_lens, r);
+    const int64_t row0 = cu.p ? (int64_t)ak_at(cu, r) - cu0 : r;
+    const int64_t ql = cu.p ? (int64_t)ak_at(cu, r + 1) - ak_at(cu, r) : 1;
+    /* the warp's first row: its raw entries are loaded before the prefix sum, so both reads
+       overlap (the sum's barrier would otherwise order them) */
+    int32_t pre[AK_CB_PRE][4];
+    const bool pre_ok = vec && raw.p != NULL && w0 < ql && row0 + w0 >= 0 && row0 + w0 < T;
+    if (pre_ok) {
+        const int32_t *rp = raw.p + (row0 + w0) * raw.rs;
+#pragma unroll
+        for (int m = 0; m < AK_CB_PRE; m++) {
+            const int32_t j = 4 * lane + 128 * m;
+            if (j + 3 < topk) {
+                int4 q = *(const int4 *)(rp + j);
+                pre[m][0] = q.x, pre[m][1] = q.y, pre[m][2] = q.z, pre[m][3] = q.w;
+            }
+        }
     }
     int64_t part = 0;
     for (int32_t j = threadIdx.x; j < r; j += blockDim.x) part += ak_gather_len(seq_lens, cu, j, window);
@@ -319,31 +419,54 @@ __global__ void ak_combine_kernel(ak_i32m raw, ak_i32v seq_lens, ak_i32v cu, int
         swa_off[(int64_t)r * off_s] = (int32_t)off;
         if (r == B - 1) swa_off[(int64_t)B * off_s] = (int32_t)(off + glen);
     }
-    const int64_t sl = ak_at(seq_lens, r);
-    const int64_t row0 = cu.p ? (int64_t)ak_at(cu, r) - cu0 : r;
-    const int64_t ql = cu.p ? (int64_t)ak_at(cu, r + 1) - ak_at(cu, r) : 1;
     const int64_t gstart = sl - glen;
     const int64_t swa_base = (ratio > 0 ? (int64_t)B * c_max : 0) + off;
-    for (int64_t i = blockIdx.x; i < ql; i += gridDim.x) {
+    for (int64_t i = w0; i < ql; i += nw) {
         const int64_t t = row0 + i;
         if (t < 0 || t >= T) continue;
         const int64_t pos = sl - ql + i;
-        int64_t tl = ratio > 0 && pos >= 0 ? (pos + 1) / ratio : 0;
-        if (tl > topk) tl = topk;
+        /* a raw entry outside the causally visible entries is invalid: -1 */
+        const int64_t visible = ratio > 0 && pos >= 0 ? (pos + 1) / ratio : 0;
+        const int32_t tl = (int32_t)(visible < topk ? visible : topk);
         int64_t wl = pos + 1 < window ? pos + 1 : window;
         if (wl < 0) wl = 0;
-        for (int32_t j = threadIdx.x; j < W; j += blockDim.x) {
-            int64_t v = -1;
-            if (j < tl) {
-                /* a raw entry outside the causally visible entries is invalid: -1 */
-                const int64_t c = raw.p ? raw.p[t * raw.rs + j] : j;
-                v = c >= 0 && c < (pos + 1) / ratio ? (int64_t)r * c_max + c : -1;
-            } else if (j < tl + wl) {
-                v = swa_base + (pos - wl + 1 - gstart) + (j - tl);
+        const int64_t swa0 = swa_base + (pos - wl + 1 - gstart) - tl; /* + j for entry j */
+        const int32_t *rp = raw.p ? raw.p + t * raw.rs : NULL;
+        int32_t *op = indices + t * ind_rs;
+        int m = 0;
+        for (int32_t j = 4 * lane; j < W; j += 128, m++) {
+            int32_t c4[4] = {0, 1, 2, 3};
+            if (j < tl && rp != NULL) {
+                if (pre_ok && i == w0 && m < AK_CB_PRE && j + 3 < topk) {
+#pragma unroll
+                    for (int mm = 0; mm < AK_CB_PRE; mm++) /* static indices: registers */
+                        if (mm == m)
+                            for (int c = 0; c < 4; c++) c4[c] = pre[mm][c];
+                } else if (vec && j + 3 < topk) {
+                    int4 q = *(const int4 *)(rp + j);
+                    c4[0] = q.x, c4[1] = q.y, c4[2] = q.z, c4[3] = q.w;
+                } else {
+                    for (int c = 0; c < 4; c++) c4[c] = j + c < tl ? rp[j + c] : 0;
+                }
+            } else {
+                for (int c = 0; c < 4; c++) c4[c] += j;
             }
-            indices[t * ind_rs + j] = (int32_t)v;
+            int32_t v[4];
+            for (int c = 0; c < 4; c++) {
+                const int32_t jj = j + c;
+                const int64_t cc = c4[c];
+                if (jj < tl)
+                    v[c] = cc >= 0 && cc < visible ? (int32_t)((int64_t)r * c_max + cc) : -1;
+                else if (jj < tl + wl) v[c] = (int32_t)(swa0 + jj);
+                else v[c] = -1;
+            }
+            if (vec) {
+                *(int4 *)(op + j) = make_int4(v[0], v[1], v[2], v[3]);
+            } else {
+                for (int c = 0; c < 4 && j + c < W; c++) op[j + c] = v[c];
+            }
         }
-        if (threadIdx.x == 0) lengths[t * len_s] = (int32_t)(tl + wl);
+        if (lane == 0) lengths[t * len_s] = (int32_t)(tl + wl);
     }
 }
 
@@ -359,12 +482,22 @@ extern "C" ak_status ak_cuda_dsv4_combine_indices(ak_context *ctx, const ak_tens
         return ak_fail(AK_ERR_UNSUPPORTED,
                        "ak_dsv4_combine_indices: seq_lens: %d requests, the CUDA kernel takes at "
                        "most 65534", (int)B);
-    dim3 grid(AK_COMBINE_X, (unsigned)(B + 1));
+    /* warps along x: enough for the average request (T / B rows), at most 64 blocks */
+    const int32_t T = (int32_t)indices->shape[0], W = (int32_t)indices->shape[1];
+    const int32_t wpb = AK_PT_THREADS / 32;
+    int64_t x = B > 0 ? ((int64_t)T / B + wpb - 1) / wpb : 1;
+    x = x < 1 ? 1 : x > 64 ? 64 : x;
+    const bool vec = W % 4 == 0 && (uintptr_t)indices->data % 16 == 0 &&
+                     indices->strides[0] % 4 == 0 &&
+                     (raw_topk == NULL ||
+                      ((uintptr_t)raw_topk->data % 16 == 0 && raw_topk->strides[0] % 4 == 0));
+    dim3 grid((unsigned)x, (unsigned)(B + 1));
     ak_combine_kernel<<<grid, AK_PT_THREADS, 0, ak_stream(ctx)>>>(
         ak_i32m_of(raw_topk), ak_i32v_of(seq_lens), ak_i32v_of(cu_seqlens_q), B, ratio, topk,
-        c_max, window, (int32_t *)indices->data, indices->strides[0], (int32_t)indices->shape[1],
-        (int32_t *)lengths->data, lengths->strides[0], (int32_t)indices->shape[0],
-        swa_offsets ? (int32_t *)swa_offsets->data : NULL, swa_offsets ? swa_offsets->strides[0] : 0);
+        c_max, window, (int32_t *)indices->data, indices->strides[0], W, (int32_t *)lengths->data,
+        lengths->strides[0], T,
+        swa_offsets ? (int32_t *)swa_offsets->data : NULL,
+        swa_offsets ? swa_offsets->strides[0] : 0, vec);
     AK_CUDA_CHECK_LAUNCH("ak_combine_kernel");
     return AK_OK;
 }

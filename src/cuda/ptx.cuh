@@ -1,5 +1,5 @@
-/* ptx.cuh -- inline-PTX wrappers (sm_80+ forms, used on sm_90a): ldmatrix, mma.sync bf16,
-   non-coherent 128-bit loads. One wrapper per instruction, no policy. */
+/* ptx.cuh -- inline-PTX wrappers: ldmatrix, mma.sync bf16, non-coherent 128-bit loads (sm_80+
+   forms), and the sm_90a wgmma, proxy fence and cp.async forms. One wrapper per instruction, no policy. */
 #ifndef AK_PTX_CUH
 #define AK_PTX_CUH
 
@@ -49,6 +49,116 @@ __device__ __forceinline__ uint4 ak_ldg_nc_v4(const void *p) {
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                  : "l"(p));
     return v;
+}
+
+/* ---- Hopper (sm_90a): wgmma, async-proxy fence, cp.async ------------------------------------- */
+
+/* Shared-memory matrix descriptor (PTX ISA, "matrix descriptor format"): start address >> 4 in
+   bits 0-13, leading-dimension byte offset >> 4 in 16-29, stride-dimension byte offset >> 4 in
+   32-45, base offset 0 (our tiles are 1024-byte aligned), swizzle mode in 62-63 (1 = 128-byte). */
+__device__ __forceinline__ uint64_t ak_wgmma_desc_sw128(uint32_t saddr, uint32_t lbo, uint32_t sbo) {
+    return (uint64_t)((saddr >> 4) & 0x3fffu) | ((uint64_t)((lbo >> 4) & 0x3fffu) << 16) |
+           ((uint64_t)((sbo >> 4) & 0x3fffu) << 32) | ((uint64_t)1 << 62);
+}
+
+/* Orders this warpgroup's earlier register and shared-memory accesses before the next wgmma. */
+__device__ __forceinline__ void ak_wgmma_fence(void) {
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+
+/* Closes the group of wgmma.mma_async issued since the last commit. */
+__device__ __forceinline__ void ak_wgmma_commit(void) {
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+
+/* Waits until no committed wgmma group of this warpgroup is pending. */
+__device__ __forceinline__ void ak_wgmma_wait0(void) {
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+
+/* Pins an accumulator register in program order between the volatile wgmma statements, so the
+   compiler neither reads it before the wait nor writes it after the issue. */
+__device__ __forceinline__ void ak_reg_fence(float &r) { asm volatile("" : "+f"(r)::"memory"); }
+
+/* This thread's generic-proxy shared-memory writes become visible to the async proxy (wgmma). */
+__device__ __forceinline__ void ak_fence_proxy_async(void) {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+/* D[64x32] (+)= A[64x16] B[16x32]: bf16 A and B from shared memory, both K-major (no transpose),
+   f32 accumulators in the wgmma D fragment; scale_d 0 overwrites D. */
+__device__ __forceinline__ void ak_wgmma_m64n32k16_ss(float *d, uint64_t da, uint64_t db, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+                 "}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+                 : "l"(da), "l"(db), "r"(scale_d));
+}
+
+/* D[64x256] += A[64x16] B[16x256]: bf16 A from shared memory K-major, B from shared memory
+   MN-major (transpose bit set), f32 accumulators. */
+__device__ __forceinline__ void ak_wgmma_m64n256k16_ss_tb(float *d, uint64_t da, uint64_t db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+                 "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+                 "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+                 "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+                 "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+                 "}, %128, %129, p, 1, 1, 0, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+                   "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+                   "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+                   "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+                   "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+                   "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+                   "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+                   "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+                   "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+                 : "l"(da), "l"(db));
+}
+
+/* Hint: bring the line holding p into L2 (no register, no completion to wait for). */
+__device__ __forceinline__ void ak_prefetch_l2(const void *p) {
+    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
+}
+
+/* 16 bytes global -> shared without registers; src_size 0 reads nothing and zero-fills. */
+__device__ __forceinline__ void ak_cp_async16(uint32_t dst, const void *src, uint32_t src_size) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_size)
+                 : "memory");
+}
+
+/* 8 bytes global -> shared (src 8-byte aligned); src_size 0 zero-fills. */
+__device__ __forceinline__ void ak_cp_async8(uint32_t dst, const void *src, uint32_t src_size) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(src_size)
+                 : "memory");
+}
+
+__device__ __forceinline__ void ak_cp_async_commit(void) {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+/* Waits until at most N of this thread's newest cp.async groups are still in flight. */
+template <int N> __device__ __forceinline__ void ak_cp_async_wait_group(void) {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/* Waits for every cp.async of this thread (a barrier then publishes them to the CTA). */
+__device__ __forceinline__ void ak_cp_async_wait_all(void) {
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
 
 #endif /* AK_PTX_CUH */

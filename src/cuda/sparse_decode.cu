@@ -43,16 +43,6 @@ template <> struct ak_sd_stg<AK_LAYOUT_MLA_FP8_PERTENSOR> { enum { STG = 576 }; 
 template <> struct ak_sd_stg<AK_LAYOUT_DSA_FP8_BLOCKSCALE> { enum { STG = 656 }; };
 template <> struct ak_sd_stg<AK_LAYOUT_DSV4_FP8_UE8M0> { enum { STG = 592 }; };
 
-/* 16 (8) bytes global -> shared without registers; valid = 0 writes zeros and reads nothing. */
-__device__ __forceinline__ void ak_sd_cp16(uint32_t dst, const void *src, int valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void ak_sd_cp8(uint32_t dst, const void *src, int valid) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 8 : 0));
-}
-__device__ __forceinline__ void ak_sd_cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void ak_sd_cp_wait() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
-
 /* Byte offset of slot `s`'s record (584: its 576-byte data row) in the pool, or -1 for an invalid
    slot (rule I1). */
 template <int LAYOUT>
@@ -76,15 +66,15 @@ __device__ __forceinline__ void ak_sd_issue(const ak_sd_list &l, const int64_t *
         const int64_t o = off[tok];
         const uint8_t *src = l.pool + (o < 0 ? 0 : o) + c * 16;
         const uint32_t d = base + (LAYOUT == AK_LAYOUT_MLA_BF16 ? tok * KSTR * 2 : tok * STG) + c * 16;
-        ak_sd_cp16(d, src, o >= 0);
+        ak_cp_async16(d, src, o >= 0 ? 16 : 0); /* invalid: zero-filled, nothing read */
     }
     if (LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0 && threadIdx.x < AK_SD_KEYS) {
         const int64_t o = off[threadIdx.x];
         const int32_t t = o < 0 ? 0 : (int32_t)((o % l.page_stride) / 576);
         const uint8_t *src = l.pool + (o < 0 ? 0 : o - (int64_t)t * 576 + (int64_t)l.page_size * 576 + t * 8);
-        ak_sd_cp8(base + threadIdx.x * STG + 576, src, o >= 0);
+        ak_cp_async8(base + threadIdx.x * STG + 576, src, o >= 0 ? 8 : 0);
     }
-    ak_sd_cp_commit();
+    ak_cp_async_commit();
 }
 
 /* Stage (raw fp8 records) -> ks[64][KSTR] bf16 (layouts.md 4). Zero-filled invalid keys give zero
@@ -280,7 +270,7 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
             __syncthreads(); /* the previous tile's PV is done with ks */
             ak_sd_issue<LAYOUT, KSTR>(p.list[cur >= nt0], off, (uint8_t *)ks);
         }
-        ak_sd_cp_wait();
+        ak_cp_async_wait_all();
         __syncthreads();
         uint8_t *stg = stage + (C::NSTG == 2 ? (k & 1) * AK_SD_KEYS * C::STG : 0);
         if (C::EARLY && nxt < t_end) {
@@ -582,6 +572,8 @@ static size_t ak_sd_smem(ak_layout layout, int mw) {
  * tiles). Ties go to the wider tile and the fewer splits.
  */
 static void ak_sd_plan_make(const ak_context *ctx, const ak_mla_decode_args *a, ak_sd_plan *pl) {
+    if (ak_sdw_plan(ctx, a, pl)) return;
+    pl->kernel = 0;
     const int64_t b = a->q->shape[0], s_q = a->q->shape[1], h_q = a->q->shape[2];
     const int64_t topk = a->indices->shape[2];
     const int64_t etopk = a->extra_indices != NULL ? a->extra_indices->shape[2] : 0;
@@ -715,7 +707,8 @@ extern "C" ak_status ak_cuda_mla_decode(ak_context *ctx, const ak_mla_decode_arg
         p.lacc = p.oacc + (size_t)pl.splits * pl.rows * AK_SD_DV;
     }
     ak_status st;
-    switch (a->cache->layout) {
+    if (pl.kernel == 1) st = ak_sdw_launch(ctx, p, pl, (int)a->cache->layout);
+    else switch (a->cache->layout) {
     case AK_LAYOUT_MLA_BF16: st = ak_sd_launch_mw<AK_LAYOUT_MLA_BF16>(ctx, p, pl); break;
     case AK_LAYOUT_MLA_FP8_PERTENSOR: st = ak_sd_launch_mw<AK_LAYOUT_MLA_FP8_PERTENSOR>(ctx, p, pl); break;
     case AK_LAYOUT_DSA_FP8_BLOCKSCALE: st = ak_sd_launch_mw<AK_LAYOUT_DSA_FP8_BLOCKSCALE>(ctx, p, pl); break;

@@ -97,9 +97,16 @@ __device__ __forceinline__ void ak_sd_split_range(int s, int n_tiles, int splits
 }
 
 struct ak_sd_plan {
+    int kernel; /* 0: ak_sd_main (mma.sync), 1: ak_sdw_main (wgmma, sparse_decode_wgmma.cu) */
     int mw, htiles, splits, n_tiles;
     int64_t rows;
     size_t smem, ws_bytes;
 };
+
+/* The wgmma kernel (sparse_decode_wgmma.cu): ak_sdw_plan returns 1 and fills the plan when it
+   serves the call (h_q > 32, 64-head tiles); ak_sdw_launch runs its main kernel, whose partial
+   rows ak_sd_combine merges like those of ak_sd_main. */
+int ak_sdw_plan(const ak_context *ctx, const ak_mla_decode_args *a, ak_sd_plan *pl);
+ak_status ak_sdw_launch(ak_context *ctx, const ak_sd_params &p, const ak_sd_plan &pl, int layout);
 
 #endif /* AK_SPARSE_DECODE_CUH */
