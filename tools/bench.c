@@ -57,6 +57,19 @@ void ak_bench_list_destroy(ak_bench_list *l) {
     free(l);
 }
 
+int ak_bench_skip(const char *shape) {
+    const char *f = getenv("AK_BENCH_FILTER");
+    if (f == NULL || f[0] == '\0') return 0;
+    for (const char *p = f; *p;) {
+        const char *e = strchr(p, ',');
+        size_t len = e != NULL ? (size_t)(e - p) : strlen(p);
+        for (const char *q = shape; len > 0 && *q; q++)
+            if (strncmp(q, p, len) == 0) return 0;
+        p += len + (e != NULL);
+    }
+    return 1;
+}
+
 int ak_bench_wants(const char *op, const char *name) {
     if (op == NULL || op[0] == '\0') return 1;
     size_t n = strlen(name);

@@ -58,6 +58,10 @@ void ak_bench_register(const char *family, ak_bench_builder fn);
 #define AK_BENCH_REGISTER(fn)                                                                    \
     __attribute__((constructor)) static void ak_bench_reg_##fn(void) { ak_bench_register(#fn, fn); }
 
+/* 1 when the environment variable AK_BENCH_FILTER (comma list of substrings) is set and no entry
+   occurs in `shape`: the case is neither built nor timed (saves device time on subsets). */
+int ak_bench_skip(const char *shape);
+
 /* Whether `name` is selected by the --op filter `op` (comma list; NULL or "" = all). */
 int ak_bench_wants(const char *op, const char *name);
 

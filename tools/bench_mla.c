@@ -128,6 +128,19 @@ static ak_status add_sparse_decode(ak_context *ctx, const ak_bench_opts *o, ak_b
     int32_t topk = v4 ? m->window : m->topk, extra_topk = v4 ? m->topk : 0;
     int32_t ctx_tokens = v4 ? 2 * P : 32768, extra_ctx = 32768 / 4;
     uint64_t seed = o->seed ^ 0x6d6c61ull, rs = seed;
+    char shape[200];
+    ak_layout_traits lt;
+    ak_layout_traits_get(m->layout, &lt);
+    if (v4)
+        snprintf(shape, sizeof shape,
+                 "%s b %lld s_q %lld h_q %lld window %d (P %d) + extra %d (P %d) %s%s", m->name,
+                 (long long)b, (long long)s_q, (long long)h_q, topk, P, extra_topk,
+                 m->extra_page_size, lt.name, note);
+    else
+        snprintf(shape, sizeof shape,
+                 "%s b %lld s_q %lld h_q %lld topk %d ctx 32k (P %d) %s%s", m->name, (long long)b,
+                 (long long)s_q, (long long)h_q, topk, P, lt.name, note);
+    if (ak_bench_skip(shape)) return AK_OK;
     mla_bench *s = calloc(1, sizeof *s);
     if (s == NULL) return AK_ERR_OUT_OF_MEMORY;
 
@@ -212,17 +225,7 @@ static ak_status add_sparse_decode(ak_context *ctx, const ak_bench_opts *o, ak_b
     ak_bench_case bc;
     memset(&bc, 0, sizeof bc);
     snprintf(bc.op, sizeof bc.op, "mla_decode_sparse");
-    ak_layout_traits lt;
-    ak_layout_traits_get(m->layout, &lt);
-    if (v4)
-        snprintf(bc.shape, sizeof bc.shape,
-                 "%s b %lld s_q %lld h_q %lld window %d (P %d) + extra %d (P %d) %s%s", m->name,
-                 (long long)b, (long long)s_q, (long long)h_q, topk, P, extra_topk,
-                 m->extra_page_size, lt.name, note);
-    else
-        snprintf(bc.shape, sizeof bc.shape,
-                 "%s b %lld s_q %lld h_q %lld topk %d ctx 32k (P %d) %s%s", m->name, (long long)b,
-                 (long long)s_q, (long long)h_q, topk, P, lt.name, note);
+    memcpy(bc.shape, shape, sizeof bc.shape);
     double keys = (double)rows * (topk + extra_topk);
     bc.flops = 2.0 * (double)h_q * keys * (d_qk + 512);
     bc.bytes_kv = keys * lt.bytes_per_token;

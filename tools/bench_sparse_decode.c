@@ -114,6 +114,11 @@ static void sdb_indices(int32_t *dst, int64_t rows, int64_t s_q, int64_t k, int6
 
 static ak_status sdb_add(ak_context *ctx, const ak_bench_opts *o, const sdb_shape *sh, ak_bench_list *out) {
     const int64_t ctx_len = 32768, b = sh->b, s_q = sh->s_q, h_q = sh->h_q;
+    char shape[200];
+    snprintf(shape, sizeof shape, "%s h_q %lld b %lld s_q %lld topk %lld%s", ak_layout_name(sh->layout),
+             (long long)h_q, (long long)b, (long long)s_q, (long long)sh->topk, sh->etopk > 0 ? " +extra" : "");
+    if (sh->etopk > 0) snprintf(shape + strlen(shape), sizeof shape - strlen(shape), " %lld", (long long)sh->etopk);
+    if (ak_bench_skip(shape)) return AK_OK;
     const int dqk = sh->layout == AK_LAYOUT_DSV4_FP8_UE8M0 ? 512 : 576;
     sdb_state *s = calloc(1, sizeof *s);
     if (s == NULL) return ak_fail(AK_ERR_OUT_OF_MEMORY, "bench mla_decode_sparse: state");
@@ -170,9 +175,7 @@ static ak_status sdb_add(ak_context *ctx, const ak_bench_opts *o, const sdb_shap
     ak_bench_case c;
     memset(&c, 0, sizeof c);
     snprintf(c.op, sizeof c.op, "mla_decode_sparse");
-    snprintf(c.shape, sizeof c.shape, "%s h_q %lld b %lld s_q %lld topk %lld%s", ak_layout_name(sh->layout),
-             (long long)h_q, (long long)b, (long long)s_q, (long long)sh->topk, v4 ? " +extra" : "");
-    if (v4) snprintf(c.shape + strlen(c.shape), sizeof c.shape - strlen(c.shape), " %lld", (long long)sh->etopk);
+    memcpy(c.shape, shape, sizeof c.shape);
     double keys = (double)b * s_q * (double)(sh->topk + sh->etopk);
     c.flops = keys * (double)h_q * (dqk + 512) * 2.0;
     c.bytes_kv = keys * sdb_rec(sh->layout);

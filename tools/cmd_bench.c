@@ -21,7 +21,8 @@ static void usage(FILE *f) {
             "  --op NAMES   comma list of op names (default: all)\n"
             "  --model M    dsv3, dsv32, dsv4-flash, dsv4-pro, llama3-8b (default: each family's shapes)\n"
             "  --quick      smaller shapes and fewer samples (smoke runs)\n"
-            "  --json       one JSON document on stdout instead of the table\n");
+            "  --json       one JSON document on stdout instead of the table\n"
+            "Environment: AK_BENCH_FILTER=a,b times only the cases whose shape contains a or b.\n");
 }
 
 int ak_cmd_bench(int argc, char **argv) {
@@ -119,6 +120,7 @@ int ak_cmd_bench(int argc, char **argv) {
         }
         for (int32_t i = 0; list != NULL && i < ak_bench_list_size(list); i++) {
             ak_bench_case *c = ak_bench_list_at(list, i);
+            if (ak_bench_skip(c->shape)) continue;
             double med = 0, mn = 0, rsd = 0;
             int32_t n = 0;
             if (isatty(2)) fprintf(stderr, "\r%-20s %-58.58s ...", c->op, c->shape);

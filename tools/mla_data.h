@@ -14,6 +14,14 @@ uint64_t ak_mla_rand(uint64_t *state);
    e4m3 bytes of magnitude 2^-3..3.75 (never NaN), power-of-two scales 2^-1..2^-3. */
 void ak_mla_data_token(uint8_t *pool, ak_layout layout, int64_t page_stride, int32_t page_size,
                        int64_t slot, uint64_t seed);
+/* A record drawn from the anchor distribution of targets.md 2 (FlashMLA's test data): the latent
+   ~ N(0, 0.1^2) clamped to +-1 in bf16, quantized with the codec rules of layouts.md 3 (656:
+   power-of-two scale per 128 dims on even slots, the unrounded AK_SCALE_FP32 option on odd ones;
+   584: UE8M0 per 64; per-tensor: e4m3(x / k_scale)). */
+void ak_mla_data_token_anchor(uint8_t *pool, ak_layout layout, int64_t page_stride, int32_t page_size,
+                              int64_t slot, uint64_t seed, float k_scale);
+/* Anchor-distribution queries: N(0, 1) clamped to +-1, in bf16. */
+void ak_mla_data_bf16_anchor(uint16_t *dst, int64_t n, uint64_t seed);
 /* Random bf16 values in [-1, 1). */
 void ak_mla_data_bf16(uint16_t *dst, int64_t n, uint64_t seed);
 /* k distinct random values of [0, n) into out (k <= n); perm [n] is scratch. */

@@ -36,89 +36,144 @@
 
 #define AK_SD_THREADS 256
 
-/*
- * Loads one 64-key tile into ks[64][KSTR] bf16 (row = key, dims 0..d_qk-1). ids[64] holds the
- * slot or -1. Every load of a thread is issued before the first conversion so each thread keeps
- * NL 16-byte requests in flight.
- */
+/* Staging of the raw records of one tile for the fp8 layouts: bytes per key (the whole record, or
+   for 584 the 576-byte row then its 8 scale bytes at +576). MLA_BF16 copies straight into ks. */
+template <int LAYOUT> struct ak_sd_stg { enum { STG = 0 }; };
+template <> struct ak_sd_stg<AK_LAYOUT_MLA_FP8_PERTENSOR> { enum { STG = 576 }; };
+template <> struct ak_sd_stg<AK_LAYOUT_DSA_FP8_BLOCKSCALE> { enum { STG = 656 }; };
+template <> struct ak_sd_stg<AK_LAYOUT_DSV4_FP8_UE8M0> { enum { STG = 592 }; };
+
+/* Byte offset of slot `s`'s record (584: its 576-byte data row) in the pool, or -1 for an invalid
+   slot (rule I1). */
+template <int LAYOUT>
+__device__ __forceinline__ int64_t ak_sd_rec_off(const ak_sd_list &l, int32_t s) {
+    if ((uint32_t)s >= l.capacity) return -1;
+    const int32_t page = s / l.page_size, t = s - page * l.page_size;
+    return (int64_t)page * l.page_stride + (int64_t)t * (LAYOUT == AK_LAYOUT_MLA_BF16 ? 1152 : ak_sd_geo<LAYOUT>::REC);
+}
+
+/* Issues the cp.async copies of one tile: off[64] are record offsets (-1 = invalid: zero-filled,
+   never read). MLA_BF16 lands in dst as bf16 rows of KSTR; the fp8 layouts land raw in the stage. */
 template <int LAYOUT, int KSTR>
-__device__ __forceinline__ void ak_sd_load_tile(const ak_sd_list &l, const int32_t *ids,
-                                                uint16_t *ks, float kscale) {
-    typedef ak_sd_geo<LAYOUT> G;
-    /* NB loads per batch keep the in-flight registers under the 2-CTA/SM budget (bf16: 18 -> 2x9). */
-    enum { ITEMS = AK_SD_KEYS * G::CPT, NL = (ITEMS + AK_SD_THREADS - 1) / AK_SD_THREADS,
-           NB = NL > 10 ? (NL + 1) / 2 : NL };
-#pragma unroll
-    for (int k0 = 0; k0 < NL; k0 += NB) {
-        uint4 raw[NB];
-        float sc[NB];
-#pragma unroll
-        for (int kb = 0; kb < NB; kb++) {
-            int it = (k0 + kb) * AK_SD_THREADS + (int)threadIdx.x;
-            raw[kb] = make_uint4(0, 0, 0, 0);
-            sc[kb] = 0.0f;
-            if (k0 + kb >= NL || (ITEMS % AK_SD_THREADS != 0 && it >= ITEMS)) continue;
-            int tok = it / G::CPT, c = it - tok * G::CPT;
-            int32_t slot = ids[tok];
-            if (slot < 0) continue;
-            int32_t page = slot / l.page_size, t = slot - page * l.page_size;
-            const uint8_t *pg = l.pool + (int64_t)page * l.page_stride;
-            if (LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0) {
-                const uint8_t *row = pg + (int64_t)t * 576;
-                raw[kb] = ak_ldg_nc_v4(row + c * 16);
-                if (c < 28)
-                    sc[kb] = ak_sd_ue8m0(__ldg(pg + (int64_t)l.page_size * 576 + (int64_t)t * 8 + (c >> 2)));
-            } else {
-                const uint8_t *rec = pg + (int64_t)t * G::REC;
-                if (LAYOUT == AK_LAYOUT_DSA_FP8_BLOCKSCALE) {
-                    raw[kb] = ak_ldg_nc_v4(rec + (c < 32 ? c * 16 : 528 + (c - 32) * 16));
-                    if (c < 32) sc[kb] = __ldg((const float *)(rec + 512) + (c >> 3));
-                } else {
-                    raw[kb] = ak_ldg_nc_v4(rec + c * 16);
-                }
-            }
-        }
-#pragma unroll
-        for (int kb = 0; kb < NB; kb++) {
-            int it = (k0 + kb) * AK_SD_THREADS + (int)threadIdx.x;
-            if (k0 + kb >= NL || (ITEMS % AK_SD_THREADS != 0 && it >= ITEMS)) continue;
-            int tok = it / G::CPT, c = it - tok * G::CPT;
-            uint16_t *row = ks + tok * KSTR;
-            if (LAYOUT == AK_LAYOUT_MLA_BF16) {
-                *reinterpret_cast<uint4 *>(row + c * 8) = raw[kb];
-                continue;
-            }
-            const int nq = LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0 ? 28 : 32; /* e4m3 chunks */
-            if (LAYOUT == AK_LAYOUT_MLA_FP8_PERTENSOR || c < nq) {
-                /* an invalid key has raw 0 and scale 0: zeros, never NaN, in the V rows */
-                float s = LAYOUT == AK_LAYOUT_MLA_FP8_PERTENSOR ? (ids[tok] < 0 ? 0.0f : kscale) : sc[kb];
-                uint4 lo, hi;
-                ak_sd_dequant16(raw[kb], s, lo, hi);
-                *reinterpret_cast<uint4 *>(row + c * 16) = lo;
-                *reinterpret_cast<uint4 *>(row + c * 16 + 8) = hi;
-            } else {
-                *reinterpret_cast<uint4 *>(row + nq * 16 + (c - nq) * 8) = raw[kb];
-            }
+__device__ __forceinline__ void ak_sd_issue(const ak_sd_list &l, const int64_t *off, uint8_t *dst) {
+    enum { STG = ak_sd_stg<LAYOUT>::STG,
+           CH = LAYOUT == AK_LAYOUT_MLA_BF16 ? 72 : LAYOUT == AK_LAYOUT_DSA_FP8_BLOCKSCALE ? 41 : 36,
+           ITEMS = AK_SD_KEYS * CH };
+    const uint32_t base = ak_smem_addr(dst);
+#pragma unroll 4
+    for (int it = threadIdx.x; it < ITEMS; it += AK_SD_THREADS) {
+        const int tok = it / CH, c = it - tok * CH;
+        const int64_t o = off[tok];
+        const uint8_t *src = l.pool + (o < 0 ? 0 : o) + c * 16;
+        const uint32_t d = base + (LAYOUT == AK_LAYOUT_MLA_BF16 ? tok * KSTR * 2 : tok * STG) + c * 16;
+        ak_cp_async16(d, src, o >= 0 ? 16 : 0); /* invalid: zero-filled, nothing read */
+    }
+    if (LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0 && threadIdx.x < AK_SD_KEYS) {
+        const int64_t o = off[threadIdx.x];
+        const int32_t t = o < 0 ? 0 : (int32_t)((o % l.page_stride) / 576);
+        const uint8_t *src = l.pool + (o < 0 ? 0 : o - (int64_t)t * 576 + (int64_t)l.page_size * 576 + t * 8);
+        ak_cp_async8(base + threadIdx.x * STG + 576, src, o >= 0 ? 8 : 0);
+    }
+    ak_cp_async_commit();
+}
+
+/* Stage (raw fp8 records) -> ks[64][KSTR] bf16 (layouts.md 4). Zero-filled invalid keys give zero
+   rows: zero bytes times any scale, never NaN. */
+template <int LAYOUT, int KSTR>
+__device__ __forceinline__ void ak_sd_dequant(const uint8_t *stage, uint16_t *ks, float kscale) {
+    enum { STG = ak_sd_stg<LAYOUT>::STG, NQ = LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0 ? 28 : 32,
+           CH = LAYOUT == AK_LAYOUT_MLA_FP8_PERTENSOR ? 36 : NQ + 8, ITEMS = AK_SD_KEYS * CH }; /* chunks out */
+#pragma unroll 2
+    for (int it = threadIdx.x; it < ITEMS; it += AK_SD_THREADS) {
+        const int tok = it / CH, c = it - tok * CH;
+        const uint8_t *rec = stage + tok * STG;
+        uint16_t *row = ks + tok * KSTR;
+        if (LAYOUT == AK_LAYOUT_MLA_FP8_PERTENSOR || c < NQ) {
+            float sc = kscale;
+            if (LAYOUT == AK_LAYOUT_DSA_FP8_BLOCKSCALE) sc = *(const float *)(rec + 512 + 4 * (c >> 3));
+            if (LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0) sc = ak_sd_ue8m0(rec[576 + (c >> 2)]);
+            uint4 lo, hi;
+            ak_sd_dequant16(*(const uint4 *)(rec + c * 16), sc, lo, hi);
+            *reinterpret_cast<uint4 *>(row + c * 16) = lo;
+            *reinterpret_cast<uint4 *>(row + c * 16 + 8) = hi;
+        } else { /* bf16 RoPE chunk: 656 at byte 528, 584 at byte 448 */
+            const int src = LAYOUT == AK_LAYOUT_DSA_FP8_BLOCKSCALE ? 528 + (c - 32) * 16 : c * 16;
+            *reinterpret_cast<uint4 *>(row + NQ * 16 + (c - NQ) * 8) = *(const uint4 *)(rec + src);
         }
     }
 }
 
+/* First tile >= t of [t, t_end) with keys below its row's length, or t_end. */
+__device__ __forceinline__ int ak_sd_next(int t, int t_end, int nt0, int32_t len0, int32_t len1) {
+    if (t < nt0) {
+        if (t * AK_SD_KEYS < len0) return t < t_end ? t : t_end;
+        t = nt0;
+    }
+    return t < t_end && (t - nt0) * AK_SD_KEYS < len1 ? t : t_end;
+}
+
+/* Slot id of position `pos_in_tile` of tile t for row (r, i), or -1 past the length or the width. */
+__device__ __forceinline__ int32_t ak_sd_slot(const ak_sd_params &p, int t, int pos_in_tile, int64_t r,
+                                              int64_t i, int32_t len0, int32_t len1) {
+    const int ex = t >= p.list[0].tiles;
+    const ak_sd_list &l = p.list[ex];
+    const int pos = (ex ? t - p.list[0].tiles : t) * AK_SD_KEYS + pos_in_tile;
+    if (pos >= (ex ? len1 : len0) || pos >= l.topk) return -1;
+    return l.idx[r * l.idx_s0 + i * l.idx_s1 + pos];
+}
+
 template <int LAYOUT, int MW>
-__global__ void __launch_bounds__(AK_SD_THREADS, MW == 1 ? 2 : 1) ak_sd_main(const ak_sd_params p) {
+struct ak_sd_cfg {
     typedef ak_sd_geo<LAYOUT> G;
     enum {
         DQK = G::DQK,
-        KSTR = DQK + 8,           /* bf16 row stride: 16-byte pad keeps ldmatrix conflict-free */
-        GW = 8 / MW,              /* warps per m16 tile */
-        NKW = AK_SD_KEYS / GW,    /* keys per warp in QK^T */
-        DVW = AK_SD_DV / GW,      /* value dims per warp in PV */
-        SSTR = AK_SD_KEYS + 4     /* fp32 row stride of the S tile */
+        KSTR = DQK + 8, /* bf16 row stride: 16-byte pad keeps ldmatrix conflict-free */
+        SSTR = AK_SD_KEYS + 4,
+        STG = ak_sd_stg<LAYOUT>::STG,
+        /* MLA_BF16 double-buffers ks itself (the copy of the next tile lands in the other half)
+           except at MW 4, where two ks buffers do not fit in 227 KB */
+        NKB = LAYOUT == AK_LAYOUT_MLA_BF16 && MW < 4 ? 2 : 1,
+        PREF = LAYOUT != AK_LAYOUT_MLA_BF16 || NKB == 2,
+        /* fp8 layouts at MW <= 2 keep two stages, so the next tile's copies start before this
+           tile's dequantization (at MW 4 a second stage does not fit) */
+        NSTG = STG > 0 && MW <= 2 ? 2 : 1,
+        EARLY = NKB == 2 || NSTG == 2, /* the next tile's copies are issued right after the wait */
+        KS_BYTES = AK_SD_KEYS * KSTR * 2,
+        SMEM = NKB * KS_BYTES + 16 * MW * KSTR * 2 + 16 * MW * SSTR * 4 + NSTG * AK_SD_KEYS * STG +
+               3 * AK_SD_KEYS * 8
+    };
+};
+
+/*
+ * Per tile k (three barriers): wait for its copies, barrier; issue the copies of tile k + 1 into the
+ * other stage (other ks half for MLA_BF16); dequantize this stage into ks, barrier (MLA_BF16 has
+ * nothing to convert); issue the slot-id loads of tile k + 2 (kept in a register until PV is done);
+ * S = Q K^T, barrier; softmax and O += P V; turn the slot ids of k + 2 into record offsets in the
+ * third offset buffer. So the records of the next tile and the slot ids of the one after are in
+ * flight during the dequantization and the MMAs. With one stage (MW 4) the copies of k + 1 start
+ * after the dequantization; MLA_BF16 at MW 4 (one ks) loads each tile after the previous PV.
+ */
+template <int LAYOUT, int MW>
+__global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_params p) {
+    typedef ak_sd_cfg<LAYOUT, MW> C;
+    enum {
+        DQK = C::DQK, KSTR = C::KSTR, SSTR = C::SSTR,
+        GW = 8 / MW,           /* warps per m16 tile */
+        NKW = AK_SD_KEYS / GW, /* keys per warp in QK^T */
+        DVW = AK_SD_DV / GW,   /* value dims per warp in PV */
+        NJ = NKW / 8,          /* n8 key tiles per warp */
+        NCH = NJ >= 4 ? 1 : 4 / NJ, /* independent accumulator chains over d_qk */
+        QREG = MW == 1,        /* Q fragments live in registers (one CTA per SM leaves room) */
+        QB = MW == 4 ? 2 : 4,  /* k16 steps per batch of QK^T fragment loads */
+        PB = DVW / 16 < 4 ? DVW / 16 : 4 /* x4 fragment loads per batch in PV */
     };
     extern __shared__ __align__(16) uint8_t smem[];
-    uint16_t *ks = (uint16_t *)smem;                          /* [64][KSTR] bf16 keys */
-    uint16_t *qs = ks + AK_SD_KEYS * KSTR;                    /* [16 MW][KSTR] bf16 queries */
-    float *ss = (float *)(qs + 16 * MW * KSTR);               /* [16 MW][SSTR] f32 logits */
-    int32_t *ids = (int32_t *)(ss + 16 * MW * SSTR);          /* [64] slot or -1 */
+    uint16_t *ks0 = (uint16_t *)smem;                                /* [NKB][64][KSTR] bf16 */
+    uint16_t *qs = (uint16_t *)(smem + C::NKB * C::KS_BYTES);        /* [16 MW][KSTR] bf16 */
+    float *ss = (float *)(qs + 16 * MW * KSTR);                      /* [16 MW][SSTR] f32 logits */
+    uint8_t *stage = (uint8_t *)(ss + 16 * MW * SSTR);               /* [NSTG][64][STG] raw records */
+    int64_t *offs = (int64_t *)(stage + C::NSTG * AK_SD_KEYS * C::STG); /* [3][64] record offset or -1 */
+
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int mt = warp / GW, gw = warp % GW;
@@ -129,6 +184,18 @@ __global__ void __launch_bounds__(AK_SD_THREADS, MW == 1 ? 2 : 1) ak_sd_main(con
     const int64_t ri = cta / p.htiles; /* r * s_q + i */
     const int64_t r = ri / p.s_q, i = ri % p.s_q;
     const int h0 = ht * 16 * MW;
+    const int n_tiles = p.list[0].tiles + p.list[1].tiles, nt0 = p.list[0].tiles;
+    int t_begin, t_end;
+    ak_sd_split_range(split, n_tiles, p.splits, t_begin, t_end);
+
+    /* Slot ids of the first two tiles, loaded speculatively (before the lengths are known) so the
+       first record copies wait for one memory round trip, not two. */
+    int32_t spec0 = -1, spec1 = -1;
+    if (tid < AK_SD_KEYS) {
+        if (t_begin < t_end) spec0 = ak_sd_slot(p, t_begin, tid, r, i, INT32_MAX, INT32_MAX);
+        if (t_begin + 1 < t_end) spec1 = ak_sd_slot(p, t_begin + 1, tid, r, i, INT32_MAX, INT32_MAX);
+    }
+    const int32_t len0 = ak_sd_len(p.list[0], r, i), len1 = ak_sd_len(p.list[1], r, i);
 
     /* Q tile -> shared, zero rows past h_q. With 16-byte aligned rows every load of a thread is
        issued before the first store (one memory round trip, not one per element). */
@@ -159,70 +226,121 @@ __global__ void __launch_bounds__(AK_SD_THREADS, MW == 1 ? 2 : 1) ak_sd_main(con
         }
     }
 
-    const int32_t len0 = ak_sd_len(p.list[0], r, i), len1 = ak_sd_len(p.list[1], r, i);
-    const int n_tiles = p.list[0].tiles + p.list[1].tiles;
-    int t_begin, t_end;
-    ak_sd_split_range(split, n_tiles, p.splits, t_begin, t_end);
+    /* The active tiles of this split: cur, nxt, nxt2 (t_end = none). */
+    int cur = ak_sd_next(t_begin, t_end, nt0, len0, len1);
+    int nxt = cur < t_end ? ak_sd_next(cur + 1, t_end, nt0, len0, len1) : t_end;
+    if (tid < AK_SD_KEYS) {
+        const int pos0 = (cur >= nt0 ? cur - nt0 : cur) * AK_SD_KEYS + tid;
+        const int pos1 = (nxt >= nt0 ? nxt - nt0 : nxt) * AK_SD_KEYS + tid;
+        int32_t s0 = cur == t_begin ? spec0 : cur < t_end ? ak_sd_slot(p, cur, tid, r, i, len0, len1) : -1;
+        int32_t s1 = nxt == t_begin + 1 ? spec1 : nxt < t_end ? ak_sd_slot(p, nxt, tid, r, i, len0, len1) : -1;
+        if (cur >= t_end || pos0 >= (cur >= nt0 ? len1 : len0)) s0 = -1;
+        if (nxt >= t_end || pos1 >= (nxt >= nt0 ? len1 : len0)) s1 = -1;
+        offs[tid] = cur < t_end ? ak_sd_rec_off<LAYOUT>(p.list[cur >= nt0], s0) : -1;
+        offs[AK_SD_KEYS + tid] = nxt < t_end ? ak_sd_rec_off<LAYOUT>(p.list[nxt >= nt0], s1) : -1;
+    }
+    __syncthreads();
+    if (C::PREF && cur < t_end) ak_sd_issue<LAYOUT, KSTR>(p.list[cur >= nt0], offs, C::STG ? stage : (uint8_t *)ks0);
+
+    const int g = lane >> 2, c4 = lane & 3;
+    uint32_t qf[QREG ? DQK / 16 : 1][4];
+    if (QREG) {
+        const uint32_t qa = ak_smem_addr(qs + (lane & 15) * KSTR + (lane >> 4) * 8);
+#pragma unroll
+        for (int kk = 0; kk < (QREG ? DQK / 16 : 0); kk++)
+            ak_ldmatrix_x4(qa + kk * 32, qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3]);
+    }
 
     float o[DVW / 8][4];
 #pragma unroll
     for (int j = 0; j < DVW / 8; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
     float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
-    const int g = lane >> 2, c4 = lane & 3;
+    float kscale = 1.0f;
+    if (LAYOUT == AK_LAYOUT_MLA_FP8_PERTENSOR)
+        kscale = p.list[0].k_scale_ptr != NULL ? *p.list[0].k_scale_ptr : p.list[0].k_scale;
+    float kscale1 = kscale;
+    if (LAYOUT == AK_LAYOUT_MLA_FP8_PERTENSOR && p.list[1].tiles > 0)
+        kscale1 = p.list[1].k_scale_ptr != NULL ? *p.list[1].k_scale_ptr : p.list[1].k_scale;
 
-    for (int t = t_begin; t < t_end; t++) {
-        const int ex = t >= p.list[0].tiles;
-        const ak_sd_list &l = p.list[ex];
-        const int base = (ex ? t - p.list[0].tiles : t) * AK_SD_KEYS;
-        const int32_t len = ex ? len1 : len0;
-        if (base >= len) continue; /* uniform across the CTA */
-        __syncthreads();           /* previous tile's readers are done with ks, ss, ids */
-        if (tid < AK_SD_KEYS) {
-            int pos = base + tid;
-            int32_t slot = -1;
-            if (pos < len) {
-                int32_t s = l.idx[r * l.idx_s0 + i * l.idx_s1 + pos];
-                if ((uint32_t)s < l.capacity) slot = s; /* rule I1 */
-            }
-            ids[tid] = slot;
+    for (int k = 0; cur < t_end; k++) {
+        const int64_t *off = offs + (k % 3) * AK_SD_KEYS;
+        const int nxt2 = nxt < t_end ? ak_sd_next(nxt + 1, t_end, nt0, len0, len1) : t_end;
+        uint16_t *ks = ks0 + (C::NKB == 2 ? (k & 1) * AK_SD_KEYS * KSTR : 0);
+        if (!C::PREF) {
+            __syncthreads(); /* the previous tile's PV is done with ks */
+            ak_sd_issue<LAYOUT, KSTR>(p.list[cur >= nt0], off, (uint8_t *)ks);
         }
+        ak_cp_async_wait_all();
         __syncthreads();
-        float kscale = 1.0f;
-        if (LAYOUT == AK_LAYOUT_MLA_FP8_PERTENSOR)
-            kscale = l.k_scale_ptr != NULL ? *l.k_scale_ptr : l.k_scale;
-        ak_sd_load_tile<LAYOUT, KSTR>(l, ids, ks, kscale);
-        __syncthreads();
+        uint8_t *stg = stage + (C::NSTG == 2 ? (k & 1) * AK_SD_KEYS * C::STG : 0);
+        if (C::EARLY && nxt < t_end) {
+            uint8_t *dst = C::STG ? stage + ((k + 1) & 1) * AK_SD_KEYS * C::STG
+                                  : (uint8_t *)(ks0 + ((k + 1) & 1) * AK_SD_KEYS * KSTR);
+            ak_sd_issue<LAYOUT, KSTR>(p.list[nxt >= nt0], offs + ((k + 1) % 3) * AK_SD_KEYS, dst);
+        }
+        if (C::STG) {
+            ak_sd_dequant<LAYOUT, KSTR>(stg, ks, cur >= nt0 ? kscale1 : kscale);
+            __syncthreads();
+        }
+        if (C::PREF && !C::EARLY && nxt < t_end)
+            ak_sd_issue<LAYOUT, KSTR>(p.list[nxt >= nt0], offs + ((k + 1) % 3) * AK_SD_KEYS, stage);
+        int32_t pf = -1;
+        if (tid < AK_SD_KEYS && nxt2 < t_end) pf = ak_sd_slot(p, nxt2, tid, r, i, len0, len1);
 
         /* S[16 rows of m-tile mt][NKW keys of warp gw] = Q K^T */
         {
-            float sacc[NKW / 8][4];
+            float sacc[NCH][NJ][4];
 #pragma unroll
-            for (int j = 0; j < NKW / 8; j++) sacc[j][0] = sacc[j][1] = sacc[j][2] = sacc[j][3] = 0.0f;
+            for (int c = 0; c < NCH; c++)
+#pragma unroll
+                for (int j = 0; j < NJ; j++) sacc[c][j][0] = sacc[c][j][1] = sacc[c][j][2] = sacc[c][j][3] = 0.0f;
             const uint32_t qa = ak_smem_addr(qs + (mt * 16 + (lane & 15)) * KSTR + (lane >> 4) * 8);
             const int key0 = gw * NKW;
-            const uint32_t ka = ak_smem_addr(ks + (key0 + (lane & 7)) * KSTR + ((lane >> 3) & 1) * 8);
-#pragma unroll 4
-            for (int kk = 0; kk < DQK / 16; kk++) {
-                uint32_t a[4];
-                ak_ldmatrix_x4(qa + kk * 32, a[0], a[1], a[2], a[3]);
+            /* one x4 ldmatrix = the B fragments of two k16 steps (lanes 16..31 address dims +16) */
+            const uint32_t ka = ak_smem_addr(ks + (key0 + (lane & 7)) * KSTR + (lane >> 3) * 8);
+            /* ldmatrix and mma are volatile asm, so they issue in program order: load QB steps of
+               fragments first, then run their MMAs, instead of one load-use stall per step */
 #pragma unroll
-                for (int j = 0; j < NKW / 8; j++) {
-                    uint32_t b0, b1;
-                    ak_ldmatrix_x2(ka + (j * 8 * KSTR + kk * 16) * 2, b0, b1);
-                    ak_mma_bf16_16816(sacc[j], a, b0, b1);
+            for (int kk0 = 0; kk0 < DQK / 16; kk0 += QB) {
+                uint32_t b[QB / 2][NJ][4], a[QREG ? 1 : QB][4];
+#pragma unroll
+                for (int u = 0; u < QB / 2; u++)
+#pragma unroll
+                    for (int j = 0; j < NJ; j++)
+                        ak_ldmatrix_x4(ka + (j * 8 * KSTR + (kk0 + 2 * u) * 16) * 2, b[u][j][0], b[u][j][1],
+                                       b[u][j][2], b[u][j][3]);
+                if (!QREG) {
+#pragma unroll
+                    for (int u = 0; u < (QREG ? 0 : QB); u++)
+                        ak_ldmatrix_x4(qa + (kk0 + u) * 32, a[u][0], a[u][1], a[u][2], a[u][3]);
+                }
+#pragma unroll
+                for (int u = 0; u < QB; u++) {
+                    const uint32_t *au = QREG ? qf[QREG ? kk0 + u : 0] : a[QREG ? 0 : u];
+#pragma unroll
+                    for (int j = 0; j < NJ; j++)
+                        ak_mma_bf16_16816(sacc[(kk0 + u) % NCH][j], au, b[u / 2][j][(u & 1) * 2],
+                                          b[u / 2][j][(u & 1) * 2 + 1]);
                 }
             }
             float *srow = ss + (mt * 16 + g) * SSTR + key0 + c4 * 2;
 #pragma unroll
-            for (int j = 0; j < NKW / 8; j++) {
-                *reinterpret_cast<float2 *>(srow + j * 8) = make_float2(sacc[j][0], sacc[j][1]);
-                *reinterpret_cast<float2 *>(srow + 8 * SSTR + j * 8) = make_float2(sacc[j][2], sacc[j][3]);
+            for (int j = 0; j < NJ; j++) {
+                float v[4];
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    v[e] = sacc[0][j][e];
+#pragma unroll
+                    for (int c = 1; c < NCH; c++) v[e] += sacc[c][j][e];
+                }
+                *reinterpret_cast<float2 *>(srow + j * 8) = make_float2(v[0], v[1]);
+                *reinterpret_cast<float2 *>(srow + 8 * SSTR + j * 8) = make_float2(v[2], v[3]);
             }
         }
         __syncthreads();
 
         /* Online softmax on rows g and g + 8 of the m-tile, then O += P V on dims gw*DVW.. */
-        uint32_t pa[4][4], pl[4][4]; /* P as bf16 A fragments: high and low parts */
+        uint32_t pa[4][4]; /* P as bf16 A fragments */
         {
             float x[2][16];
             float mx[2] = {-INFINITY, -INFINITY};
@@ -234,7 +352,7 @@ __global__ void __launch_bounds__(AK_SD_THREADS, MW == 1 ? 2 : 1) ak_sd_main(con
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         int key = kk * 16 + (e >> 1) * 8 + c4 * 2 + (e & 1);
-                        float v = ids[key] >= 0 ? srow[key] * p.scale_log2 : -INFINITY;
+                        float v = off[key] >= 0 ? srow[key] * p.scale_log2 : -INFINITY;
                         x[hr][kk * 4 + e] = v;
                         mx[hr] = fmaxf(mx[hr], v);
                     }
@@ -259,19 +377,15 @@ __global__ void __launch_bounds__(AK_SD_THREADS, MW == 1 ? 2 : 1) ak_sd_main(con
                 l_run[hr] = l_run[hr] * alpha[hr] + sum;
                 m_run[hr] = m_new;
             }
-            /* P = hi + lo, two bf16 parts: a lone bf16 P carries 2^-9 relative error per weight,
-               which on short rows (a few keys, each weight large) exceeds the 1e-3 output
-               tolerance; the pair keeps about 16 bits (device run 2: 0.1% of elements failed
-               with bf16 P alone, lse all passed). */
+            /* P rounded to bf16 (as FlashMLA): l sums the unrounded weights, so the rounding is a
+               2^-9 relative error per weight in O, within semantics.md 14.2 for the anchor data
+               (targets.md 2); see tests/gpu_test_sparse_decode.c. */
 #pragma unroll
             for (int kk = 0; kk < 4; kk++) {
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int hr = e & 1, c = kk * 4 + (e >> 1) * 2;
                     pa[kk][e] = ak_sd_pack_bf16(x[hr][c], x[hr][c + 1]);
-                    __nv_bfloat162 hi = *reinterpret_cast<__nv_bfloat162 *>(&pa[kk][e]);
-                    pl[kk][e] = ak_sd_pack_bf16(x[hr][c] - __bfloat162float(hi.x),
-                                                x[hr][c + 1] - __bfloat162float(hi.y));
                 }
             }
 #pragma unroll
@@ -288,16 +402,25 @@ __global__ void __launch_bounds__(AK_SD_THREADS, MW == 1 ? 2 : 1) ak_sd_main(con
 #pragma unroll
             for (int kk = 0; kk < 4; kk++) {
 #pragma unroll
-                for (int j = 0; j < DVW / 8; j += 2) {
-                    uint32_t b0, b1, b2, b3;
-                    ak_ldmatrix_x4_trans(va + (kk * 16 * KSTR + j * 8) * 2, b0, b1, b2, b3);
-                    ak_mma_bf16_16816(o[j], pa[kk], b0, b1);
-                    ak_mma_bf16_16816(o[j + 1], pa[kk], b2, b3);
-                    ak_mma_bf16_16816(o[j], pl[kk], b0, b1);
-                    ak_mma_bf16_16816(o[j + 1], pl[kk], b2, b3);
+                for (int j0 = 0; j0 < DVW / 8; j0 += 2 * PB) { /* PB fragment loads, then their MMAs */
+                    uint32_t b[PB][4];
+#pragma unroll
+                    for (int u = 0; u < PB; u++)
+                        ak_ldmatrix_x4_trans(va + (kk * 16 * KSTR + (j0 + 2 * u) * 8) * 2, b[u][0], b[u][1],
+                                             b[u][2], b[u][3]);
+#pragma unroll
+                    for (int u = 0; u < PB; u++) {
+                        ak_mma_bf16_16816(o[j0 + 2 * u], pa[kk], b[u][0], b[u][1]);
+                        ak_mma_bf16_16816(o[j0 + 2 * u + 1], pa[kk], b[u][2], b[u][3]);
+                    }
                 }
             }
         }
+        if (tid < AK_SD_KEYS)
+            offs[((k + 2) % 3) * AK_SD_KEYS + tid] =
+                nxt2 < t_end ? ak_sd_rec_off<LAYOUT>(p.list[nxt2 >= nt0], pf) : -1;
+        cur = nxt;
+        nxt = nxt2;
     }
 
     /* Write this split's rows: final out/lse with one split, else normalized partials. */
@@ -343,36 +466,73 @@ __global__ void __launch_bounds__(AK_SD_THREADS, MW == 1 ? 2 : 1) ak_sd_main(con
     }
 }
 
-/* Merges the splits of one (r, i, h) row in split order; 128 threads x 4 dims. */
+/* Merges the splits of one (r, i, h) row: 128 threads x 4 dims. The split weights are computed
+   once per row (threads stride over the splits, a fixed-shape tree reduces them) into shared
+   memory; each thread then sums its 4 dims over the splits in split order, so the result is the
+   same bits on every run. */
 __global__ void __launch_bounds__(128) ak_sd_combine(const ak_sd_params p) {
+    extern __shared__ float wsm[]; /* [splits rounded up to 8] weights, zero past splits */
+    __shared__ float red[4];
     const int64_t row = blockIdx.x;
     const int64_t rows = (int64_t)p.b * p.s_q * p.h_q;
     const int h = (int)(row % p.h_q);
     const int64_t ri = row / p.h_q, r = ri / p.s_q, i = ri % p.s_q;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     float mx = -INFINITY;
-    for (int s = 0; s < p.splits; s++) mx = fmaxf(mx, p.lacc[s * rows + row]);
-    const int d = threadIdx.x * 4;
+    for (int s = tid; s < p.splits; s += 128) {
+        const float l = p.lacc[s * rows + row];
+        wsm[s] = l;
+        mx = fmaxf(mx, l);
+    }
+#pragma unroll
+    for (int k = 16; k > 0; k >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, k));
+    if (lane == 0) red[warp] = mx;
+    __syncthreads();
+    mx = fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3]));
+    __syncthreads();
+    float sum = 0.0f;
+    if (mx != -INFINITY)
+        for (int s = tid; s < p.splits; s += 128) sum += exp2f(wsm[s] - mx);
+#pragma unroll
+    for (int k = 16; k > 0; k >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, k);
+    if (lane == 0) red[warp] = sum;
+    __syncthreads();
+    sum = (red[0] + red[1]) + (red[2] + red[3]);
+    const float lse2 = mx != -INFINITY ? mx + log2f(sum) : -INFINITY;
+    /* the padding to a multiple of 8 is zero: the compiler reads the weights of a batch of 8
+       splits with vector loads, past `splits` when it is not a multiple of 8 */
+    for (int s = tid; s < ((p.splits + 7) & ~7); s += 128)
+        wsm[s] = s >= p.splits || wsm[s] == -INFINITY ? 0.0f : exp2f(wsm[s] - lse2);
+    __syncthreads();
+    const int d = tid * 4;
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     float lse_e = INFINITY, f = 0.0f;
     if (mx != -INFINITY) {
-        float sum = 0.0f;
-        for (int s = 0; s < p.splits; s++) sum += exp2f(p.lacc[s * rows + row] - mx);
-        const float lse2 = mx + log2f(sum);
-        for (int s = 0; s < p.splits; s++) {
-            float ls = p.lacc[s * rows + row];
-            if (ls == -INFINITY) continue;
-            float w = exp2f(ls - lse2);
-            float4 v = *reinterpret_cast<const float4 *>(p.oacc + (s * rows + row) * AK_SD_DV + d);
-            acc[0] += w * v.x;
-            acc[1] += w * v.y;
-            acc[2] += w * v.z;
-            acc[3] += w * v.w;
+        /* Eight partial rows are loaded before any is used, so the loop waits for one L2 round trip
+           per eight splits (the workspace is allocated for every split, so the loads are in
+           bounds even for an empty split, whose weight is 0). */
+        const float *src = p.oacc + row * AK_SD_DV + d;
+        for (int s0 = 0; s0 < p.splits; s0 += 8) {
+            float4 v[8];
+#pragma unroll
+            for (int k = 0; k < 8; k++)
+                if (s0 + k < p.splits) v[k] = *reinterpret_cast<const float4 *>(src + (s0 + k) * rows * AK_SD_DV);
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                if (s0 + k >= p.splits) break;
+                const float w = wsm[s0 + k];
+                if (w == 0.0f) continue; /* an empty split's row need not be written */
+                acc[0] += w * v[k].x;
+                acc[1] += w * v[k].y;
+                acc[2] += w * v[k].z;
+                acc[3] += w * v[k].w;
+            }
         }
         lse_e = lse2 * 0.69314718055994531f;
         f = 1.0f;
         if (p.sink != NULL) f = 1.0f / (1.0f + expf(p.sink[h] - lse_e));
     }
-    if (p.lse != NULL && threadIdx.x == 0) p.lse[r * p.l_s0 + i * p.l_s1 + h * p.l_s2] = lse_e;
+    if (p.lse != NULL && tid == 0) p.lse[r * p.l_s0 + i * p.l_s1 + h * p.l_s2] = lse_e;
     const int64_t ob = r * p.o_s0 + i * p.o_s1 + h * p.o_s2 + d;
     if (p.out_f32) {
         float *o = (float *)p.out + ob;
@@ -386,38 +546,63 @@ __global__ void __launch_bounds__(128) ak_sd_combine(const ak_sd_params p) {
 
 /* ---- host side ----------------------------------------------------------------------------- */
 
-static size_t ak_sd_smem(int dqk, int mw) {
-    size_t kstr = (size_t)dqk + 8;
-    return (AK_SD_KEYS + 16 * (size_t)mw) * kstr * 2 + 16 * (size_t)mw * (AK_SD_KEYS + 4) * 4 +
-           AK_SD_KEYS * 4;
+template <int LAYOUT>
+static size_t ak_sd_smem_l(int mw) {
+    return mw == 1 ? (size_t)ak_sd_cfg<LAYOUT, 1>::SMEM
+                   : mw == 2 ? (size_t)ak_sd_cfg<LAYOUT, 2>::SMEM : (size_t)ak_sd_cfg<LAYOUT, 4>::SMEM;
 }
 
-/* Shapes and SM count only: never lengths or indices (workspace size and graph stability). */
+static size_t ak_sd_smem(ak_layout layout, int mw) {
+    switch (layout) {
+    case AK_LAYOUT_MLA_BF16: return ak_sd_smem_l<AK_LAYOUT_MLA_BF16>(mw);
+    case AK_LAYOUT_MLA_FP8_PERTENSOR: return ak_sd_smem_l<AK_LAYOUT_MLA_FP8_PERTENSOR>(mw);
+    case AK_LAYOUT_DSV4_FP8_UE8M0: return ak_sd_smem_l<AK_LAYOUT_DSV4_FP8_UE8M0>(mw);
+    default: return ak_sd_smem_l<AK_LAYOUT_DSA_FP8_BLOCKSCALE>(mw);
+    }
+}
+
+/*
+ * Shapes and SM count only: never lengths or indices (workspace size and graph stability).
+ * Chooses the head tile (MW = 1, 2, 4 m16 tiles, at most what h_q needs) and the split count that
+ * minimise a critical-path estimate in units of one 16-row tile step (about 0.6 us on H200):
+ * waves x (3 for the Q / slot-id / first-record latency + tiles per CTA x (1 + MW)), plus, with
+ * splits, 1 for the combine launch and 1 per 4 MB of partial rows written and read back. Large
+ * batches keep one split and the widest tile (b 128, h_q 16: 128 CTAs of 32 tiles); small ones
+ * trade narrower tiles and more splits for filled SMs (b 1, h_q 128: 128 CTAs of 16 heads x 2
+ * tiles). Ties go to the wider tile and the fewer splits.
+ */
 static void ak_sd_plan_make(const ak_context *ctx, const ak_mla_decode_args *a, ak_sd_plan *pl) {
     if (ak_sdw_plan(ctx, a, pl)) return;
     pl->kernel = 0;
     const int64_t b = a->q->shape[0], s_q = a->q->shape[1], h_q = a->q->shape[2];
-    const int dqk = (int)a->q->shape[3];
     const int64_t topk = a->indices->shape[2];
     const int64_t etopk = a->extra_indices != NULL ? a->extra_indices->shape[2] : 0;
-    pl->mw = h_q <= 16 ? 1 : (h_q <= 32 ? 2 : 4);
-    pl->htiles = (int)((h_q + 16 * pl->mw - 1) / (16 * pl->mw));
+    const int mw_max = h_q <= 16 ? 1 : (h_q <= 32 ? 2 : 4);
     pl->n_tiles = (int)((topk + AK_SD_KEYS - 1) / AK_SD_KEYS + (etopk + AK_SD_KEYS - 1) / AK_SD_KEYS);
-    pl->smem = ak_sd_smem(dqk, pl->mw);
-    const int sms = ctx->cuda != NULL ? ctx->cuda->prop.multiProcessorCount : 132;
-    const int per_sm = pl->smem * 2 <= 227 * 1024 ? 2 : 1;
-    const int64_t base = b * s_q * pl->htiles;
-    const int64_t slots = (int64_t)sms * per_sm;
-    /* Fewest splits minimising waves x tiles per CTA (a proxy of the critical path): b 128,
-       h_q 16 takes 2 splits (256 CTAs in 264 slots) rather than 3 (1.45 waves). */
-    int64_t splits = 1, best = INT64_MAX;
-    for (int64_t sp = 1; sp <= pl->n_tiles; sp++) {
-        int64_t waves = (base * sp + slots - 1) / slots, per = (pl->n_tiles + sp - 1) / sp;
-        if (waves * per < best) best = waves * per, splits = sp;
-    }
-    pl->splits = (int)splits;
     pl->rows = b * s_q * h_q;
-    pl->ws_bytes = splits > 1 ? (size_t)splits * (size_t)pl->rows * (AK_SD_DV + 1) * sizeof(float) : 0;
+    const int sms = ctx->cuda != NULL ? ctx->cuda->prop.multiProcessorCount : 132;
+    const int64_t max_sp = pl->n_tiles < 256 ? (pl->n_tiles > 0 ? pl->n_tiles : 1) : 256;
+    double best = 0.0;
+    pl->mw = 0;
+    for (int mw = mw_max; mw >= 1; mw /= 2) {
+        /* one CTA per SM: every configuration needs over half of the 227 KB of shared memory */
+        const size_t smem = ak_sd_smem(a->cache->layout, mw);
+        const int64_t slots = sms;
+        const int64_t htiles = (h_q + 16 * mw - 1) / (16 * mw), base = b * s_q * htiles;
+        for (int64_t sp = 1; sp <= max_sp; sp++) {
+            const int64_t waves = (base * sp + slots - 1) / slots, per = (pl->n_tiles + sp - 1) / sp;
+            double cost = (double)waves * (3.0 + (double)per * (1 + mw));
+            if (sp > 1) cost += 1.0 + (double)sp * (double)pl->rows * AK_SD_DV * 8.0 / (4.0 * 1024 * 1024);
+            if (pl->mw == 0 || cost < best) {
+                best = cost;
+                pl->mw = mw;
+                pl->htiles = (int)htiles;
+                pl->splits = (int)sp;
+                pl->smem = smem;
+            }
+        }
+    }
+    pl->ws_bytes = pl->splits > 1 ? (size_t)pl->splits * (size_t)pl->rows * (AK_SD_DV + 1) * sizeof(float) : 0;
 }
 
 extern "C" ak_status ak_cuda_mla_decode_workspace_size(ak_context *ctx, const ak_mla_decode_args *args,
@@ -457,6 +642,15 @@ static ak_status ak_sd_launch(ak_context *ctx, const ak_sd_params &p, const ak_s
     int64_t grid = (int64_t)p.b * p.s_q * pl.htiles * pl.splits;
     ak_sd_main<LAYOUT, MW><<<(unsigned)grid, AK_SD_THREADS, pl.smem, ak_stream(ctx)>>>(p);
     AK_CUDA_CHECK_LAUNCH("ak_sd_main");
+    return AK_OK;
+}
+
+/* The combine: one CTA of 128 threads per row; dynamic shared memory holds one weight per split,
+   padded to a multiple of 8. (A programmatic dependent launch measured no faster on H200.) */
+static ak_status ak_sd_combine_launch(ak_context *ctx, const ak_sd_params &p, const ak_sd_plan &pl) {
+    const size_t smem = (size_t)((pl.splits + 7) & ~7) * sizeof(float);
+    ak_sd_combine<<<(unsigned)pl.rows, 128, smem, ak_stream(ctx)>>>(p);
+    AK_CUDA_CHECK_LAUNCH("ak_sd_combine");
     return AK_OK;
 }
 
@@ -524,9 +718,6 @@ extern "C" ak_status ak_cuda_mla_decode(ak_context *ctx, const ak_mla_decode_arg
                        (int)a->cache->layout);
     }
     if (st != AK_OK) return st;
-    if (pl.splits > 1) {
-        ak_sd_combine<<<(unsigned)pl.rows, 128, 0, ak_stream(ctx)>>>(p);
-        AK_CUDA_CHECK_LAUNCH("ak_sd_combine");
-    }
+    if (pl.splits > 1) return ak_sd_combine_launch(ctx, p, pl);
     return AK_OK;
 }
