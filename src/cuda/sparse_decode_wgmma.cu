@@ -466,7 +466,9 @@ static size_t ak_sdw_smem(int layout) {
    only (one CTA per SM): the fewest splits minimising waves x (tiles per CTA + 2), the 2 standing
    for a CTA's fixed work (Q tile, row writes). Without it b 128 h_q 128 took 32 splits (63 waves
    of one tile each, then a combine of 1 GB of partial rows: 1140 us in device run w1) over one
-   split (2 waves of 32 tiles). */
+   split (2 waves of 32 tiles). Declines fewer than 8 (token, 64-head tile) units: there the
+   16-head mma.sync tiles fill the SMs with fewer splits (b 1 h_q 128: 16.6 us against 24.5 here;
+   b 8 h_q 128, 16 units: 38.7 here against 42.7). */
 int ak_sdw_plan(const ak_context *ctx, const ak_mla_decode_args *a, ak_sd_plan *pl) {
     const int layout = (int)a->cache->layout;
     if (a->block_table != NULL || a->q->shape[2] <= 32) return 0;
@@ -476,6 +478,7 @@ int ak_sdw_plan(const ak_context *ctx, const ak_mla_decode_args *a, ak_sd_plan *
     const int64_t b = a->q->shape[0], s_q = a->q->shape[1], h_q = a->q->shape[2];
     const int64_t topk = a->indices->shape[2];
     const int64_t etopk = a->extra_indices != NULL ? a->extra_indices->shape[2] : 0;
+    if (b * s_q * ((h_q + AK_SDW_HEADS - 1) / AK_SDW_HEADS) < 8) return 0;
     pl->kernel = 1;
     pl->mw = 4;
     pl->htiles = (int)((h_q + AK_SDW_HEADS - 1) / AK_SDW_HEADS);
