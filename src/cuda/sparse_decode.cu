@@ -57,17 +57,9 @@ __device__ __forceinline__ int64_t ak_sd_rec_off(const ak_sd_list &l, int32_t s)
 template <int LAYOUT, int KSTR>
 __device__ __forceinline__ void ak_sd_issue(const ak_sd_list &l, const int64_t *off, uint8_t *dst) {
     enum { STG = ak_sd_stg<LAYOUT>::STG,
-           CH = LAYOUT == AK_LAYOUT_MLA_BF16 ? 72 : LAYOUT == AK_LAYOUT_DSA_FP8_BLOCKSCALE ? 41 : 36,
-           ITEMS = AK_SD_KEYS * CH };
+           CH = LAYOUT == AK_LAYOUT_MLA_BF16 ? 72 : LAYOUT == AK_LAYOUT_DSA_FP8_BLOCKSCALE ? 41 : 36 };
     const uint32_t base = ak_smem_addr(dst);
-#pragma unroll 4
-    for (int it = threadIdx.x; it < ITEMS; it += AK_SD_THREADS) {
-        const int tok = it / CH, c = it - tok * CH;
-        const int64_t o = off[tok];
-        const uint8_t *src = l.pool + (o < 0 ? 0 : o) + c * 16;
-        const uint32_t d = base + (LAYOUT == AK_LAYOUT_MLA_BF16 ? tok * KSTR * 2 : tok * STG) + c * 16;
-        ak_cp_async16(d, src, o >= 0 ? 16 : 0); /* invalid: zero-filled, nothing read */
-    }
+    ak_sd_copy_tile<CH, AK_SD_THREADS>(l.pool, off, base, LAYOUT == AK_LAYOUT_MLA_BF16 ? KSTR * 2 : STG);
     if (LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0 && threadIdx.x < AK_SD_KEYS) {
         const int64_t o = off[threadIdx.x];
         const int32_t t = o < 0 ? 0 : (int32_t)((o % l.page_stride) / 576);

@@ -98,22 +98,12 @@ __device__ __forceinline__ void ak_sdw_locate(const ak_sd_list &l, int32_t slot,
 }
 
 /* Issues the cp.async of one tile's records into raw [64][REC] (V4: scale bytes into sc8 [64][8]);
-   ro / so [64] from ak_sdw_locate. Unrolled by 2 only: more copies in flight hoist more 64-bit
-   addresses beside the 128 O accumulators and spill. */
+   ro / so [64] from ak_sdw_locate. */
 template <int LAYOUT>
 __device__ __forceinline__ void ak_sdw_fetch(const uint8_t *pool, const int64_t *ro, const int64_t *so,
                                              uint8_t *raw, uint8_t *sc8) {
     typedef ak_sdw_rec<LAYOUT> R;
-    enum { ITEMS = AK_SD_KEYS * R::CH, NL = (ITEMS + AK_SDW_THREADS - 1) / AK_SDW_THREADS };
-#pragma unroll 2
-    for (int k = 0; k < NL; k++) {
-        const int it = k * AK_SDW_THREADS + (int)threadIdx.x;
-        if (ITEMS % AK_SDW_THREADS != 0 && it >= ITEMS) break;
-        const int tok = it / R::CH, c = it - tok * R::CH;
-        const int64_t o = ro[tok];
-        ak_cp_async16(ak_smem_addr(raw + tok * R::BYTES + c * 16), o >= 0 ? pool + o + c * 16 : pool, /* never read */
-                      o >= 0 ? 16u : 0u);
-    }
+    ak_sd_copy_tile<R::CH, AK_SDW_THREADS>(pool, ro, ak_smem_addr(raw), R::BYTES);
     if (LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0 && threadIdx.x < AK_SD_KEYS) {
         const int64_t o = so[threadIdx.x];
         ak_cp_async8(ak_smem_addr(sc8 + threadIdx.x * 8), o >= 0 ? pool + o : pool, o >= 0 ? 8u : 0u);
@@ -134,52 +124,50 @@ __device__ __forceinline__ void ak_sdw_prefetch(const uint8_t *pool, int64_t ro,
 }
 
 /* Dequantizes the staged records into the swizzled bf16 K tile (layouts.md 4). Zero-filled
-   records of invalid keys give zero rows (scale 0 or a finite tiny ue8m0 times 0). Unrolled in
-   batches whose shared-memory reads are all issued before the first conversion. */
+   records of invalid keys give zero rows (scale 0 or a finite tiny ue8m0 times 0). Four threads
+   per key, each taking every fourth 16-byte output chunk, so which chunks are fp8 (and their
+   scale block) and which are bf16 RoPE is known at compile time; shared-memory reads are issued
+   in batches of NB before the first conversion. */
 template <int LAYOUT>
 __device__ __forceinline__ void ak_sdw_dequant(const uint8_t *raw, const uint8_t *sc8, uint8_t *ks,
                                                float kscale) {
-    typedef ak_sd_geo<LAYOUT> G;
     typedef ak_sdw_rec<LAYOUT> R;
     enum {
-        ITEMS = AK_SD_KEYS * G::CPT, NL = (ITEMS + AK_SDW_THREADS - 1) / AK_SDW_THREADS,
-        NB = NL < 5 ? NL : 5, /* 5 x (16-byte chunk + scale) beside the 128 O accumulators */
-        NQ = LAYOUT == AK_LAYOUT_MLA_FP8_PERTENSOR ? 36 : (LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0 ? 28 : 32),
-        ROPE = LAYOUT == AK_LAYOUT_DSA_FP8_BLOCKSCALE ? 528 : 448 /* bf16 rope byte offset */
+        TPK = AK_SDW_THREADS / AK_SD_KEYS,
+        CH = ak_sd_geo<LAYOUT>::CPT, /* output chunks per key: 16 fp8 or 8 bf16 values each */
+        PER = CH / TPK,
+        NQ = LAYOUT == AK_LAYOUT_MLA_BF16 ? 0 : LAYOUT == AK_LAYOUT_MLA_FP8_PERTENSOR ? 36
+           : LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0 ? 28 : 32, /* fp8 chunks */
+        ROPE = LAYOUT == AK_LAYOUT_DSA_FP8_BLOCKSCALE ? 528 : 448, /* bf16 rope byte offset */
+        NB = 5 /* batch of chunk loads beside the 128 O accumulators */
     };
-#pragma unroll 1 /* a full unroll hoists every item's addresses out of the tile loop: spills */
-    for (int k0 = 0; k0 < NL; k0 += NB) {
-        uint4 v[NB];
-        float sc[NB];
+    static_assert(CH % TPK == 0 && NQ % TPK == 0, "chunks split evenly over a key's threads");
+    const int tok = (int)threadIdx.x / TPK, j = (int)threadIdx.x % TPK;
+    const uint8_t *rec = raw + tok * R::BYTES;
 #pragma unroll
-        for (int kb = 0; kb < NB; kb++) {
-            const int it = (k0 + kb) * AK_SDW_THREADS + (int)threadIdx.x;
-            if (k0 + kb >= NL || (ITEMS % AK_SDW_THREADS != 0 && it >= ITEMS)) continue;
-            const int tok = it / G::CPT, c = it - tok * G::CPT;
-            const uint8_t *rec = raw + tok * R::BYTES;
-            sc[kb] = kscale;
-            if (LAYOUT == AK_LAYOUT_MLA_BF16 || LAYOUT == AK_LAYOUT_MLA_FP8_PERTENSOR || c < NQ) {
-                v[kb] = *reinterpret_cast<const uint4 *>(rec + c * 16);
-                if (LAYOUT == AK_LAYOUT_DSA_FP8_BLOCKSCALE) sc[kb] = reinterpret_cast<const float *>(rec + 512)[c >> 3];
-                if (LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0) sc[kb] = ak_sd_ue8m0(sc8[tok * 8 + (c >> 2)]);
-            } else {
-                v[kb] = *reinterpret_cast<const uint4 *>(rec + ROPE + (c - NQ) * 16);
-            }
+    for (int u0 = 0; u0 < PER; u0 += NB) {
+        uint4 v[NB];
+#pragma unroll
+        for (int u = u0; u < u0 + NB && u < PER; u++) {
+            const int c = j + u * TPK;
+            v[u - u0] = *reinterpret_cast<const uint4 *>(
+                rec + (LAYOUT == AK_LAYOUT_MLA_BF16 || u < NQ / TPK ? c * 16 : ROPE + (c - NQ) * 16));
         }
 #pragma unroll
-        for (int kb = 0; kb < NB; kb++) {
-            const int it = (k0 + kb) * AK_SDW_THREADS + (int)threadIdx.x;
-            if (k0 + kb >= NL || (ITEMS % AK_SDW_THREADS != 0 && it >= ITEMS)) continue;
-            const int tok = it / G::CPT, c = it - tok * G::CPT;
+        for (int u = u0; u < u0 + NB && u < PER; u++) {
+            const int c = j + u * TPK;
             if (LAYOUT == AK_LAYOUT_MLA_BF16) {
-                *reinterpret_cast<uint4 *>(ks + ak_sdw_off(tok, c * 8)) = v[kb];
-            } else if (LAYOUT == AK_LAYOUT_MLA_FP8_PERTENSOR || c < NQ) {
+                *reinterpret_cast<uint4 *>(ks + ak_sdw_off(tok, c * 8)) = v[u - u0];
+            } else if (u < NQ / TPK) {
+                float sc = kscale; /* fp8 chunk c: dims 16c.. (656: scale block u / 2; V4: u) */
+                if (LAYOUT == AK_LAYOUT_DSA_FP8_BLOCKSCALE) sc = reinterpret_cast<const float *>(rec + 512)[u >> 1];
+                if (LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0) sc = ak_sd_ue8m0(sc8[tok * 8 + u]);
                 uint4 lo, hi;
-                ak_sd_dequant16(v[kb], sc[kb], lo, hi);
+                ak_sd_dequant16(v[u - u0], sc, lo, hi);
                 *reinterpret_cast<uint4 *>(ks + ak_sdw_off(tok, c * 16)) = lo;
                 *reinterpret_cast<uint4 *>(ks + ak_sdw_off(tok, c * 16 + 8)) = hi;
             } else {
-                *reinterpret_cast<uint4 *>(ks + ak_sdw_off(tok, NQ * 16 + (c - NQ) * 8)) = v[kb];
+                *reinterpret_cast<uint4 *>(ks + ak_sdw_off(tok, NQ * 16 + (c - NQ) * 8)) = v[u - u0];
             }
         }
     }
