@@ -42,14 +42,6 @@ __device__ __forceinline__ void ak_mma_bf16_16816(float *d, const uint32_t *a, u
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-/* The same with f16 inputs (the sparse decode's fp8 keys widen to f16 exactly). */
-__device__ __forceinline__ void ak_mma_f16_16816(float *d, const uint32_t *a, uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 /* 16 bytes through the non-coherent (read-only) path; the cache is never written by the kernel. */
 __device__ __forceinline__ uint4 ak_ldg_nc_v4(const void *p) {
     uint4 v;

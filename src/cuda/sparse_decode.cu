@@ -2,17 +2,15 @@
  * sparse_decode.cu -- sparse MLA decode on CUDA (semantics.md 4; DSA V3.2 and DeepSeek V4).
  *
  * One CTA = (request r, query token i, head tile, KV split); 8 warps. A head tile is MW m16 tiles
- * (MW = 1, 2: 16, 32 heads), so h_q <= 16 pays for 16 rows of MMA but never for the bytes of
- * padded heads; h_q > 32 uses ceil(h_q / 32) tiles (this kernel serves h_q > 32 only where the
- * wgmma kernel declines: small batches). The G = 8 / MW warps of one m16
+ * (MW = 1, 2, 4: 16, 32, 64 heads), so h_q <= 16 pays for 16 rows of MMA but never for the
+ * bytes of padded heads; h_q > 64 uses ceil(h_q / 64) tiles. The G = 8 / MW warps of one m16
  * tile split the 64 keys of a tile for QK^T and the 512 value dims for PV, so every warp keeps
  * only 512 / G fp32 accumulators per row pair.
  *
  * Per 64-key tile: gather the 64 slot ids (rule I1 applied here: an invalid id is never read and
- * its key row is zeros with logit -inf), copy the records with cp.async, widen the fp8 values
- * once to f16 in shared memory (layouts.md 4; their scales are applied to S and P, see
- * ak_sd_main), then S = Q K^T and O += P V with mma.sync m16n8k16 (f16 or bf16 inputs, fp32
- * accumulators). The online softmax runs in fp32 in
+ * its key row is zeros with logit -inf), load the records with 128-bit non-coherent loads, all
+ * issued before any is used, dequantize once to bf16 in shared memory (layouts.md 4), then
+ * S = Q K^T and O += P V with mma.sync m16n8k16 bf16/fp32. The online softmax runs in fp32 in
  * log2 units (logits pre-multiplied by softmax_scale * log2 e); each warp of a group recomputes the
  * identical row statistics from the shared S tile, so no reduction crosses warps.
  *
@@ -71,75 +69,30 @@ __device__ __forceinline__ void ak_sd_issue(const ak_sd_list &l, const int64_t *
     ak_cp_async_commit();
 }
 
-/* The fp8 part of a key row: NQ 16-value chunks (dims 0 .. 16 NQ - 1) in NBLK scale blocks of BW
-   dims (layouts.md 4); the dims past it are bf16 RoPE. MLA_BF16 has none. */
-template <int LAYOUT> struct ak_sd_fp { enum { NQ = 0, BW = 1, NBLK = 0 }; };
-template <> struct ak_sd_fp<AK_LAYOUT_MLA_FP8_PERTENSOR> { enum { NQ = 36, BW = 576, NBLK = 1 }; };
-template <> struct ak_sd_fp<AK_LAYOUT_DSA_FP8_BLOCKSCALE> { enum { NQ = 32, BW = 128, NBLK = 4 }; };
-template <> struct ak_sd_fp<AK_LAYOUT_DSV4_FP8_UE8M0> { enum { NQ = 28, BW = 64, NBLK = 7 }; };
-
-/* Stage (raw fp8 records) -> ks[64][KSTR]: the fp8 values widened to f16 without their scale (an
-   exact conversion, one instruction per two values), the RoPE dims copied as bf16, and each key's
-   block scales to scl[NBLK][64] f32 (per-tensor: the list's scale). ak_sd_main applies the scales
-   to the logits and to P instead of to every key value. Four threads per key, each taking every
-   fourth chunk, so chunk kinds are known at compile time. Zero-filled invalid keys give zero rows
-   and scale 0 (584: a tiny power of two). */
+/* Stage (raw fp8 records) -> ks[64][KSTR] bf16 (layouts.md 4). Zero-filled invalid keys give zero
+   rows: zero bytes times any scale, never NaN. */
 template <int LAYOUT, int KSTR>
-__device__ __forceinline__ void ak_sd_dequant(const uint8_t *stage, uint16_t *ks, float *scl, float kscale) {
-    typedef ak_sd_fp<LAYOUT> F;
-    enum { STG = ak_sd_stg<LAYOUT>::STG, TPK = AK_SD_THREADS / AK_SD_KEYS,
-           CH = LAYOUT == AK_LAYOUT_MLA_FP8_PERTENSOR ? 36 : F::NQ + 8, /* chunks out per key */
-           PER = CH / TPK, NB = 5, ROPE = LAYOUT == AK_LAYOUT_DSA_FP8_BLOCKSCALE ? 528 : 448 };
-    static_assert(CH % TPK == 0 && F::NQ % TPK == 0, "chunks split evenly over a key's threads");
-    const int tok = (int)threadIdx.x / TPK, j = (int)threadIdx.x % TPK;
-    const uint8_t *rec = stage + tok * STG;
-    uint16_t *row = ks + tok * KSTR;
-#pragma unroll
-    for (int u0 = 0; u0 < PER; u0 += NB) {
-        uint4 v[NB];
-#pragma unroll
-        for (int u = u0; u < u0 + NB && u < PER; u++) {
-            const int c = j + u * TPK;
-            v[u - u0] = *reinterpret_cast<const uint4 *>(rec + (u < F::NQ / TPK ? c * 16 : ROPE + (c - F::NQ) * 16));
-        }
-#pragma unroll
-        for (int u = u0; u < u0 + NB && u < PER; u++) {
-            const int c = j + u * TPK;
-            if (u < F::NQ / TPK) {
-                const uint32_t w[4] = {v[u - u0].x, v[u - u0].y, v[u - u0].z, v[u - u0].w};
-                uint32_t h[8];
-#pragma unroll
-                for (int e = 0; e < 8; e++) {
-                    __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(
-                        (__nv_fp8x2_storage_t)((w[e >> 1] >> (16 * (e & 1))) & 0xffffu), __NV_E4M3);
-                    h[e] = (uint32_t)hr.x | ((uint32_t)hr.y << 16);
-                }
-                *reinterpret_cast<uint4 *>(row + c * 16) = make_uint4(h[0], h[1], h[2], h[3]);
-                *reinterpret_cast<uint4 *>(row + c * 16 + 8) = make_uint4(h[4], h[5], h[6], h[7]);
-            } else {
-                *reinterpret_cast<uint4 *>(row + F::NQ * 16 + (c - F::NQ) * 8) = v[u - u0];
-            }
+__device__ __forceinline__ void ak_sd_dequant(const uint8_t *stage, uint16_t *ks, float kscale) {
+    enum { STG = ak_sd_stg<LAYOUT>::STG, NQ = LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0 ? 28 : 32,
+           CH = LAYOUT == AK_LAYOUT_MLA_FP8_PERTENSOR ? 36 : NQ + 8, ITEMS = AK_SD_KEYS * CH }; /* chunks out */
+#pragma unroll 2
+    for (int it = threadIdx.x; it < ITEMS; it += AK_SD_THREADS) {
+        const int tok = it / CH, c = it - tok * CH;
+        const uint8_t *rec = stage + tok * STG;
+        uint16_t *row = ks + tok * KSTR;
+        if (LAYOUT == AK_LAYOUT_MLA_FP8_PERTENSOR || c < NQ) {
+            float sc = kscale;
+            if (LAYOUT == AK_LAYOUT_DSA_FP8_BLOCKSCALE) sc = *(const float *)(rec + 512 + 4 * (c >> 3));
+            if (LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0) sc = ak_sd_ue8m0(rec[576 + (c >> 2)]);
+            uint4 lo, hi;
+            ak_sd_dequant16(*(const uint4 *)(rec + c * 16), sc, lo, hi);
+            *reinterpret_cast<uint4 *>(row + c * 16) = lo;
+            *reinterpret_cast<uint4 *>(row + c * 16 + 8) = hi;
+        } else { /* bf16 RoPE chunk: 656 at byte 528, 584 at byte 448 */
+            const int src = LAYOUT == AK_LAYOUT_DSA_FP8_BLOCKSCALE ? 528 + (c - 32) * 16 : c * 16;
+            *reinterpret_cast<uint4 *>(row + NQ * 16 + (c - NQ) * 8) = *(const uint4 *)(rec + src);
         }
     }
-#pragma unroll
-    for (int b = j; b < F::NBLK; b += TPK) {
-        float sc = kscale;
-        if (LAYOUT == AK_LAYOUT_DSA_FP8_BLOCKSCALE) sc = reinterpret_cast<const float *>(rec + 512)[b];
-        if (LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0) sc = ak_sd_ue8m0(rec[576 + b]);
-        scl[b * AK_SD_KEYS + tok] = sc;
-    }
-}
-
-/* 2^-floor(log2 m) for m > 0 (so m times it lies in [1, 2)); `keep` for m = 0 or not finite. */
-__device__ __forceinline__ float ak_sd_pow2_norm(float m, float keep) {
-    const int e = (__float_as_int(m) >> 23) & 0xff;
-    if (!(m > 0.0f) || e == 0xff) return keep;
-    return e == 0 ? 0x1p126f : (e >= 254 ? 0x1p-126f : __int_as_float((254 - e) << 23));
-}
-
-__device__ __forceinline__ uint32_t ak_sd_pack_f16(float lo, float hi) {
-    __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&v);
 }
 
 /* First tile >= t of [t, t_end) with keys below its row's length, or t_end. */
@@ -166,78 +119,52 @@ struct ak_sd_cfg {
     typedef ak_sd_geo<LAYOUT> G;
     enum {
         DQK = G::DQK,
-        KSTR = DQK + 8, /* 16-bit row stride: a 16-byte pad keeps ldmatrix conflict-free */
+        KSTR = DQK + 8, /* bf16 row stride: 16-byte pad keeps ldmatrix conflict-free */
         SSTR = AK_SD_KEYS + 4,
         STG = ak_sd_stg<LAYOUT>::STG,
-        /* two record buffers, so the next tile's copies are issued right after this tile's wait:
-           MLA_BF16 copies into the other ks half, the fp8 layouts into the other raw stage */
-        NKB = STG == 0 ? 2 : 1,
-        NSTG = STG > 0 ? 2 : 0,
-        NSCL = ak_sd_fp<LAYOUT>::NBLK > 0 ? 8 : 0, /* rows of per-key scales (NBLK, padded) */
+        /* MLA_BF16 double-buffers ks itself (the copy of the next tile lands in the other half)
+           except at MW 4, where two ks buffers do not fit in 227 KB */
+        NKB = LAYOUT == AK_LAYOUT_MLA_BF16 && MW < 4 ? 2 : 1,
+        PREF = LAYOUT != AK_LAYOUT_MLA_BF16 || NKB == 2,
+        /* fp8 layouts at MW <= 2 keep two stages, so the next tile's copies start before this
+           tile's dequantization (at MW 4 a second stage does not fit) */
+        NSTG = STG > 0 && MW <= 2 ? 2 : 1,
+        EARLY = NKB == 2 || NSTG == 2, /* the next tile's copies are issued right after the wait */
         KS_BYTES = AK_SD_KEYS * KSTR * 2,
         SMEM = NKB * KS_BYTES + 16 * MW * KSTR * 2 + 16 * MW * SSTR * 4 + NSTG * AK_SD_KEYS * STG +
-               3 * AK_SD_KEYS * 8 + NSCL * AK_SD_KEYS * 4 + 16 * MW * 4
+               3 * AK_SD_KEYS * 8
     };
 };
 
-/* Position q of the QK^T k16 steps -> the step it runs. The fp8 steps of the block-scaled layouts
-   go in pairs (one x4 ldmatrix) round-robin over the scale blocks, so consecutive MMAs feed
-   different per-block accumulators. */
-template <int LAYOUT>
-__device__ __forceinline__ constexpr int ak_sd_kstep(int q) {
-    typedef ak_sd_fp<LAYOUT> F;
-    return F::NBLK < 2 || q >= F::NQ ? q
-                                     : ((q >> 1) % F::NBLK) * (F::BW / 16) + 2 * ((q >> 1) / F::NBLK) + (q & 1);
-}
-
 /*
- * Per tile k (three barriers; two for MLA_BF16): wait for its copies, barrier; issue the copies of
- * tile k + 1 into the other stage (other ks half for MLA_BF16); dequantize this stage into ks,
- * barrier; issue the slot-id loads of tile k + 2 (kept in a register until PV is done); S = Q K^T,
- * barrier; softmax and O += P V; turn the slot ids of k + 2 into record offsets in the third
- * offset buffer. So the records of the next tile and the slot ids of the one after are in flight
- * during the dequantization and the MMAs.
- *
- * fp8 layouts: keys stay unscaled f16 (ak_sd_dequant), and Q's fp8-part dims become f16 times
- * 2^e_row, e_row putting the row's largest |q| in [2^14, 2^15) (bf16 values convert exactly down to
- * 2^-28 of it). QK^T accumulates each scale block apart (f16 MMAs) and the RoPE dims in bf16, then
- * S = 2^-e_row sum_b s_b[key] acc_b + acc_rope. PV takes, for 64 value dims of scale block b,
- * P[key] s_b[key] 2^E_b in f16, 2^E_b putting the tile's largest s_b in [1, 2) (P <= 1: no
- * overflow; keys with scales near the largest keep f16 precision); O's dims of block b are
- * rescaled by 2^(E_b,old - E_b,new) with the softmax's alpha. The dequantization thus costs one
- * conversion per two values instead of a multiply and a rounding per value.
+ * Per tile k (three barriers): wait for its copies, barrier; issue the copies of tile k + 1 into the
+ * other stage (other ks half for MLA_BF16); dequantize this stage into ks, barrier (MLA_BF16 has
+ * nothing to convert); issue the slot-id loads of tile k + 2 (kept in a register until PV is done);
+ * S = Q K^T, barrier; softmax and O += P V; turn the slot ids of k + 2 into record offsets in the
+ * third offset buffer. So the records of the next tile and the slot ids of the one after are in
+ * flight during the dequantization and the MMAs. With one stage (MW 4) the copies of k + 1 start
+ * after the dequantization; MLA_BF16 at MW 4 (one ks) loads each tile after the previous PV.
  */
 template <int LAYOUT, int MW>
 __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_params p) {
     typedef ak_sd_cfg<LAYOUT, MW> C;
-    typedef ak_sd_fp<LAYOUT> F;
-    static_assert(MW == 1 || MW == 2, "16- or 32-row head tiles");
     enum {
         DQK = C::DQK, KSTR = C::KSTR, SSTR = C::SSTR,
         GW = 8 / MW,           /* warps per m16 tile */
         NKW = AK_SD_KEYS / GW, /* keys per warp in QK^T */
         DVW = AK_SD_DV / GW,   /* value dims per warp in PV */
         NJ = NKW / 8,          /* n8 key tiles per warp */
-        F16 = F::NBLK > 0,     /* fp8 layouts: f16 keys, scales applied to S and P */
-        PT = LAYOUT == AK_LAYOUT_MLA_FP8_PERTENSOR,
-        FPS = F::NQ,           /* k16 steps of the fp8 part */
-        /* QK^T accumulator chains: one per scale block plus RoPE (per-tensor: 4 for ILP) */
-        NCH = F16 ? (PT ? 4 : F::NBLK + 1) : (NJ >= 4 ? 1 : 4 / NJ),
-        NSB = DVW / 64,        /* 64-dim value sub-blocks per warp */
-        VROPE = F16 && F::NQ * 16 < AK_SD_DV, /* 584: value dims 448.. are bf16 RoPE */
+        NCH = NJ >= 4 ? 1 : 4 / NJ, /* independent accumulator chains over d_qk */
         QREG = MW == 1,        /* Q fragments live in registers (one CTA per SM leaves room) */
-        QB = MW == 1 ? 8 : 4,  /* k16 steps per batch of QK^T fragment loads */
-        KSTEPS = DQK / 16,
+        QB = MW == 4 ? 2 : 4,  /* k16 steps per batch of QK^T fragment loads */
         PB = DVW / 16 < 4 ? DVW / 16 : 4 /* x4 fragment loads per batch in PV */
     };
     extern __shared__ __align__(16) uint8_t smem[];
-    uint16_t *ks0 = (uint16_t *)smem;                                /* [NKB][64][KSTR] f16 | bf16 */
-    uint16_t *qs = (uint16_t *)(smem + C::NKB * C::KS_BYTES);        /* [16 MW][KSTR] f16 | bf16 */
+    uint16_t *ks0 = (uint16_t *)smem;                                /* [NKB][64][KSTR] bf16 */
+    uint16_t *qs = (uint16_t *)(smem + C::NKB * C::KS_BYTES);        /* [16 MW][KSTR] bf16 */
     float *ss = (float *)(qs + 16 * MW * KSTR);                      /* [16 MW][SSTR] f32 logits */
     uint8_t *stage = (uint8_t *)(ss + 16 * MW * SSTR);               /* [NSTG][64][STG] raw records */
     int64_t *offs = (int64_t *)(stage + C::NSTG * AK_SD_KEYS * C::STG); /* [3][64] record offset or -1 */
-    float *scl = (float *)(offs + 3 * AK_SD_KEYS);                   /* [NSCL][64] f32 key scales */
-    float *qinv = scl + C::NSCL * AK_SD_KEYS;                        /* [16 MW] f32 2^-e_row */
 
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -305,31 +232,7 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
         offs[AK_SD_KEYS + tid] = nxt < t_end ? ak_sd_rec_off<LAYOUT>(p.list[nxt >= nt0], s1) : -1;
     }
     __syncthreads();
-    if (cur < t_end) ak_sd_issue<LAYOUT, KSTR>(p.list[cur >= nt0], offs, C::STG ? stage : (uint8_t *)ks0);
-
-    if (F16) { /* Q's fp8-part dims: bf16 -> f16 times 2^e_row (see above) */
-        enum { TPR = AK_SD_THREADS / (16 * MW), EPT = F::NQ * 16 / TPR };
-        const int row = tid / TPR, jr = tid % TPR;
-        uint32_t *q2 = reinterpret_cast<uint32_t *>(qs + row * KSTR + jr * EPT);
-        float mx = 0.0f;
-#pragma unroll 4
-        for (int e = 0; e < EPT / 2; e++) {
-            const uint32_t v = q2[e];
-            mx = fmaxf(mx, fmaxf(fabsf(__uint_as_float(v << 16)), fabsf(__uint_as_float(v & 0xffff0000u))));
-        }
-#pragma unroll
-        for (int o = TPR / 2; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-        const int ex = (__float_as_int(mx) >> 23) & 0xff;
-        const int e2 = mx > 0.0f && ex < 0xff ? max(-100, min(100, 141 - ex)) : 0;
-        const float up = __int_as_float((127 + e2) << 23);
-#pragma unroll 4
-        for (int e = 0; e < EPT / 2; e++) {
-            const uint32_t v = q2[e];
-            q2[e] = ak_sd_pack_f16(__uint_as_float(v << 16) * up, __uint_as_float(v & 0xffff0000u) * up);
-        }
-        if (jr == 0) qinv[row] = __int_as_float((127 - e2) << 23);
-        __syncthreads();
-    }
+    if (C::PREF && cur < t_end) ak_sd_issue<LAYOUT, KSTR>(p.list[cur >= nt0], offs, C::STG ? stage : (uint8_t *)ks0);
 
     const int g = lane >> 2, c4 = lane & 3;
     uint32_t qf[QREG ? DQK / 16 : 1][4];
@@ -344,9 +247,6 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
 #pragma unroll
     for (int j = 0; j < DVW / 8; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
     float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
-    float f_run[NSB]; /* 2^E_b of each value sub-block (see above) */
-#pragma unroll
-    for (int sb = 0; sb < NSB; sb++) f_run[sb] = 1.0f;
     float kscale = 1.0f;
     if (LAYOUT == AK_LAYOUT_MLA_FP8_PERTENSOR)
         kscale = p.list[0].k_scale_ptr != NULL ? *p.list[0].k_scale_ptr : p.list[0].k_scale;
@@ -358,18 +258,24 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
         const int64_t *off = offs + (k % 3) * AK_SD_KEYS;
         const int nxt2 = nxt < t_end ? ak_sd_next(nxt + 1, t_end, nt0, len0, len1) : t_end;
         uint16_t *ks = ks0 + (C::NKB == 2 ? (k & 1) * AK_SD_KEYS * KSTR : 0);
+        if (!C::PREF) {
+            __syncthreads(); /* the previous tile's PV is done with ks */
+            ak_sd_issue<LAYOUT, KSTR>(p.list[cur >= nt0], off, (uint8_t *)ks);
+        }
         ak_cp_async_wait_all();
         __syncthreads();
         uint8_t *stg = stage + (C::NSTG == 2 ? (k & 1) * AK_SD_KEYS * C::STG : 0);
-        if (nxt < t_end) {
+        if (C::EARLY && nxt < t_end) {
             uint8_t *dst = C::STG ? stage + ((k + 1) & 1) * AK_SD_KEYS * C::STG
                                   : (uint8_t *)(ks0 + ((k + 1) & 1) * AK_SD_KEYS * KSTR);
             ak_sd_issue<LAYOUT, KSTR>(p.list[nxt >= nt0], offs + ((k + 1) % 3) * AK_SD_KEYS, dst);
         }
         if (C::STG) {
-            ak_sd_dequant<LAYOUT, KSTR>(stg, ks, scl, cur >= nt0 ? kscale1 : kscale);
+            ak_sd_dequant<LAYOUT, KSTR>(stg, ks, cur >= nt0 ? kscale1 : kscale);
             __syncthreads();
         }
+        if (C::PREF && !C::EARLY && nxt < t_end)
+            ak_sd_issue<LAYOUT, KSTR>(p.list[nxt >= nt0], offs + ((k + 1) % 3) * AK_SD_KEYS, stage);
         int32_t pf = -1;
         if (tid < AK_SD_KEYS && nxt2 < t_end) pf = ak_sd_slot(p, nxt2, tid, r, i, len0, len1);
 
@@ -385,69 +291,39 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
             /* one x4 ldmatrix = the B fragments of two k16 steps (lanes 16..31 address dims +16) */
             const uint32_t ka = ak_smem_addr(ks + (key0 + (lane & 7)) * KSTR + (lane >> 3) * 8);
             /* ldmatrix and mma are volatile asm, so they issue in program order: load QB steps of
-               fragments first, then run their MMAs, the first step of every pair before the
-               second, so consecutive MMAs feed different accumulator chains */
+               fragments first, then run their MMAs, instead of one load-use stall per step */
 #pragma unroll
-            for (int q0 = 0; q0 < KSTEPS; q0 += QB) {
+            for (int kk0 = 0; kk0 < DQK / 16; kk0 += QB) {
                 uint32_t b[QB / 2][NJ][4], a[QREG ? 1 : QB][4];
 #pragma unroll
                 for (int u = 0; u < QB / 2; u++)
 #pragma unroll
                     for (int j = 0; j < NJ; j++)
-                        if (q0 + 2 * u < KSTEPS)
-                            ak_ldmatrix_x4(ka + (j * 8 * KSTR + ak_sd_kstep<LAYOUT>(q0 + 2 * u) * 16) * 2,
-                                           b[u][j][0], b[u][j][1], b[u][j][2], b[u][j][3]);
+                        ak_ldmatrix_x4(ka + (j * 8 * KSTR + (kk0 + 2 * u) * 16) * 2, b[u][j][0], b[u][j][1],
+                                       b[u][j][2], b[u][j][3]);
                 if (!QREG) {
 #pragma unroll
                     for (int u = 0; u < (QREG ? 0 : QB); u++)
-                        if (q0 + u < KSTEPS)
-                            ak_ldmatrix_x4(qa + ak_sd_kstep<LAYOUT>(q0 + u) * 32, a[u][0], a[u][1], a[u][2], a[u][3]);
+                        ak_ldmatrix_x4(qa + (kk0 + u) * 32, a[u][0], a[u][1], a[u][2], a[u][3]);
                 }
 #pragma unroll
-                for (int h = 0; h < 2; h++)
+                for (int u = 0; u < QB; u++) {
+                    const uint32_t *au = QREG ? qf[QREG ? kk0 + u : 0] : a[QREG ? 0 : u];
 #pragma unroll
-                    for (int u2 = 0; u2 < QB / 2; u2++) {
-                        const int u = 2 * u2 + h, kk = ak_sd_kstep<LAYOUT>(q0 + u);
-                        if (q0 + u >= KSTEPS) continue;
-                        const int ch = !F16 ? kk % NCH : kk >= FPS ? NCH - 1 : PT ? kk % NCH : kk / (F::BW / 16);
-                        const uint32_t *au = QREG ? qf[QREG ? kk : 0] : a[QREG ? 0 : u];
-#pragma unroll
-                        for (int j = 0; j < NJ; j++) {
-                            if (F16 && kk < FPS)
-                                ak_mma_f16_16816(sacc[ch][j], au, b[u2][j][h * 2], b[u2][j][h * 2 + 1]);
-                            else
-                                ak_mma_bf16_16816(sacc[ch][j], au, b[u2][j][h * 2], b[u2][j][h * 2 + 1]);
-                        }
-                    }
+                    for (int j = 0; j < NJ; j++)
+                        ak_mma_bf16_16816(sacc[(kk0 + u) % NCH][j], au, b[u / 2][j][(u & 1) * 2],
+                                          b[u / 2][j][(u & 1) * 2 + 1]);
+                }
             }
-            float qi[2] = {1.0f, 1.0f};
-            if (F16) qi[0] = qinv[mt * 16 + g], qi[1] = qinv[mt * 16 + g + 8];
             float *srow = ss + (mt * 16 + g) * SSTR + key0 + c4 * 2;
 #pragma unroll
             for (int j = 0; j < NJ; j++) {
                 float v[4];
-                if (F16) {
-                    float2 sc[F16 ? F::NBLK : 1]; /* scales of this lane's two keys, per block */
 #pragma unroll
-                    for (int bl = 0; bl < F::NBLK; bl++)
-                        sc[bl] = *reinterpret_cast<const float2 *>(scl + bl * AK_SD_KEYS + key0 + j * 8 + c4 * 2);
+                for (int e = 0; e < 4; e++) {
+                    v[e] = sacc[0][j][e];
 #pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        float fp = 0.0f;
-#pragma unroll
-                        for (int c = 0; c < (PT ? NCH : NCH - 1); c++) {
-                            const float2 s2 = sc[PT ? 0 : c];
-                            fp += (e & 1 ? s2.y : s2.x) * sacc[c][j][e];
-                        }
-                        v[e] = fp * qi[e >> 1] + (PT ? 0.0f : sacc[NCH - 1][j][e]);
-                    }
-                } else {
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        v[e] = sacc[0][j][e];
-#pragma unroll
-                        for (int c = 1; c < NCH; c++) v[e] += sacc[c][j][e];
-                    }
+                    for (int c = 1; c < NCH; c++) v[e] += sacc[c][j][e];
                 }
                 *reinterpret_cast<float2 *>(srow + j * 8) = make_float2(v[0], v[1]);
                 *reinterpret_cast<float2 *>(srow + 8 * SSTR + j * 8) = make_float2(v[2], v[3]);
@@ -456,8 +332,7 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
         __syncthreads();
 
         /* Online softmax on rows g and g + 8 of the m-tile, then O += P V on dims gw*DVW.. */
-        uint32_t pa[NSB][4][4]; /* P as A fragments per value sub-block: f16 scaled, or bf16 */
-        const int d0 = gw * DVW;
+        uint32_t pa[4][4]; /* P as bf16 A fragments */
         {
             float x[2][16];
             float mx[2] = {-INFINITY, -INFINITY};
@@ -494,52 +369,27 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
                 l_run[hr] = l_run[hr] * alpha[hr] + sum;
                 m_run[hr] = m_new;
             }
-            /* P rounded to bf16 (as FlashMLA; f16 P s_b 2^E_b is finer): l sums the unrounded
-               weights, so the rounding is a 2^-9 relative error per weight in O, within
-               semantics.md 14.2 for the anchor data (targets.md 2); see
-               tests/gpu_test_sparse_decode.c. */
-            float ratio[NSB];
+            /* P rounded to bf16 (as FlashMLA): l sums the unrounded weights, so the rounding is a
+               2^-9 relative error per weight in O, within semantics.md 14.2 for the anchor data
+               (targets.md 2); see tests/gpu_test_sparse_decode.c. */
 #pragma unroll
-            for (int sb = 0; sb < NSB; sb++) {
-                ratio[sb] = 1.0f;
-                if (F16 && !(VROPE && d0 + sb * 64 >= F::NQ * 16)) {
-                    const float *sk = scl + (PT ? 0 : (d0 + sb * 64) / F::BW) * AK_SD_KEYS;
-                    float bm = fmaxf(sk[lane], sk[lane + 32]);
+            for (int kk = 0; kk < 4; kk++) {
 #pragma unroll
-                    for (int o2 = 16; o2 > 0; o2 /= 2) bm = fmaxf(bm, __shfl_xor_sync(0xffffffffu, bm, o2));
-                    const float fn = ak_sd_pow2_norm(bm, f_run[sb]);
-                    ratio[sb] = fn / f_run[sb];
-                    f_run[sb] = fn;
-#pragma unroll
-                    for (int kk = 0; kk < 4; kk++) {
-#pragma unroll
-                        for (int e = 0; e < 4; e++) {
-                            const int hr = e & 1, c = kk * 4 + (e >> 1) * 2;
-                            const float2 s2 = *reinterpret_cast<const float2 *>(sk + kk * 16 + (e >> 1) * 8 + c4 * 2);
-                            pa[sb][kk][e] = ak_sd_pack_f16(x[hr][c] * (s2.x * fn), x[hr][c + 1] * (s2.y * fn));
-                        }
-                    }
-                } else if (sb == 0 || F16) {
-#pragma unroll
-                    for (int kk = 0; kk < 4; kk++) {
-#pragma unroll
-                        for (int e = 0; e < 4; e++) {
-                            const int hr = e & 1, c = kk * 4 + (e >> 1) * 2;
-                            pa[sb][kk][e] = ak_sd_pack_bf16(x[hr][c], x[hr][c + 1]);
-                        }
-                    }
+                for (int e = 0; e < 4; e++) {
+                    const int hr = e & 1, c = kk * 4 + (e >> 1) * 2;
+                    pa[kk][e] = ak_sd_pack_bf16(x[hr][c], x[hr][c + 1]);
                 }
             }
 #pragma unroll
             for (int j = 0; j < DVW / 8; j++) {
-                const float rs = ratio[j / 8];
-                o[j][0] *= alpha[0] * rs;
-                o[j][1] *= alpha[0] * rs;
-                o[j][2] *= alpha[1] * rs;
-                o[j][3] *= alpha[1] * rs;
+                o[j][0] *= alpha[0];
+                o[j][1] *= alpha[0];
+                o[j][2] *= alpha[1];
+                o[j][3] *= alpha[1];
             }
         }
         {
+            const int d0 = gw * DVW;
             const uint32_t va = ak_smem_addr(ks + (lane & 15) * KSTR + d0 + (lane >> 4) * 8);
 #pragma unroll
             for (int kk = 0; kk < 4; kk++) {
@@ -550,19 +400,10 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
                     for (int u = 0; u < PB; u++)
                         ak_ldmatrix_x4_trans(va + (kk * 16 * KSTR + (j0 + 2 * u) * 8) * 2, b[u][0], b[u][1],
                                              b[u][2], b[u][3]);
-                    const int sb = j0 / 8; /* the n8 tiles of one batch lie in one sub-block */
-                    if (F16 && !(VROPE && d0 + sb * 64 >= F::NQ * 16)) {
 #pragma unroll
-                        for (int u = 0; u < PB; u++) {
-                            ak_mma_f16_16816(o[j0 + 2 * u], pa[sb][kk], b[u][0], b[u][1]);
-                            ak_mma_f16_16816(o[j0 + 2 * u + 1], pa[sb][kk], b[u][2], b[u][3]);
-                        }
-                    } else {
-#pragma unroll
-                        for (int u = 0; u < PB; u++) {
-                            ak_mma_bf16_16816(o[j0 + 2 * u], pa[F16 ? sb : 0][kk], b[u][0], b[u][1]);
-                            ak_mma_bf16_16816(o[j0 + 2 * u + 1], pa[F16 ? sb : 0][kk], b[u][2], b[u][3]);
-                        }
+                    for (int u = 0; u < PB; u++) {
+                        ak_mma_bf16_16816(o[j0 + 2 * u], pa[kk], b[u][0], b[u][1]);
+                        ak_mma_bf16_16816(o[j0 + 2 * u + 1], pa[kk], b[u][2], b[u][3]);
                     }
                 }
             }
@@ -574,12 +415,8 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
         nxt = nxt2;
     }
 
-    /* Write this split's rows: final out/lse with one split, else normalized partials. O's dims
-       of sub-block sb carry the factor f_run[sb]. */
+    /* Write this split's rows: final out/lse with one split, else normalized partials. */
     const int d0 = gw * DVW;
-    float fi[NSB];
-#pragma unroll
-    for (int sb = 0; sb < NSB; sb++) fi[sb] = 1.0f / f_run[sb];
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
         const int h = h0 + mt * 16 + g + hr * 8;
@@ -600,8 +437,7 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
 #pragma unroll
             for (int j = 0; j < DVW / 8; j++) {
                 int d = d0 + j * 8 + c4 * 2;
-                const float fj = f * fi[j / 8];
-                float v0 = o[j][hr * 2] * fj, v1 = o[j][hr * 2 + 1] * fj;
+                float v0 = o[j][hr * 2] * f, v1 = o[j][hr * 2 + 1] * f;
                 if (p.out_f32) {
                     *reinterpret_cast<float2 *>((float *)p.out + ob + d) = make_float2(v0, v1);
                 } else {
@@ -616,8 +452,7 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
 #pragma unroll
             for (int j = 0; j < DVW / 8; j++) {
                 int d = d0 + j * 8 + c4 * 2;
-                const float fj = f * fi[j / 8];
-                *reinterpret_cast<float2 *>(dst + d) = make_float2(o[j][hr * 2] * fj, o[j][hr * 2 + 1] * fj);
+                *reinterpret_cast<float2 *>(dst + d) = make_float2(o[j][hr * 2] * f, o[j][hr * 2 + 1] * f);
             }
         }
     }
@@ -705,7 +540,8 @@ __global__ void __launch_bounds__(128) ak_sd_combine(const ak_sd_params p) {
 
 template <int LAYOUT>
 static size_t ak_sd_smem_l(int mw) {
-    return mw == 1 ? (size_t)ak_sd_cfg<LAYOUT, 1>::SMEM : (size_t)ak_sd_cfg<LAYOUT, 2>::SMEM;
+    return mw == 1 ? (size_t)ak_sd_cfg<LAYOUT, 1>::SMEM
+                   : mw == 2 ? (size_t)ak_sd_cfg<LAYOUT, 2>::SMEM : (size_t)ak_sd_cfg<LAYOUT, 4>::SMEM;
 }
 
 static size_t ak_sd_smem(ak_layout layout, int mw) {
@@ -719,7 +555,7 @@ static size_t ak_sd_smem(ak_layout layout, int mw) {
 
 /*
  * Shapes and SM count only: never lengths or indices (workspace size and graph stability).
- * Chooses the head tile (MW = 1, 2 m16 tiles, at most what h_q needs) and the split count that
+ * Chooses the head tile (MW = 1, 2, 4 m16 tiles, at most what h_q needs) and the split count that
  * minimise a critical-path estimate in units of one 16-row tile step (about 0.6 us on H200):
  * waves x (3 for the Q / slot-id / first-record latency + tiles per CTA x (1 + MW)), plus, with
  * splits, 1 for the combine launch and 1 per 4 MB of partial rows written and read back. Large
@@ -733,7 +569,7 @@ static void ak_sd_plan_make(const ak_context *ctx, const ak_mla_decode_args *a, 
     const int64_t b = a->q->shape[0], s_q = a->q->shape[1], h_q = a->q->shape[2];
     const int64_t topk = a->indices->shape[2];
     const int64_t etopk = a->extra_indices != NULL ? a->extra_indices->shape[2] : 0;
-    const int mw_max = h_q <= 16 ? 1 : 2;
+    const int mw_max = h_q <= 16 ? 1 : (h_q <= 32 ? 2 : 4);
     pl->n_tiles = (int)((topk + AK_SD_KEYS - 1) / AK_SD_KEYS + (etopk + AK_SD_KEYS - 1) / AK_SD_KEYS);
     pl->rows = b * s_q * h_q;
     const int sms = ctx->cuda != NULL ? ctx->cuda->prop.multiProcessorCount : 132;
@@ -813,7 +649,8 @@ static ak_status ak_sd_combine_launch(ak_context *ctx, const ak_sd_params &p, co
 template <int LAYOUT>
 static ak_status ak_sd_launch_mw(ak_context *ctx, const ak_sd_params &p, const ak_sd_plan &pl) {
     if (pl.mw == 1) return ak_sd_launch<LAYOUT, 1>(ctx, p, pl);
-    return ak_sd_launch<LAYOUT, 2>(ctx, p, pl);
+    if (pl.mw == 2) return ak_sd_launch<LAYOUT, 2>(ctx, p, pl);
+    return ak_sd_launch<LAYOUT, 4>(ctx, p, pl);
 }
 
 extern "C" ak_status ak_cuda_mla_decode(ak_context *ctx, const ak_mla_decode_args *a, void *workspace,
