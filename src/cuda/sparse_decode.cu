@@ -352,12 +352,16 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
                 mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
                 mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
             }
+            /* Lazy rescaling: while neither row gains more than 8 (log2 units) over its running
+               max, the max stays (P <= 2^8, the same relative rounding in bf16) and O is not
+               rescaled; every warp of the m-tile sees the same rows and decides alike. */
+            const bool keep = __all_sync(0xffffffffu, mx[0] <= m_run[0] + 8.0f && mx[1] <= m_run[1] + 8.0f);
             float alpha[2];
 #pragma unroll
             for (int hr = 0; hr < 2; hr++) {
-                float m_new = fmaxf(m_run[hr], mx[hr]);
+                float m_new = keep ? m_run[hr] : fmaxf(m_run[hr], mx[hr]);
                 float m_use = m_new == -INFINITY ? 0.0f : m_new;
-                alpha[hr] = exp2f(m_run[hr] - m_use);
+                alpha[hr] = keep ? 1.0f : exp2f(m_run[hr] - m_use);
                 float sum = 0.0f;
 #pragma unroll
                 for (int e = 0; e < 16; e++) {
@@ -380,12 +384,14 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
                     pa[kk][e] = ak_sd_pack_bf16(x[hr][c], x[hr][c + 1]);
                 }
             }
+            if (!keep) {
 #pragma unroll
-            for (int j = 0; j < DVW / 8; j++) {
-                o[j][0] *= alpha[0];
-                o[j][1] *= alpha[0];
-                o[j][2] *= alpha[1];
-                o[j][3] *= alpha[1];
+                for (int j = 0; j < DVW / 8; j++) {
+                    o[j][0] *= alpha[0];
+                    o[j][1] *= alpha[0];
+                    o[j][2] *= alpha[1];
+                    o[j][3] *= alpha[1];
+                }
             }
         }
         {

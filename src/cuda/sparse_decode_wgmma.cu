@@ -327,13 +327,23 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
             if (c4 == 0) red[wg * 64 + 16 * wr + g + 8 * hr] = mx[hr];
         }
         __syncthreads();
+        /* Lazy rescaling: while no row of the warp's 16 gains more than 8 (log2 units) over its
+           running max, the max stays (P <= 2^8, the same relative rounding in bf16) and the 128
+           O accumulators are not rescaled; both warpgroups' warps of these rows decide alike. */
+        float mtile[2];
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) {
+            const int row = 16 * wr + g + 8 * hr;
+            mtile[hr] = fmaxf(red[row], red[64 + row]);
+        }
+        const bool keep = __all_sync(0xffffffffu, mtile[0] <= m_run[0] + 8.0f && mtile[1] <= m_run[1] + 8.0f);
         float alpha[2];
 #pragma unroll
         for (int hr = 0; hr < 2; hr++) {
             const int row = 16 * wr + g + 8 * hr;
-            const float m_new = fmaxf(m_run[hr], fmaxf(red[row], red[64 + row]));
+            const float m_new = keep ? m_run[hr] : fmaxf(m_run[hr], mtile[hr]);
             const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-            alpha[hr] = exp2f(m_run[hr] - m_use);
+            alpha[hr] = keep ? 1.0f : exp2f(m_run[hr] - m_use);
             float sum = 0.0f;
 #pragma unroll
             for (int j = 0; j < 4; j++) {
@@ -356,12 +366,14 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
                     ak_sd_pack_bf16(s[4 * j + 2 * hr], s[4 * j + 2 * hr + 1]);
             }
         }
+        if (!keep) {
 #pragma unroll
-        for (int j = 0; j < 32; j++) {
-            o[4 * j] *= alpha[0];
-            o[4 * j + 1] *= alpha[0];
-            o[4 * j + 2] *= alpha[1];
-            o[4 * j + 3] *= alpha[1];
+            for (int j = 0; j < 32; j++) {
+                o[4 * j] *= alpha[0];
+                o[4 * j + 1] *= alpha[0];
+                o[4 * j + 2] *= alpha[1];
+                o[4 * j + 3] *= alpha[1];
+            }
         }
         ak_fence_proxy_async(); /* P tile writes -> wgmma reads */
         __syncthreads();
