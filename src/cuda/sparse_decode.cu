@@ -361,11 +361,11 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
             for (int hr = 0; hr < 2; hr++) {
                 float m_new = keep ? m_run[hr] : fmaxf(m_run[hr], mx[hr]);
                 float m_use = m_new == -INFINITY ? 0.0f : m_new;
-                alpha[hr] = keep ? 1.0f : exp2f(m_run[hr] - m_use);
+                alpha[hr] = keep ? 1.0f : ak_ex2(m_run[hr] - m_use);
                 float sum = 0.0f;
 #pragma unroll
                 for (int e = 0; e < 16; e++) {
-                    x[hr][e] = exp2f(x[hr][e] - m_use);
+                    x[hr][e] = ak_ex2(x[hr][e] - m_use);
                     sum += x[hr][e];
                 }
                 sum += __shfl_xor_sync(0xffffffffu, sum, 1);
