@@ -48,7 +48,7 @@ template <> struct ak_sd_stg<AK_LAYOUT_DSV4_FP8_UE8M0> { enum { STG = 592 }; };
 template <int LAYOUT>
 __device__ __forceinline__ int64_t ak_sd_rec_off(const ak_sd_list &l, int32_t s) {
     if ((uint32_t)s >= l.capacity) return -1;
-    const int32_t page = s / l.page_size, t = s - page * l.page_size;
+    const int32_t page = ak_sd_page(l, s), t = s - page * l.page_size;
     return (int64_t)page * l.page_stride + (int64_t)t * (LAYOUT == AK_LAYOUT_MLA_BF16 ? 1152 : ak_sd_geo<LAYOUT>::REC);
 }
 
@@ -620,6 +620,9 @@ static void ak_sd_list_fill(ak_sd_list *l, const ak_cache *c, const ak_tensor *i
     l->pool = (const uint8_t *)c->data;
     l->page_stride = ak_cache_stride(c);
     l->page_size = c->page_size;
+    l->page_shift = -1;
+    for (int k = 0; k < 31; k++)
+        if (c->page_size == (int32_t)1 << k) l->page_shift = k;
     l->capacity = (uint32_t)((int64_t)c->num_pages * c->page_size);
     l->k_scale_ptr = c->k_scale_ptr;
     l->k_scale = c->k_scale > 0.0f ? c->k_scale : 1.0f;

@@ -20,6 +20,7 @@ struct ak_sd_list {
     const uint8_t *pool;   /* the cache pool */
     int64_t page_stride;   /* bytes */
     int32_t page_size;
+    int32_t page_shift;    /* log2(page_size) for a power of two (every common size), else -1 */
     uint32_t capacity;     /* num_pages * page_size (rule I1 bound) */
     const float *k_scale_ptr;
     float k_scale;
@@ -106,6 +107,11 @@ __device__ __forceinline__ void ak_sd_copy_tile(const uint8_t *pool, const int64
         for (int ps = 0; ps < PASS; ps++)
             if (CH % 32 == 0 || lane + 32 * ps < CH) ak_cp_async16(d + 512 * ps, src + 512 * ps, n);
     }
+}
+
+/* Page of slot s (0 <= s < capacity): a shift for power-of-two pages, a division otherwise. */
+__device__ __forceinline__ int32_t ak_sd_page(const ak_sd_list &l, int32_t s) {
+    return l.page_shift >= 0 ? s >> l.page_shift : s / l.page_size;
 }
 
 /* Row length of list `l` for (r, i): clamped to [0, topk]. */

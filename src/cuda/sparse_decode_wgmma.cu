@@ -90,24 +90,24 @@ __device__ __forceinline__ int ak_sdw_next(const ak_sd_params &p, int u, int u_e
     return u;
 }
 
-/* Slot of key k of unit u, or -1 (past the length or rule I1). */
+/* Index value of key k of unit u as stored (checked by ak_sdw_locate when used, so the load's
+   latency is not waited for here), or -1 past the row's length. */
 __device__ __forceinline__ int32_t ak_sdw_slot(const ak_sd_params &p, int64_t r, int64_t i, int u, int k,
                                                int32_t len0, int32_t len1) {
     const int t = u >> 1, ex = t >= p.list[0].tiles;
     const ak_sd_list &l = p.list[ex];
     const int pos = (ex ? t - p.list[0].tiles : t) * AK_SD_KEYS + (u & 1) * AK_SDW_UK + k;
     if (pos >= (ex ? len1 : len0)) return -1;
-    const int32_t s = l.idx[r * l.idx_s0 + i * l.idx_s1 + pos];
-    return (uint32_t)s < l.capacity ? s : -1;
+    return l.idx[r * l.idx_s0 + i * l.idx_s1 + pos];
 }
 
 /* Byte offsets from the list's pool of slot `slot`'s record (ro) and, for V4, of its scale bytes
-   (so); -1 for an invalid slot. */
+   (so); -1 for an invalid slot (rule I1: negative or >= capacity). */
 template <int LAYOUT>
 __device__ __forceinline__ void ak_sdw_locate(const ak_sd_list &l, int32_t slot, int64_t &ro, int64_t &so) {
     ro = so = -1;
-    if (slot < 0) return;
-    const int32_t page = slot / l.page_size, ts = slot - page * l.page_size;
+    if ((uint32_t)slot >= l.capacity) return;
+    const int32_t page = ak_sd_page(l, slot), ts = slot - page * l.page_size;
     const int64_t pg = (int64_t)page * l.page_stride;
     ro = pg + (int64_t)ts * ak_sdw_rec<LAYOUT>::BYTES;
     if (LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0) so = pg + (int64_t)l.page_size * 576 + (int64_t)ts * 8;
@@ -225,11 +225,17 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
     int u_iss = u_first; /* next unit whose copies the producer issues */
     int32_t nslot = -1;  /* lanes 0..7 of a producer warp: slot of key 8 warp + lane of unit u_iss */
     if (wg == 0) {
-#pragma unroll 1
+        int32_t slot[M::NST]; /* the first units' slot loads, all in flight before any is used */
+        int uu = u_iss;
+#pragma unroll
+        for (int s = 0; s < M::NST; s++) {
+            slot[s] = uu < u_end && lane < 8 ? ak_sdw_slot(p, r, i, uu, 8 * warp + lane, len0, len1) : -1;
+            if (uu < u_end) uu = ak_sdw_next(p, uu + 1, u_end, len0, len1);
+        }
+#pragma unroll
         for (int s = 0; s < M::NST; s++) {
             if (u_iss < u_end) {
-                const int32_t slot = lane < 8 ? ak_sdw_slot(p, r, i, u_iss, 8 * warp + lane, len0, len1) : -1;
-                ak_sdw_issue<LAYOUT>(p.list[(u_iss >> 1) >= p.list[0].tiles], slot, raw + s * M::UBYTES,
+                ak_sdw_issue<LAYOUT>(p.list[(u_iss >> 1) >= p.list[0].tiles], slot[s], raw + s * M::UBYTES,
                                      sc8 + s * AK_SDW_UK * 8, vst + s * AK_SDW_UK, warp, lane);
                 u_iss = ak_sdw_next(p, u_iss + 1, u_end, len0, len1);
             } else {
