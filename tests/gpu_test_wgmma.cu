@@ -1,11 +1,10 @@
 /*
  * gpu_test_wgmma.cu -- the wgmma wrappers of src/cuda/ptx.cuh and the shared-memory layouts the
  * sparse decode wgmma kernel relies on, checked against a host product (exit 77 without a GPU):
- *   S[64 x 32]  = Q[64 x 576] K[32 x 576]^T   (m64n16k16, A and B K-major, 128-byte swizzle;
- *                                              warpgroup w takes keys 16 w .. 16 w + 15)
- *   O[64 x 512] = P[64 x 32] V[32 x 512]      (m64n256k16, A = P K-major, B = the same K unit
+ *   S[64 x 64]  = Q[64 x 576] K[64 x 576]^T   (m64n32k16, A and B K-major, 128-byte swizzle;
+ *                                              warpgroup w takes keys 32 w .. 32 w + 31)
+ *   O[64 x 512] = P[64 x 64] V[64 x 512]      (m64n256k16, A = P K-major, B = the same K tile
  *                                              read MN-major, one warpgroup per 256 dims)
- * Q and P use 64-row column blocks (8 KB), K 32-row ones (4 KB), as the kernel does.
  * Inputs are small multiples of 1/8 and 1/4 so every product and sum is exact in fp32: any
  * difference is a layout or descriptor error, and the first one is printed with its position.
  */
@@ -20,14 +19,11 @@
 #include "cuda/ptx.cuh"
 
 #define T_D 576
-#define T_TILE 8192 /* 64 rows x 128 bytes */
-#define T_KBLK 4096 /* 32 rows x 128 bytes */
-#define T_KEYS 32
+#define T_TILE 8192
 
-/* Swizzled K-major offset of dims d..d+7 of row n in column blocks of blk bytes (re-derived here
-   from the PTX ISA text). */
-__device__ static uint32_t t_off(int n, int d, int blk) {
-    return (uint32_t)((d / 64) * blk + n * 128 + ((((d / 8) % 8) ^ (n % 8)) * 16));
+/* Swizzled K-major offset of dims d..d+7 of row n (re-derived here from the PTX ISA text). */
+__device__ static uint32_t t_off(int n, int d) {
+    return (uint32_t)((d / 64) * T_TILE + n * 128 + ((((d / 8) % 8) ^ (n % 8)) * 16));
 }
 
 __global__ void __launch_bounds__(256, 1) t_kernel(const uint16_t *q, const uint16_t *k, const uint16_t *pm,
@@ -39,33 +35,34 @@ __global__ void __launch_bounds__(256, 1) t_kernel(const uint16_t *q, const uint
     const int g = lane >> 2, c4 = lane & 3;
     for (int it = tid; it < 64 * 72; it += 256) {
         const int row = it / 72, c = it % 72;
-        *(uint4 *)(qs + t_off(row, c * 8, T_TILE)) = *(const uint4 *)(q + row * T_D + c * 8);
-        if (row < T_KEYS) *(uint4 *)(ks + t_off(row, c * 8, T_KBLK)) = *(const uint4 *)(k + row * T_D + c * 8);
+        *(uint4 *)(qs + t_off(row, c * 8)) = *(const uint4 *)(q + row * T_D + c * 8);
+        *(uint4 *)(ks + t_off(row, c * 8)) = *(const uint4 *)(k + row * T_D + c * 8);
     }
-    for (int it = tid; it < 64 * 4; it += 256) {
-        const int row = it / 4, c = it % 4;
-        *(uint4 *)(ps + t_off(row, c * 8, T_TILE)) = *(const uint4 *)(pm + row * T_KEYS + c * 8);
+    for (int it = tid; it < 64 * 8; it += 256) {
+        const int row = it / 8, c = it % 8;
+        *(uint4 *)(ps + t_off(row, c * 8)) = *(const uint4 *)(pm + row * 64 + c * 8);
     }
     ak_fence_proxy_async();
     __syncthreads();
-    float s[8];
-    for (int j = 0; j < 8; j++) s[j] = 0.0f;
+    float s[16];
+    for (int j = 0; j < 16; j++) s[j] = 0.0f;
     const uint32_t qa = ak_smem_addr(qs), ka = ak_smem_addr(ks);
     ak_wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < 36; kk++)
-        ak_wgmma_m64n16k16_ss(s, ak_wgmma_desc_sw128(qa + (kk >> 2) * T_TILE + (kk & 3) * 32, 16, 1024),
-                              ak_wgmma_desc_sw128(ka + wg * 16 * 128 + (kk >> 2) * T_KBLK + (kk & 3) * 32, 16, 1024),
-                              kk > 0);
+    for (int kk = 0; kk < 36; kk++) {
+        const uint32_t off = (kk >> 2) * T_TILE + (kk & 3) * 32;
+        ak_wgmma_m64n32k16_ss(s, ak_wgmma_desc_sw128(qa + off, 16, 1024),
+                              ak_wgmma_desc_sw128(ka + wg * 32 * 128 + off, 16, 1024), kk > 0);
+    }
     ak_wgmma_commit();
     ak_wgmma_wait0();
 #pragma unroll
-    for (int j = 0; j < 8; j++) ak_reg_fence(s[j]);
+    for (int j = 0; j < 16; j++) ak_reg_fence(s[j]);
     const int r0 = 16 * wr + g;
 #pragma unroll
-    for (int j = 0; j < 2; j++)
+    for (int j = 0; j < 4; j++)
         for (int e = 0; e < 4; e++)
-            s_out[(r0 + (e >> 1) * 8) * T_KEYS + 16 * wg + 8 * j + 2 * c4 + (e & 1)] = s[4 * j + e];
+            s_out[(r0 + (e >> 1) * 8) * 64 + 32 * wg + 8 * j + 2 * c4 + (e & 1)] = s[4 * j + e];
     const uint32_t pa = ak_smem_addr(ps);
     float o[128];
 #pragma unroll
@@ -74,9 +71,9 @@ __global__ void __launch_bounds__(256, 1) t_kernel(const uint16_t *q, const uint
     for (int j = 0; j < 128; j++) ak_reg_fence(o[j]);
     ak_wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < T_KEYS / 16; kk++)
+    for (int kk = 0; kk < 4; kk++)
         ak_wgmma_m64n256k16_ss_tb(o, ak_wgmma_desc_sw128(pa + kk * 32, 16, 1024),
-                                  ak_wgmma_desc_sw128(ka + wg * 4 * T_KBLK + kk * 2048, T_KBLK, 1024));
+                                  ak_wgmma_desc_sw128(ka + wg * 4 * T_TILE + kk * 2048, T_TILE, 1024));
     ak_wgmma_commit();
     ak_wgmma_wait0();
 #pragma unroll
@@ -100,9 +97,9 @@ int main(void) {
         return 77;
     }
     uint16_t *q = (uint16_t *)malloc(64 * T_D * 2), *k = (uint16_t *)malloc(64 * T_D * 2);
-    uint16_t *pm = (uint16_t *)malloc(64 * T_KEYS * 2);
-    float *qf = (float *)malloc(64 * T_D * 4), *kf = (float *)malloc(64 * T_D * 4), *pf = (float *)malloc(64 * T_KEYS * 4);
-    float *s = (float *)malloc(64 * T_KEYS * 4), *o = (float *)malloc(64 * 512 * 4);
+    uint16_t *pm = (uint16_t *)malloc(64 * 64 * 2);
+    float *qf = (float *)malloc(64 * T_D * 4), *kf = (float *)malloc(64 * T_D * 4), *pf = (float *)malloc(64 * 64 * 4);
+    float *s = (float *)malloc(64 * 64 * 4), *o = (float *)malloc(64 * 512 * 4);
     uint32_t st = 12345u;
     for (int e = 0; e < 64 * T_D; e++) {
         st = st * 1664525u + 1013904223u;
@@ -112,7 +109,7 @@ int main(void) {
         q[e] = t_bf16(qf[e]);
         k[e] = t_bf16(kf[e]);
     }
-    for (int e = 0; e < 64 * T_KEYS; e++) {
+    for (int e = 0; e < 64 * 64; e++) {
         st = st * 1664525u + 1013904223u;
         pf[e] = (float)((int)(st >> 29) - 4) / 4.0f;
         pm[e] = t_bf16(pf[e]);
@@ -121,12 +118,12 @@ int main(void) {
     float *ds, *dout;
     cudaMalloc((void **)&dq, 64 * T_D * 2);
     cudaMalloc((void **)&dk, 64 * T_D * 2);
-    cudaMalloc((void **)&dp, 64 * T_KEYS * 2);
-    cudaMalloc((void **)&ds, 64 * T_KEYS * 4);
+    cudaMalloc((void **)&dp, 64 * 64 * 2);
+    cudaMalloc((void **)&ds, 64 * 64 * 4);
     cudaMalloc((void **)&dout, 64 * 512 * 4);
     cudaMemcpy(dq, q, 64 * T_D * 2, cudaMemcpyHostToDevice);
     cudaMemcpy(dk, k, 64 * T_D * 2, cudaMemcpyHostToDevice);
-    cudaMemcpy(dp, pm, 64 * T_KEYS * 2, cudaMemcpyHostToDevice);
+    cudaMemcpy(dp, pm, 64 * 64 * 2, cudaMemcpyHostToDevice);
     const int smem = 19 * T_TILE + 1024;
     cudaFuncSetAttribute(t_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     t_kernel<<<1, 256, smem>>>(dq, dk, dp, ds, dout);
@@ -135,25 +132,25 @@ int main(void) {
         printf("gpu_test_wgmma: FAIL: kernel: %s\n", cudaGetErrorString(err));
         return 1;
     }
-    cudaMemcpy(s, ds, 64 * T_KEYS * 4, cudaMemcpyDeviceToHost);
+    cudaMemcpy(s, ds, 64 * 64 * 4, cudaMemcpyDeviceToHost);
     cudaMemcpy(o, dout, 64 * 512 * 4, cudaMemcpyDeviceToHost);
     int bad_s = 0, bad_o = 0;
     for (int m = 0; m < 64; m++)
-        for (int j = 0; j < T_KEYS; j++) {
+        for (int j = 0; j < 64; j++) {
             double ref = 0.0;
             for (int d = 0; d < T_D; d++) ref += (double)qf[m * T_D + d] * kf[j * T_D + d];
-            if (s[m * T_KEYS + j] != (float)ref && bad_s++ == 0)
-                printf("gpu_test_wgmma: S[%d][%d] = %g, expected %g\n", m, j, s[m * T_KEYS + j], ref);
+            if (s[m * 64 + j] != (float)ref && bad_s++ == 0)
+                printf("gpu_test_wgmma: S[%d][%d] = %g, expected %g\n", m, j, s[m * 64 + j], ref);
         }
     for (int m = 0; m < 64; m++)
         for (int d = 0; d < 512; d++) {
             double ref = 0.0;
-            for (int j = 0; j < T_KEYS; j++) ref += (double)pf[m * T_KEYS + j] * kf[j * T_D + d];
+            for (int j = 0; j < 64; j++) ref += (double)pf[m * 64 + j] * kf[j * T_D + d];
             if (o[m * 512 + d] != (float)ref && bad_o++ == 0)
                 printf("gpu_test_wgmma: O[%d][%d] = %g, expected %g\n", m, d, o[m * 512 + d], ref);
         }
-    printf("gpu_test_wgmma: QK^T (m64n16 ss, K-major) %d/%d wrong, PV (m64n256 ss, MN-major B) %d/%d wrong: %s\n", bad_s,
-           64 * T_KEYS, bad_o, 64 * 512, bad_s + bad_o == 0 ? "PASS" : "FAIL");
+    printf("gpu_test_wgmma: QK^T (m64n32 ss, K-major) %d/%d wrong, PV (m64n256 ss, MN-major B) %d/%d wrong: %s\n", bad_s,
+           64 * 64, bad_o, 64 * 512, bad_s + bad_o == 0 ? "PASS" : "FAIL");
     cudaFree(dq);
     cudaFree(dk);
     cudaFree(dp);

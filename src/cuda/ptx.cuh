@@ -85,32 +85,16 @@ __device__ __forceinline__ void ak_fence_proxy_async(void) {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
-/* D[64x16] (+)= A[64x16] B[16x16]: bf16 A and B from shared memory, both K-major (no transpose),
+/* D[64x32] (+)= A[64x16] B[16x32]: bf16 A and B from shared memory, both K-major (no transpose),
    f32 accumulators in the wgmma D fragment; scale_d 0 overwrites D. */
-__device__ __forceinline__ void ak_wgmma_m64n16k16_ss(float *d, uint64_t da, uint64_t db, int scale_d) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {"
-                 "%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, 0, 0;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+__device__ __forceinline__ void ak_wgmma_m64n32k16_ss(float *d, uint64_t da, uint64_t db, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+                 "}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
                  : "l"(da), "l"(db), "r"(scale_d));
-}
-
-/* Named barriers (id 0 is __syncthreads): bar.sync waits until n threads (a multiple of 32)
-   arrived at barrier id; bar.arrive counts this warp without waiting (producer/consumer hand-off). */
-__device__ __forceinline__ void ak_bar_sync(int id, int n) {
-    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
-}
-__device__ __forceinline__ void ak_bar_arrive(int id, int n) {
-    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
-}
-
-/* Moves registers between warpgroups of a warp-specialized kernel (the kernel needs launch bounds
-   with a minimum of 1 block so ptxas knows the count at entry). */
-template <int N> __device__ __forceinline__ void ak_setmaxnreg_dec(void) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
-}
-template <int N> __device__ __forceinline__ void ak_setmaxnreg_inc(void) {
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
 }
 
 /* D[64x256] += A[64x16] B[16x256]: bf16 A from shared memory K-major, B from shared memory
@@ -152,6 +136,11 @@ __device__ __forceinline__ float ak_ex2(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
     return y;
+}
+
+/* Hint: bring the line holding p into L2 (no register, no completion to wait for). */
+__device__ __forceinline__ void ak_prefetch_l2(const void *p) {
+    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
 }
 
 /* 16 bytes global -> shared without registers; src_size 0 reads nothing and zero-fills. */
