@@ -91,23 +91,35 @@ __device__ __forceinline__ void ak_dev_bf16xn(const float *v, uint16_t *h, int n
     }
 }
 
-/* x / s for a fixed s: when s is a power of two with a normal reciprocal, x * (1 / s) is the
-   same real number rounded once, so the result is identical and the IEEE division sequence is
-   skipped (k_scale 1.0, UE8M0 and power-of-two scales); NaN inputs keep the division. */
+/* x / s for a fixed s, correctly rounded like __fdiv_rn (the codecs' reference division). When s
+   is a power of two with a normal reciprocal, x * (1 / s) is the same real number rounded once.
+   Otherwise, with rs = RN(1 / s) computed once: q = RN(x rs), the remainder x - q s (exact in an
+   FMA) and q' = RN(q + (x - q s) rs) is RN(x / s) (Markstein's theorem) when nothing under- or
+   overflows, which the range checks guarantee; other inputs (NaN, zero, extremes) take
+   __fdiv_rn. Three instructions per value instead of the division sequence. */
 struct ak_divisor {
     float s, rs;
-    bool pow2;
+    bool pow2, fast;
 };
 __device__ __forceinline__ ak_divisor ak_divisor_of(float s) {
     const uint32_t u = ak_f32_bits(s), e = u >> 23;
     ak_divisor d;
     d.s = s;
     d.pow2 = (u & 0x007fffffu) == 0 && e >= 1 && e <= 253; /* positive, 2^-126 .. 2^126 */
-    d.rs = ak_f32_from_bits((254u - e) << 23);              /* 2^(127 - e) = 1 / s */
+    d.fast = fabsf(s) >= 0x1p-100f && fabsf(s) <= 0x1p100f;
+    d.rs = d.pow2 ? ak_f32_from_bits((254u - e) << 23) /* 2^(127 - e) = 1 / s */
+                  : (d.fast ? __frcp_rn(s) : 0.0f);
     return d;
 }
 __device__ __forceinline__ float ak_div(const ak_divisor &d, float x) {
-    return d.pow2 && !ak_isnan_f32(x) ? __fmul_rn(x, d.rs) : __fdiv_rn(x, d.s);
+    if (d.pow2) return !ak_isnan_f32(x) ? __fmul_rn(x, d.rs) : __fdiv_rn(x, d.s);
+    if (d.fast) {
+        const float q = __fmul_rn(x, d.rs);
+        const float q1 = __fmaf_rn(__fmaf_rn(-q, d.s, x), d.rs, q);
+        const float a = fabsf(q1);
+        if (a >= 0x1p-100f && a <= 0x1p100f) return q1;
+    }
+    return __fdiv_rn(x, d.s);
 }
 
 /* 16-byte aligned vector load/store with a scalar fallback for unaligned views. */
@@ -1511,12 +1523,14 @@ __global__ void __launch_bounds__(256, 4)
     }
 }
 
-/* MHA convert between pools of the same layout, page size and head geometry (only the element
-   type changes, e.g. C12 bf16 <-> e4m3): a listed page is the same run of page_size * h_kv * dim
-   elements in both pools, so a block takes a page and each thread converts AK_MHA_PU runs of 16
-   elements with vector loads, all loads in flight before any store (the generic kernel above
-   re-derives head, slot and page per 8 elements with runtime element types: 26-34% of the copy
-   bandwidth). Per element the same functions as ak_mha_decode / ak_mha_store: the same bytes. */
+/* MHA convert between pools of the same page size and head geometry (C11 NHD <-> HND, C12 bf16
+   <-> e4m3, or both): a listed page holds the same page_size * h_kv * dim elements in both pools,
+   in (token, head) or (head, token) row order, so a block takes a page and each thread moves
+   AK_MHA_PU runs of 16 elements (within one row) with vector loads, all loads in flight before
+   any store; with different layouts a run's row is remapped (t h <-> h t). The generic kernel
+   above re-derives head, slot and page per 8 elements with runtime element types (26-77% of the
+   copy bandwidth). Per element the same functions as ak_mha_decode / ak_mha_store: the same
+   bytes; the same element type copies the bytes. */
 #define AK_MHA_PU 4
 template <int SD, int DD> struct ak_mha_run {
     enum { SB = SD == AK_DTYPE_E4M3 ? 16 : 32, DB = DD == AK_DTYPE_E4M3 ? 16 : 32 }; /* bytes per run */
@@ -1526,6 +1540,8 @@ __global__ void __launch_bounds__(256) ak_mha_page_convert_kernel(ak_mha_pool s,
                                                                   const int32_t *pages, int64_t pstride,
                                                                   int64_t npages, int32_t runs) {
     typedef ak_mha_run<SD, DD> R;
+    const bool remap = s.c.layout != d.c.layout;
+    const int32_t rd = s.dim / 16, P = s.c.page_size, H = s.c.h_kv; /* runs per row */
     const float ss = SD == AK_DTYPE_E4M3 ? ak_mha_scale(s) : 1.0f;
     const ak_divisor dv = ak_divisor_of(DD == AK_DTYPE_E4M3 ? ak_mha_scale(d) : 1.0f);
     for (int64_t k = blockIdx.x; k < npages; k += gridDim.x) {
@@ -1559,7 +1575,20 @@ __global__ void __launch_bounds__(256) ak_mha_page_convert_kernel(ak_mha_pool s,
                         v[e] = SD == AK_DTYPE_BF16 ? ak_bf16_to_f32(x) : ak_f16_to_f32(x);
                     }
                 }
-                uint8_t *o = dst + (int64_t)(c0 + u * 256) * R::DB;
+                int32_t dc = c0 + u * 256; /* destination run */
+                if (remap) {
+                    const int32_t row = dc / rd, x = dc - row * rd;
+                    int32_t t, h;
+                    if (s.c.layout == AK_LAYOUT_MHA_NHD) t = row / H, h = row - t * H;
+                    else h = row / P, t = row - h * P;
+                    dc = (d.c.layout == AK_LAYOUT_MHA_NHD ? t * H + h : h * P + t) * rd + x;
+                }
+                uint8_t *o = dst + (int64_t)dc * R::DB;
+                if (SD == DD) {
+#pragma unroll
+                    for (int h = 0; h < R::SB / 16; h++) *(uint4 *)(o + 16 * h) = in[u][h];
+                    continue;
+                }
                 if (DD == AK_DTYPE_E4M3) {
                     uint32_t q[4];
 #pragma unroll
@@ -1586,15 +1615,14 @@ __global__ void __launch_bounds__(256) ak_mha_page_convert_kernel(ak_mha_pool s,
 }
 
 /* The page-convert kernel's element types (runtime -> template), or -1 when it does not apply:
-   both pools the same layout, page size, heads and dims, different element types, 16-byte
-   aligned pages, whole 16-element runs. */
+   both pools the same page size, heads and dims (a multiple of 16), 16-byte aligned pages. */
 static int ak_mha_page_convert_kind(const ak_cache *sc, const ak_cache *dc, const ak_mha_pool &s,
                                     const ak_mha_pool &d) {
-    if (sc->layout != dc->layout || sc->page_size != dc->page_size || sc->h_kv != dc->h_kv ||
-        s.dim != d.dim || sc->elem_dtype == dc->elem_dtype)
+    if (sc->page_size != dc->page_size || sc->h_kv != dc->h_kv || s.dim != d.dim || s.dim % 16 != 0)
         return -1;
+    if (sc->layout == dc->layout && sc->elem_dtype == dc->elem_dtype) return -1; /* not a convert */
     const int64_t elems = (int64_t)sc->page_size * sc->h_kv * s.dim;
-    if (elems % 16 != 0 || elems / 16 > INT32_MAX || !s.vec || !d.vec) return -1;
+    if (elems / 16 > INT32_MAX || !s.vec || !d.vec) return -1;
     return sc->elem_dtype * 4 + dc->elem_dtype;
 }
 
@@ -1848,8 +1876,14 @@ extern "C" ak_status ak_cuda_cache_convert(ak_context *ctx, const ak_cache *src,
                 case AK_DTYPE_BF16 * 4 + AK_DTYPE_F16:
                     ak_mha_page_convert_kernel<AK_DTYPE_BF16, AK_DTYPE_F16><<<grid, 256, 0, st>>>(s, d, pg, pstride, npages, runs);
                     break;
-                default:
+                case AK_DTYPE_F16 * 4 + AK_DTYPE_BF16:
                     ak_mha_page_convert_kernel<AK_DTYPE_F16, AK_DTYPE_BF16><<<grid, 256, 0, st>>>(s, d, pg, pstride, npages, runs);
+                    break;
+                case AK_DTYPE_E4M3 * 4 + AK_DTYPE_E4M3:
+                    ak_mha_page_convert_kernel<AK_DTYPE_E4M3, AK_DTYPE_E4M3><<<grid, 256, 0, st>>>(s, d, pg, pstride, npages, runs);
+                    break;
+                default: /* bf16 or f16 on both sides: 16-bit runs copied */
+                    ak_mha_page_convert_kernel<AK_DTYPE_BF16, AK_DTYPE_BF16><<<grid, 256, 0, st>>>(s, d, pg, pstride, npages, runs);
                     break;
                 }
                 AK_CUDA_CHECK_LAUNCH("ak_mha_page_convert_kernel");
