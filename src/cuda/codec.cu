@@ -91,35 +91,23 @@ __device__ __forceinline__ void ak_dev_bf16xn(const float *v, uint16_t *h, int n
     }
 }
 
-/* x / s for a fixed s, correctly rounded like __fdiv_rn (the codecs' reference division). When s
-   is a power of two with a normal reciprocal, x * (1 / s) is the same real number rounded once.
-   Otherwise, with rs = RN(1 / s) computed once: q = RN(x rs), the remainder x - q s (exact in an
-   FMA) and q' = RN(q + (x - q s) rs) is RN(x / s) (Markstein's theorem) when nothing under- or
-   overflows, which the range checks guarantee; other inputs (NaN, zero, extremes) take
-   __fdiv_rn. Three instructions per value instead of the division sequence. */
+/* x / s for a fixed s: when s is a power of two with a normal reciprocal, x * (1 / s) is the
+   same real number rounded once, so the result is identical and the IEEE division sequence is
+   skipped (k_scale 1.0, UE8M0 and power-of-two scales); NaN inputs keep the division. */
 struct ak_divisor {
     float s, rs;
-    bool pow2, fast;
+    bool pow2;
 };
 __device__ __forceinline__ ak_divisor ak_divisor_of(float s) {
     const uint32_t u = ak_f32_bits(s), e = u >> 23;
     ak_divisor d;
     d.s = s;
     d.pow2 = (u & 0x007fffffu) == 0 && e >= 1 && e <= 253; /* positive, 2^-126 .. 2^126 */
-    d.fast = fabsf(s) >= 0x1p-100f && fabsf(s) <= 0x1p100f;
-    d.rs = d.pow2 ? ak_f32_from_bits((254u - e) << 23) /* 2^(127 - e) = 1 / s */
-                  : (d.fast ? __frcp_rn(s) : 0.0f);
+    d.rs = ak_f32_from_bits((254u - e) << 23);              /* 2^(127 - e) = 1 / s */
     return d;
 }
 __device__ __forceinline__ float ak_div(const ak_divisor &d, float x) {
-    if (d.pow2) return !ak_isnan_f32(x) ? __fmul_rn(x, d.rs) : __fdiv_rn(x, d.s);
-    if (d.fast) {
-        const float q = __fmul_rn(x, d.rs);
-        const float q1 = __fmaf_rn(__fmaf_rn(-q, d.s, x), d.rs, q);
-        const float a = fabsf(q1);
-        if (a >= 0x1p-100f && a <= 0x1p100f) return q1;
-    }
-    return __fdiv_rn(x, d.s);
+    return d.pow2 && !ak_isnan_f32(x) ? __fmul_rn(x, d.rs) : __fdiv_rn(x, d.s);
 }
 
 /* 16-byte aligned vector load/store with a scalar fallback for unaligned views. */
@@ -1542,6 +1530,9 @@ __global__ void __launch_bounds__(256) ak_mha_page_convert_kernel(ak_mha_pool s,
     typedef ak_mha_run<SD, DD> R;
     const bool remap = s.c.layout != d.c.layout;
     const int32_t rd = s.dim / 16, P = s.c.page_size, H = s.c.h_kv; /* runs per row */
+    /* log2 of rd, H, P when powers of two (the common shapes): shifts instead of divisions */
+    const int lrd = __popc(rd) == 1 ? __ffs(rd) - 1 : -1, lh = __popc(H) == 1 ? __ffs(H) - 1 : -1;
+    const int lp = __popc(P) == 1 ? __ffs(P) - 1 : -1;
     const float ss = SD == AK_DTYPE_E4M3 ? ak_mha_scale(s) : 1.0f;
     const ak_divisor dv = ak_divisor_of(DD == AK_DTYPE_E4M3 ? ak_mha_scale(d) : 1.0f);
     for (int64_t k = blockIdx.x; k < npages; k += gridDim.x) {
@@ -1560,28 +1551,29 @@ __global__ void __launch_bounds__(256) ak_mha_page_convert_kernel(ak_mha_pool s,
 #pragma unroll
             for (int u = 0; u < AK_MHA_PU; u++) {
                 if (c0 + u * 256 >= runs) continue;
-                uint32_t wd[R::SB / 4]; /* the run as little-endian words */
-#pragma unroll
-                for (int h = 0; h < R::SB / 16; h++)
-                    wd[4 * h] = in[u][h].x, wd[4 * h + 1] = in[u][h].y, wd[4 * h + 2] = in[u][h].z,
-                    wd[4 * h + 3] = in[u][h].w;
+                int32_t dc = c0 + u * 256; /* destination run */
+                if (remap) {
+                    const int32_t row = lrd >= 0 ? dc >> lrd : dc / rd, x = dc - row * rd;
+                    int32_t t, h;
+                    if (s.c.layout == AK_LAYOUT_MHA_NHD) t = lh >= 0 ? row >> lh : row / H, h = row - t * H;
+                    else h = lp >= 0 ? row >> lp : row / P, t = row - h * P;
+                    dc = (d.c.layout == AK_LAYOUT_MHA_NHD ? t * H + h : h * P + t) * rd + x;
+                }
                 float v[16];
+                if (SD == AK_DTYPE_E4M3 && SD != DD) { /* exact hardware widening (NaN bytes: integer path) */
+                    uint8_t b[16];
+                    memcpy(b, &in[u][0], 16);
+                    ak_dev_dec_e4m3x16(b, v);
 #pragma unroll
-                for (int e = 0; e < 16; e++) {
-                    if (SD == AK_DTYPE_E4M3) {
-                        v[e] = ak_e4m3_to_f32((uint8_t)(wd[e >> 2] >> (8 * (e & 3)))) * ss;
-                    } else {
+                    for (int e = 0; e < 16; e++) v[e] *= ss;
+                } else if (SD != DD) {
+                    uint32_t wd[8]; /* the run as little-endian words */
+                    memcpy(wd, &in[u][0], 32);
+#pragma unroll
+                    for (int e = 0; e < 16; e++) {
                         const uint16_t x = (uint16_t)(wd[e >> 1] >> (16 * (e & 1)));
                         v[e] = SD == AK_DTYPE_BF16 ? ak_bf16_to_f32(x) : ak_f16_to_f32(x);
                     }
-                }
-                int32_t dc = c0 + u * 256; /* destination run */
-                if (remap) {
-                    const int32_t row = dc / rd, x = dc - row * rd;
-                    int32_t t, h;
-                    if (s.c.layout == AK_LAYOUT_MHA_NHD) t = row / H, h = row - t * H;
-                    else h = row / P, t = row - h * P;
-                    dc = (d.c.layout == AK_LAYOUT_MHA_NHD ? t * H + h : h * P + t) * rd + x;
                 }
                 uint8_t *o = dst + (int64_t)dc * R::DB;
                 if (SD == DD) {
@@ -1590,24 +1582,23 @@ __global__ void __launch_bounds__(256) ak_mha_page_convert_kernel(ak_mha_pool s,
                     continue;
                 }
                 if (DD == AK_DTYPE_E4M3) {
-                    uint32_t q[4];
+                    float qv[16];
 #pragma unroll
-                    for (int w = 0; w < 4; w++)
-                        q[w] = (uint32_t)ak_dev_e4m3(ak_div(dv, v[4 * w])) |
-                               (uint32_t)ak_dev_e4m3(ak_div(dv, v[4 * w + 1])) << 8 |
-                               (uint32_t)ak_dev_e4m3(ak_div(dv, v[4 * w + 2])) << 16 |
-                               (uint32_t)ak_dev_e4m3(ak_div(dv, v[4 * w + 3])) << 24;
-                    *(uint4 *)o = make_uint4(q[0], q[1], q[2], q[3]);
+                    for (int e = 0; e < 16; e++) qv[e] = ak_div(dv, v[e]);
+                    uint4 q;
+                    ak_dev_e4m3x16(qv, (uint8_t *)&q);
+                    *(uint4 *)o = q;
                 } else {
-                    uint32_t x[8];
+                    uint4 x[2];
+                    if (DD == AK_DTYPE_BF16) {
+                        ak_dev_bf16xn(v, (uint16_t *)x, 16);
+                    } else {
+                        uint16_t *h = (uint16_t *)x;
 #pragma unroll
-                    for (int w = 0; w < 8; w++) {
-                        const uint32_t lo = DD == AK_DTYPE_BF16 ? ak_f32_to_bf16(v[2 * w]) : ak_f32_to_f16(v[2 * w]);
-                        const uint32_t hi = DD == AK_DTYPE_BF16 ? ak_f32_to_bf16(v[2 * w + 1]) : ak_f32_to_f16(v[2 * w + 1]);
-                        x[w] = lo | hi << 16;
+                        for (int e = 0; e < 16; e++) h[e] = ak_f32_to_f16(v[e]);
                     }
-                    *(uint4 *)o = make_uint4(x[0], x[1], x[2], x[3]);
-                    *(uint4 *)(o + 16) = make_uint4(x[4], x[5], x[6], x[7]);
+                    *(uint4 *)o = x[0];
+                    *(uint4 *)(o + 16) = x[1];
                 }
             }
         }
