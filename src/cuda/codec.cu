@@ -1559,16 +1559,33 @@ __global__ void __launch_bounds__(256) ak_mha_page_convert_kernel(ak_mha_pool s,
                     else h = lp >= 0 ? row >> lp : row / P, t = row - h * P;
                     dc = (d.c.layout == AK_LAYOUT_MHA_NHD ? t * H + h : h * P + t) * rd + x;
                 }
-                float v[16];
-                if (SD == AK_DTYPE_E4M3 && SD != DD) { /* exact hardware widening (NaN bytes: integer path) */
-                    uint8_t b[16];
-                    memcpy(b, &in[u][0], 16);
-                    ak_dev_dec_e4m3x16(b, v);
+                /* values as words and scalars only: byte arrays would live in local memory */
+                uint32_t wd[R::SB / 4];
 #pragma unroll
-                    for (int e = 0; e < 16; e++) v[e] *= ss;
+                for (int h = 0; h < R::SB / 16; h++)
+                    wd[4 * h] = in[u][h].x, wd[4 * h + 1] = in[u][h].y, wd[4 * h + 2] = in[u][h].z,
+                    wd[4 * h + 3] = in[u][h].w;
+                float v[16];
+                if (SD == AK_DTYPE_E4M3 && SD != DD) {
+                    uint32_t nan = 0; /* a byte whose low 7 bits are 0x7f is a NaN */
+#pragma unroll
+                    for (int k = 0; k < 4; k++) nan |= ((wd[k] & 0x7f7f7f7fu) + 0x01010101u) & 0x80808080u;
+#pragma unroll
+                    for (int e = 0; e < 16; e += 2) {
+                        const uint16_t pair = (uint16_t)(wd[e >> 2] >> (8 * (e & 3)));
+                        if (nan) { /* the integer path keeps NaN payloads as the CPU backend does */
+                            v[e] = ak_e4m3_to_f32((uint8_t)pair);
+                            v[e + 1] = ak_e4m3_to_f32((uint8_t)(pair >> 8));
+                        } else { /* exact: every e4m3 value is an f16 value */
+                            uint32_t h2;
+                            asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(pair));
+                            asm("cvt.f32.f16 %0, %1;" : "=f"(v[e]) : "h"((uint16_t)(h2 & 0xffffu)));
+                            asm("cvt.f32.f16 %0, %1;" : "=f"(v[e + 1]) : "h"((uint16_t)(h2 >> 16)));
+                        }
+                        v[e] *= ss;
+                        v[e + 1] *= ss;
+                    }
                 } else if (SD != DD) {
-                    uint32_t wd[8]; /* the run as little-endian words */
-                    memcpy(wd, &in[u][0], 32);
 #pragma unroll
                     for (int e = 0; e < 16; e++) {
                         const uint16_t x = (uint16_t)(wd[e >> 1] >> (16 * (e & 1)));
@@ -1582,23 +1599,29 @@ __global__ void __launch_bounds__(256) ak_mha_page_convert_kernel(ak_mha_pool s,
                     continue;
                 }
                 if (DD == AK_DTYPE_E4M3) {
-                    float qv[16];
+                    uint32_t q[4];
 #pragma unroll
-                    for (int e = 0; e < 16; e++) qv[e] = ak_div(dv, v[e]);
-                    uint4 q;
-                    ak_dev_e4m3x16(qv, (uint8_t *)&q);
-                    *(uint4 *)o = q;
+                    for (int w = 0; w < 4; w++)
+                        q[w] = (uint32_t)ak_dev_e4m3(ak_div(dv, v[4 * w])) |
+                               (uint32_t)ak_dev_e4m3(ak_div(dv, v[4 * w + 1])) << 8 |
+                               (uint32_t)ak_dev_e4m3(ak_div(dv, v[4 * w + 2])) << 16 |
+                               (uint32_t)ak_dev_e4m3(ak_div(dv, v[4 * w + 3])) << 24;
+                    *(uint4 *)o = make_uint4(q[0], q[1], q[2], q[3]);
                 } else {
-                    uint4 x[2];
-                    if (DD == AK_DTYPE_BF16) {
-                        ak_dev_bf16xn(v, (uint16_t *)x, 16);
-                    } else {
-                        uint16_t *h = (uint16_t *)x;
+                    uint32_t x[8];
 #pragma unroll
-                        for (int e = 0; e < 16; e++) h[e] = ak_f32_to_f16(v[e]);
+                    for (int w = 0; w < 8; w++) {
+                        const float lo = v[2 * w], hi = v[2 * w + 1];
+                        if (DD == AK_DTYPE_BF16 && !ak_isnan_f32(lo) && !ak_isnan_f32(hi)) {
+                            asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(x[w]) : "f"(hi), "f"(lo));
+                        } else {
+                            const uint32_t a = DD == AK_DTYPE_BF16 ? ak_f32_to_bf16(lo) : ak_f32_to_f16(lo);
+                            const uint32_t b = DD == AK_DTYPE_BF16 ? ak_f32_to_bf16(hi) : ak_f32_to_f16(hi);
+                            x[w] = a | b << 16;
+                        }
                     }
-                    *(uint4 *)o = x[0];
-                    *(uint4 *)(o + 16) = x[1];
+                    *(uint4 *)o = make_uint4(x[0], x[1], x[2], x[3]);
+                    *(uint4 *)(o + 16) = make_uint4(x[4], x[5], x[6], x[7]);
                 }
             }
         }
