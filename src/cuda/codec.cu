@@ -1640,6 +1640,23 @@ static int ak_mha_page_convert_kind(const ak_cache *sc, const ak_cache *dc, cons
     return sc->elem_dtype * 4 + dc->elem_dtype;
 }
 
+typedef void (*ak_mha_page_convert_fn)(ak_mha_pool, ak_mha_pool, const int32_t *, int64_t, int64_t, int32_t);
+
+/* The instance for kind = source dtype * 4 + destination dtype; equal 16-bit types share the
+   bf16 copy. */
+static ak_mha_page_convert_fn ak_mha_page_convert_of(int kind) {
+    switch (kind) {
+    case AK_DTYPE_BF16 * 4 + AK_DTYPE_E4M3: return ak_mha_page_convert_kernel<AK_DTYPE_BF16, AK_DTYPE_E4M3>;
+    case AK_DTYPE_F16 * 4 + AK_DTYPE_E4M3: return ak_mha_page_convert_kernel<AK_DTYPE_F16, AK_DTYPE_E4M3>;
+    case AK_DTYPE_E4M3 * 4 + AK_DTYPE_BF16: return ak_mha_page_convert_kernel<AK_DTYPE_E4M3, AK_DTYPE_BF16>;
+    case AK_DTYPE_E4M3 * 4 + AK_DTYPE_F16: return ak_mha_page_convert_kernel<AK_DTYPE_E4M3, AK_DTYPE_F16>;
+    case AK_DTYPE_BF16 * 4 + AK_DTYPE_F16: return ak_mha_page_convert_kernel<AK_DTYPE_BF16, AK_DTYPE_F16>;
+    case AK_DTYPE_F16 * 4 + AK_DTYPE_BF16: return ak_mha_page_convert_kernel<AK_DTYPE_F16, AK_DTYPE_BF16>;
+    case AK_DTYPE_E4M3 * 4 + AK_DTYPE_E4M3: return ak_mha_page_convert_kernel<AK_DTYPE_E4M3, AK_DTYPE_E4M3>;
+    default: return ak_mha_page_convert_kernel<AK_DTYPE_BF16, AK_DTYPE_BF16>;
+    }
+}
+
 /* ---- same-layout byte copies for the indexer layouts ----------------------------------------- */
 
 /* Per token: key bytes (kb) at page + t * kb, scale bytes (sb) at page + 64 * kb + t * sb. */
@@ -1874,32 +1891,7 @@ extern "C" ak_status ak_cuda_cache_convert(ak_context *ctx, const ak_cache *src,
             if (kind >= 0) {
                 const int32_t runs = (int32_t)((int64_t)src->page_size * src->h_kv * s.dim / 16);
                 const int grid = ak_grid_for(ctx, npages * 256, 256);
-                switch (kind) {
-                case AK_DTYPE_BF16 * 4 + AK_DTYPE_E4M3:
-                    ak_mha_page_convert_kernel<AK_DTYPE_BF16, AK_DTYPE_E4M3><<<grid, 256, 0, st>>>(s, d, pg, pstride, npages, runs);
-                    break;
-                case AK_DTYPE_F16 * 4 + AK_DTYPE_E4M3:
-                    ak_mha_page_convert_kernel<AK_DTYPE_F16, AK_DTYPE_E4M3><<<grid, 256, 0, st>>>(s, d, pg, pstride, npages, runs);
-                    break;
-                case AK_DTYPE_E4M3 * 4 + AK_DTYPE_BF16:
-                    ak_mha_page_convert_kernel<AK_DTYPE_E4M3, AK_DTYPE_BF16><<<grid, 256, 0, st>>>(s, d, pg, pstride, npages, runs);
-                    break;
-                case AK_DTYPE_E4M3 * 4 + AK_DTYPE_F16:
-                    ak_mha_page_convert_kernel<AK_DTYPE_E4M3, AK_DTYPE_F16><<<grid, 256, 0, st>>>(s, d, pg, pstride, npages, runs);
-                    break;
-                case AK_DTYPE_BF16 * 4 + AK_DTYPE_F16:
-                    ak_mha_page_convert_kernel<AK_DTYPE_BF16, AK_DTYPE_F16><<<grid, 256, 0, st>>>(s, d, pg, pstride, npages, runs);
-                    break;
-                case AK_DTYPE_F16 * 4 + AK_DTYPE_BF16:
-                    ak_mha_page_convert_kernel<AK_DTYPE_F16, AK_DTYPE_BF16><<<grid, 256, 0, st>>>(s, d, pg, pstride, npages, runs);
-                    break;
-                case AK_DTYPE_E4M3 * 4 + AK_DTYPE_E4M3:
-                    ak_mha_page_convert_kernel<AK_DTYPE_E4M3, AK_DTYPE_E4M3><<<grid, 256, 0, st>>>(s, d, pg, pstride, npages, runs);
-                    break;
-                default: /* bf16 or f16 on both sides: 16-bit runs copied */
-                    ak_mha_page_convert_kernel<AK_DTYPE_BF16, AK_DTYPE_BF16><<<grid, 256, 0, st>>>(s, d, pg, pstride, npages, runs);
-                    break;
-                }
+                ak_mha_page_convert_of(kind)<<<grid, 256, 0, st>>>(s, d, pg, pstride, npages, runs);
                 AK_CUDA_CHECK_LAUNCH("ak_mha_page_convert_kernel");
                 continue;
             }
