@@ -70,27 +70,42 @@ __device__ __forceinline__ void ak_sd_issue(const ak_sd_list &l, const int64_t *
 }
 
 /* Stage (raw fp8 records) -> ks[64][KSTR] bf16 (layouts.md 4). Zero-filled invalid keys give zero
-   rows: zero bytes times any scale, never NaN. */
+   rows: zero bytes times any scale, never NaN. Four threads per key, each taking every fourth
+   16-byte chunk, so chunk kinds and scale blocks are known at compile time (no division per
+   chunk); NB chunk loads are issued before the first conversion. */
 template <int LAYOUT, int KSTR>
 __device__ __forceinline__ void ak_sd_dequant(const uint8_t *stage, uint16_t *ks, float kscale) {
-    enum { STG = ak_sd_stg<LAYOUT>::STG, NQ = LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0 ? 28 : 32,
-           CH = LAYOUT == AK_LAYOUT_MLA_FP8_PERTENSOR ? 36 : NQ + 8, ITEMS = AK_SD_KEYS * CH }; /* chunks out */
-#pragma unroll 2
-    for (int it = threadIdx.x; it < ITEMS; it += AK_SD_THREADS) {
-        const int tok = it / CH, c = it - tok * CH;
-        const uint8_t *rec = stage + tok * STG;
-        uint16_t *row = ks + tok * KSTR;
-        if (LAYOUT == AK_LAYOUT_MLA_FP8_PERTENSOR || c < NQ) {
-            float sc = kscale;
-            if (LAYOUT == AK_LAYOUT_DSA_FP8_BLOCKSCALE) sc = *(const float *)(rec + 512 + 4 * (c >> 3));
-            if (LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0) sc = ak_sd_ue8m0(rec[576 + (c >> 2)]);
-            uint4 lo, hi;
-            ak_sd_dequant16(*(const uint4 *)(rec + c * 16), sc, lo, hi);
-            *reinterpret_cast<uint4 *>(row + c * 16) = lo;
-            *reinterpret_cast<uint4 *>(row + c * 16 + 8) = hi;
-        } else { /* bf16 RoPE chunk: 656 at byte 528, 584 at byte 448 */
-            const int src = LAYOUT == AK_LAYOUT_DSA_FP8_BLOCKSCALE ? 528 + (c - 32) * 16 : c * 16;
-            *reinterpret_cast<uint4 *>(row + NQ * 16 + (c - NQ) * 8) = *(const uint4 *)(rec + src);
+    enum { STG = ak_sd_stg<LAYOUT>::STG, TPK = AK_SD_THREADS / AK_SD_KEYS,
+           NQ = LAYOUT == AK_LAYOUT_MLA_FP8_PERTENSOR ? 36 : LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0 ? 28 : 32,
+           CH = LAYOUT == AK_LAYOUT_MLA_FP8_PERTENSOR ? 36 : NQ + 8, /* chunks out per key */
+           PER = CH / TPK, NB = PER < 5 ? PER : 5,
+           ROPE = LAYOUT == AK_LAYOUT_DSA_FP8_BLOCKSCALE ? 528 : 448 /* bf16 rope byte offset */ };
+    static_assert(CH % TPK == 0 && NQ % TPK == 0, "chunks split evenly over a key's threads");
+    const int tok = (int)threadIdx.x / TPK, j = (int)threadIdx.x % TPK;
+    const uint8_t *rec = stage + tok * STG;
+    uint16_t *row = ks + tok * KSTR;
+#pragma unroll
+    for (int u0 = 0; u0 < PER; u0 += NB) {
+        uint4 v[NB];
+#pragma unroll
+        for (int u = u0; u < u0 + NB && u < PER; u++) {
+            const int c = j + u * TPK;
+            v[u - u0] = *reinterpret_cast<const uint4 *>(rec + (u < NQ / TPK ? c * 16 : ROPE + (c - NQ) * 16));
+        }
+#pragma unroll
+        for (int u = u0; u < u0 + NB && u < PER; u++) {
+            const int c = j + u * TPK;
+            if (u < NQ / TPK) {
+                float sc = kscale; /* fp8 chunk c: dims 16c.. (656: scale block u / 2; V4: u) */
+                if (LAYOUT == AK_LAYOUT_DSA_FP8_BLOCKSCALE) sc = reinterpret_cast<const float *>(rec + 512)[u >> 1];
+                if (LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0) sc = ak_sd_ue8m0(rec[576 + u]);
+                uint4 lo, hi;
+                ak_sd_dequant16(v[u - u0], sc, lo, hi);
+                *reinterpret_cast<uint4 *>(row + c * 16) = lo;
+                *reinterpret_cast<uint4 *>(row + c * 16 + 8) = hi;
+            } else { /* bf16 RoPE chunk: 656 at byte 528, 584 at byte 448 */
+                *reinterpret_cast<uint4 *>(row + NQ * 16 + (c - NQ) * 8) = v[u - u0];
+            }
         }
     }
 }
