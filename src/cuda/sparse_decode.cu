@@ -146,8 +146,9 @@ struct ak_sd_cfg {
         NSTG = STG > 0 && MW <= 2 ? 2 : 1,
         EARLY = NKB == 2 || NSTG == 2, /* the next tile's copies are issued right after the wait */
         KS_BYTES = AK_SD_KEYS * KSTR * 2,
+        PSTR = AK_SD_KEYS + 8, /* bf16 row stride of the P tile (16-byte pad: ldmatrix conflict-free) */
         SMEM = NKB * KS_BYTES + 16 * MW * KSTR * 2 + 16 * MW * SSTR * 4 + NSTG * AK_SD_KEYS * STG +
-               3 * AK_SD_KEYS * 8
+               3 * AK_SD_KEYS * 8 + 16 * MW * PSTR * 2 + 2 * 16 * MW * 4
     };
 };
 
@@ -172,6 +173,7 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
         NCH = NJ >= 4 ? 1 : 4 / NJ, /* independent accumulator chains over d_qk */
         QREG = MW == 1,        /* Q fragments live in registers (one CTA per SM leaves room) */
         QB = MW == 4 ? 2 : 4,  /* k16 steps per batch of QK^T fragment loads */
+        RPW = 2 * MW,          /* rows whose softmax statistics a warp owns */
         PB = DVW / 16 < 4 ? DVW / 16 : 4 /* x4 fragment loads per batch in PV */
     };
     extern __shared__ __align__(16) uint8_t smem[];
@@ -180,6 +182,8 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
     float *ss = (float *)(qs + 16 * MW * KSTR);                      /* [16 MW][SSTR] f32 logits */
     uint8_t *stage = (uint8_t *)(ss + 16 * MW * SSTR);               /* [NSTG][64][STG] raw records */
     int64_t *offs = (int64_t *)(stage + C::NSTG * AK_SD_KEYS * C::STG); /* [3][64] record offset or -1 */
+    uint16_t *psm = (uint16_t *)(offs + 3 * AK_SD_KEYS);             /* [16 MW][PSTR] bf16 P */
+    float *rst = (float *)(psm + 16 * MW * C::PSTR);                 /* [2][16 MW] f32 row alpha; m, l */
 
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -261,7 +265,9 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
     float o[DVW / 8][4];
 #pragma unroll
     for (int j = 0; j < DVW / 8; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
-    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+    float m_own[RPW], l_own[RPW]; /* running max and sum of rows warp * RPW .. */
+#pragma unroll
+    for (int rr = 0; rr < RPW; rr++) m_own[rr] = -INFINITY, l_own[rr] = 0.0f;
     float kscale = 1.0f;
     if (LAYOUT == AK_LAYOUT_MLA_FP8_PERTENSOR)
         kscale = p.list[0].k_scale_ptr != NULL ? *p.list[0].k_scale_ptr : p.list[0].k_scale;
@@ -346,66 +352,50 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
         }
         __syncthreads();
 
-        /* Online softmax on rows g and g + 8 of the m-tile, then O += P V on dims gw*DVW.. */
-        uint32_t pa[4][4]; /* P as bf16 A fragments */
+        /* Online softmax, once per row: warp w owns rows RPW w .. (a lane takes keys lane and
+           lane + 32), writes P rounded to bf16 (as FlashMLA; l sums the unrounded weights, so the
+           rounding is a 2^-9 relative error per weight in O, within semantics.md 14.2 for the
+           anchor data of targets.md 2) and the row's rescale factor; after a barrier every warp
+           loads its P fragments and rescales its O rows. Lazy rescaling: while a row gains no
+           more than 8 (log2 units) over its running max, the max stays (P <= 2^8) and alpha = 1. */
+#pragma unroll
+        for (int rr = 0; rr < RPW; rr++) {
+            const int row = warp * RPW + rr;
+            const float *srow = ss + row * SSTR;
+            const float v0 = off[lane] >= 0 ? srow[lane] * p.scale_log2 : -INFINITY;
+            const float v1 = off[lane + 32] >= 0 ? srow[lane + 32] * p.scale_log2 : -INFINITY;
+            float mx = fmaxf(v0, v1);
+#pragma unroll
+            for (int o2 = 16; o2 > 0; o2 >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o2));
+            const bool keep = mx <= m_own[rr] + 8.0f;
+            const float m_new = keep ? m_own[rr] : fmaxf(m_own[rr], mx);
+            const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+            const float alpha = keep ? 1.0f : ak_ex2(m_own[rr] - m_use);
+            const float p0 = ak_ex2(v0 - m_use), p1 = ak_ex2(v1 - m_use);
+            float sum = p0 + p1;
+#pragma unroll
+            for (int o2 = 16; o2 > 0; o2 >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o2);
+            l_own[rr] = l_own[rr] * alpha + sum;
+            m_own[rr] = m_new;
+            const uint32_t pb = ak_sd_pack_bf16(p0, p1);
+            psm[row * C::PSTR + lane] = (uint16_t)(pb & 0xffffu);
+            psm[row * C::PSTR + lane + 32] = (uint16_t)(pb >> 16);
+            if (lane == 0) rst[row] = alpha;
+        }
+        __syncthreads();
+        uint32_t pa[4][4]; /* P as bf16 A fragments of this warp's m-tile */
         {
-            float x[2][16];
-            float mx[2] = {-INFINITY, -INFINITY};
+            const uint32_t pa0 = ak_smem_addr(psm + (mt * 16 + (lane & 15)) * C::PSTR + (lane >> 4) * 8);
 #pragma unroll
-            for (int hr = 0; hr < 2; hr++) {
-                const float *srow = ss + (mt * 16 + g + hr * 8) * SSTR;
-#pragma unroll
-                for (int kk = 0; kk < 4; kk++) {
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        int key = kk * 16 + (e >> 1) * 8 + c4 * 2 + (e & 1);
-                        float v = off[key] >= 0 ? srow[key] * p.scale_log2 : -INFINITY;
-                        x[hr][kk * 4 + e] = v;
-                        mx[hr] = fmaxf(mx[hr], v);
-                    }
-                }
-                mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
-                mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
-            }
-            /* Lazy rescaling: while neither row gains more than 8 (log2 units) over its running
-               max, the max stays (P <= 2^8, the same relative rounding in bf16) and O is not
-               rescaled; every warp of the m-tile sees the same rows and decides alike. */
-            const bool keep = __all_sync(0xffffffffu, mx[0] <= m_run[0] + 8.0f && mx[1] <= m_run[1] + 8.0f);
-            float alpha[2];
-#pragma unroll
-            for (int hr = 0; hr < 2; hr++) {
-                float m_new = keep ? m_run[hr] : fmaxf(m_run[hr], mx[hr]);
-                float m_use = m_new == -INFINITY ? 0.0f : m_new;
-                alpha[hr] = keep ? 1.0f : ak_ex2(m_run[hr] - m_use);
-                float sum = 0.0f;
-#pragma unroll
-                for (int e = 0; e < 16; e++) {
-                    x[hr][e] = ak_ex2(x[hr][e] - m_use);
-                    sum += x[hr][e];
-                }
-                sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-                sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-                l_run[hr] = l_run[hr] * alpha[hr] + sum;
-                m_run[hr] = m_new;
-            }
-            /* P rounded to bf16 (as FlashMLA): l sums the unrounded weights, so the rounding is a
-               2^-9 relative error per weight in O, within semantics.md 14.2 for the anchor data
-               (targets.md 2); see tests/gpu_test_sparse_decode.c. */
-#pragma unroll
-            for (int kk = 0; kk < 4; kk++) {
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int hr = e & 1, c = kk * 4 + (e >> 1) * 2;
-                    pa[kk][e] = ak_sd_pack_bf16(x[hr][c], x[hr][c + 1]);
-                }
-            }
-            if (!keep) {
+            for (int kk = 0; kk < 4; kk++) ak_ldmatrix_x4(pa0 + kk * 32, pa[kk][0], pa[kk][1], pa[kk][2], pa[kk][3]);
+            const float a0 = rst[mt * 16 + g], a1 = rst[mt * 16 + g + 8];
+            if (!__all_sync(0xffffffffu, a0 == 1.0f && a1 == 1.0f)) {
 #pragma unroll
                 for (int j = 0; j < DVW / 8; j++) {
-                    o[j][0] *= alpha[0];
-                    o[j][1] *= alpha[0];
-                    o[j][2] *= alpha[1];
-                    o[j][3] *= alpha[1];
+                    o[j][0] *= a0;
+                    o[j][1] *= a0;
+                    o[j][2] *= a1;
+                    o[j][3] *= a1;
                 }
             }
         }
@@ -436,14 +426,22 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
         nxt = nxt2;
     }
 
-    /* Write this split's rows: final out/lse with one split, else normalized partials. */
+    /* Write this split's rows: final out/lse with one split, else normalized partials. The row
+       statistics go through shared memory from their owners (rst is free: the last read of the
+       alphas precedes this barrier in every warp). */
+    __syncthreads();
+    if (lane == 0) {
+#pragma unroll
+        for (int rr = 0; rr < RPW; rr++) rst[warp * RPW + rr] = m_own[rr], rst[16 * MW + warp * RPW + rr] = l_own[rr];
+    }
+    __syncthreads();
     const int d0 = gw * DVW;
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
         const int h = h0 + mt * 16 + g + hr * 8;
         if (h >= p.h_q) continue;
-        const float lsum = l_run[hr];
-        const float lse2 = lsum > 0.0f ? m_run[hr] + log2f(lsum) : -INFINITY;
+        const float lsum = rst[16 * MW + mt * 16 + g + hr * 8];
+        const float lse2 = lsum > 0.0f ? rst[mt * 16 + g + hr * 8] + log2f(lsum) : -INFINITY;
         const int64_t row = ri * p.h_q + h;
         if (p.splits == 1) {
             float f = 0.0f, lse_e = INFINITY;
