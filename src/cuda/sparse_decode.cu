@@ -96,9 +96,7 @@ __device__ __forceinline__ void ak_sd_dequant(const uint8_t *stage, uint16_t *ks
         for (int u = u0; u < u0 + NB && u < PER; u++) {
             const int c = j + u * TPK;
             if (u < NQ / TPK) {
-                float sc = kscale; /* fp8 chunk c: dims 16c.. (656: scale block u / 2; V4: u) */
-                if (LAYOUT == AK_LAYOUT_DSA_FP8_BLOCKSCALE) sc = reinterpret_cast<const float *>(rec + 512)[u >> 1];
-                if (LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0) sc = ak_sd_ue8m0(rec[576 + u]);
+                const float sc = ak_sd_chunk_scale<LAYOUT>(rec, rec + 576 /* V4 scale bytes */, u, kscale);
                 uint4 lo, hi;
                 ak_sd_dequant16(v[u - u0], sc, lo, hi);
                 *reinterpret_cast<uint4 *>(row + c * 16) = lo;

@@ -114,6 +114,16 @@ __device__ __forceinline__ int32_t ak_sd_page(const ak_sd_list &l, int32_t s) {
     return l.page_shift >= 0 ? s >> l.page_shift : s / l.page_size;
 }
 
+/* Scale of fp8 chunk u (dims 16 c .. with c = j + 4 u, j < 4) of a staged record under the
+   four-threads-per-key dequantization map of both kernels: 656's fp32 scale of 128-dim block u / 2
+   (after its 512 data bytes), V4's ue8m0 byte u of the key's scale row `v4sc`, else kscale. */
+template <int LAYOUT>
+__device__ __forceinline__ float ak_sd_chunk_scale(const uint8_t *rec, const uint8_t *v4sc, int u, float kscale) {
+    if (LAYOUT == AK_LAYOUT_DSA_FP8_BLOCKSCALE) return reinterpret_cast<const float *>(rec + 512)[u >> 1];
+    if (LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0) return ak_sd_ue8m0(v4sc[u]);
+    return kscale;
+}
+
 /* Row length of list `l` for (r, i): clamped to [0, topk]. */
 __device__ __forceinline__ int32_t ak_sd_len(const ak_sd_list &l, int64_t r, int64_t i) {
     if (l.len == NULL) return l.topk;

@@ -160,9 +160,7 @@ __device__ __forceinline__ void ak_sdw_dequant(const uint8_t *raw, const uint8_t
             if (LAYOUT == AK_LAYOUT_MLA_BF16) {
                 *reinterpret_cast<uint4 *>(ks + ak_sdw_off(tok, c * 8)) = v[u - u0];
             } else if (u < NQ / TPK) {
-                float sc = kscale; /* fp8 chunk c: dims 16c.. (656: scale block u / 2; V4: u) */
-                if (LAYOUT == AK_LAYOUT_DSA_FP8_BLOCKSCALE) sc = reinterpret_cast<const float *>(rec + 512)[u >> 1];
-                if (LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0) sc = ak_sd_ue8m0(sc8[tok * 8 + u]);
+                const float sc = ak_sd_chunk_scale<LAYOUT>(rec, sc8 + tok * 8, u, kscale);
                 uint4 lo, hi;
                 ak_sd_dequant16(v[u - u0], sc, lo, hi);
                 *reinterpret_cast<uint4 *>(ks + ak_sdw_off(tok, c * 16)) = lo;
