@@ -709,6 +709,21 @@ __global__ void __launch_bounds__(AK_MLA_THREADS, 2) ak_mla_codec_kernel(ak_mla_
 #define AK_LEAN_ROWS (-1) /* write: the source is bf16 input rows */
 #define AK_LEAN_THREADS 256
 #define AK_LEAN_U 4
+/* Resident blocks per SM the lean kernel is compiled for (its register cap). Measured on the H200
+   (docs/perf.md, run s26): the quantizers at 3 (85 registers, ~80 bytes of spills) against 2 (93
+   registers): C2 59 -> 67% of copy, C5 46 -> 53%, writes 55 -> 61%; the others at 4 (64
+   registers): C3 73 -> 77%; 4 for the quantizers spills 200 bytes. */
+#define AK_LEAN_MINB_Q 3
+#define AK_LEAN_MINB_DQ 4
+
+/* Quantizing instantiations (write, or convert into an fp8 layout from a non-fp8 source) hold the
+   scale tile's values and divisions; the others only loads, conversions and stores. */
+template <int MODE, int SL, int DL> __host__ __device__ constexpr int ak_lean_min_blocks() {
+    return MODE == AK_MLA_WRITE || (MODE == AK_MLA_CONVERT && DL != AK_LAYOUT_MLA_BF16 &&
+                                      !(SL == AK_LAYOUT_MLA_FP8_PERTENSOR && DL == AK_LAYOUT_DSA_FP8_BLOCKSCALE))
+               ? AK_LEAN_MINB_Q
+               : AK_LEAN_MINB_DQ;
+}
 
 __device__ __forceinline__ const uint8_t *ak_shfl_ptr(const void *p, int src) {
     return (const uint8_t *)__shfl_sync(0xffffffffu, (unsigned long long)(uintptr_t)p, src);
@@ -818,7 +833,7 @@ __device__ __forceinline__ void ak_lean_out(void *base, int64_t off, const float
 /* MODE: AK_MLA_WRITE / CONVERT / GATHER. SL: source layout (AK_LEAN_ROWS for write). DL:
    destination layout (write / convert). DT: gather output dtype. */
 template <int MODE, int SL, int DL, int DT, int U>
-__global__ void __launch_bounds__(AK_LEAN_THREADS) ak_mla_lean_kernel(ak_mla_job j) {
+__global__ void __launch_bounds__(AK_LEAN_THREADS, (ak_lean_min_blocks<MODE, SL, DL>())) ak_mla_lean_kernel(ak_mla_job j) {
     constexpr int LAY = MODE == AK_MLA_GATHER ? SL : DL;
     constexpr bool V4 = LAY == AK_LAYOUT_DSV4_FP8_UE8M0; /* 28 NoPE + 4 RoPE chunks in one pass */
     constexpr bool BF16SRC = SL == AK_LEAN_ROWS || SL == AK_LAYOUT_MLA_BF16; /* 32-byte chunks */
