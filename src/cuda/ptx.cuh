@@ -26,13 +26,6 @@ __device__ __forceinline__ void ak_ldmatrix_x4_trans(uint32_t addr, uint32_t &r0
                  : "r"(addr));
 }
 
-/* Two 8x8 b16 matrices; lanes 0..15 give the addresses. */
-__device__ __forceinline__ void ak_ldmatrix_x2(uint32_t addr, uint32_t &r0, uint32_t &r1) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
-                 : "=r"(r0), "=r"(r1)
-                 : "r"(addr));
-}
-
 /* D = A[16x16] * B[16x8] + D, bf16 inputs, fp32 accumulators (row.col fragments). */
 __device__ __forceinline__ void ak_mma_bf16_16816(float *d, const uint32_t *a, uint32_t b0,
                                                   uint32_t b1) {
@@ -85,21 +78,25 @@ __device__ __forceinline__ void ak_fence_proxy_async(void) {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
-/* D[64x32] (+)= A[64x16] B[16x32]: bf16 A and B from shared memory, both K-major (no transpose),
+/* D[64x64] (+)= A[64x16] B[16x64]: bf16 A and B from shared memory, both K-major (no transpose),
    f32 accumulators in the wgmma D fragment; scale_d 0 overwrites D. */
-__device__ __forceinline__ void ak_wgmma_m64n32k16_ss(float *d, uint64_t da, uint64_t db, int scale_d) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
-                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
-                 "}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+__device__ __forceinline__ void ak_wgmma_m64n64k16_ss(float *d, uint64_t da, uint64_t db, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+                 "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
                  : "l"(da), "l"(db), "r"(scale_d));
 }
 
-/* D[64x256] += A[64x16] B[16x256]: bf16 A from shared memory K-major, B from shared memory
-   MN-major (transpose bit set), f32 accumulators. */
-__device__ __forceinline__ void ak_wgmma_m64n256k16_ss_tb(float *d, uint64_t da, uint64_t db) {
+/* D[64x256] += A[64x16] B[16x256]: bf16 A from registers (the wgmma A fragment: a[0] rows g,
+   columns 2c..2c+1; a[1] rows g + 8; a[2], a[3] the same at columns + 8; g = lane / 4 + 16 x warp,
+   c = lane % 4), B from shared memory MN-major (transpose bit set), f32 accumulators. */
+__device__ __forceinline__ void ak_wgmma_m64n256k16_rs_tb(float *d, const uint32_t *a, uint64_t db) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
                  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
@@ -110,7 +107,7 @@ __device__ __forceinline__ void ak_wgmma_m64n256k16_ss_tb(float *d, uint64_t da,
                  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
                  "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
                  "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-                 "}, %128, %129, p, 1, 1, 0, 1;\n}\n"
+                 "}, {%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
                    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
                    "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
@@ -127,7 +124,7 @@ __device__ __forceinline__ void ak_wgmma_m64n256k16_ss_tb(float *d, uint64_t da,
                    "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
                    "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
                    "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-                 : "l"(da), "l"(db));
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
 }
 
 /* 2^x by the special-function unit (ex2.approx.ftz: relative error ~2^-22, results below 2^-126
@@ -136,11 +133,6 @@ __device__ __forceinline__ float ak_ex2(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
     return y;
-}
-
-/* Hint: bring the line holding p into L2 (no register, no completion to wait for). */
-__device__ __forceinline__ void ak_prefetch_l2(const void *p) {
-    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
 }
 
 /* 16 bytes global -> shared without registers; src_size 0 reads nothing and zero-fills. */

@@ -85,43 +85,9 @@ __device__ __forceinline__ float ak_sd_ue8m0(uint32_t e) {
     return __int_as_float((int)(e << 23));
 }
 
-/* Issues the cp.async copies of one tile's records: CH 16-byte chunks of key k from pool + off[k]
-   to the shared address dst + k * stride, by NT threads. Warp w copies keys w, w + NT/32, ..., lane
-   l taking chunks l, l + 32, ...: every copy instruction of a warp reads one record's contiguous
-   512 bytes (four lines: fewest L2 requests), a thread reads each key's offset once, and no
-   chunk index needs a division (one per chunk cost 17% of the mma.sync kernel's instructions;
-   four threads per key, 64 bytes each, measured 5% slower there for the 3x line requests).
-   off[k] < 0 (invalid key): zero-filled, never read. */
-template <int CH, int NT>
-__device__ __forceinline__ void ak_sd_copy_tile(const uint8_t *pool, const int64_t *off, uint32_t dst,
-                                                int stride) {
-    enum { NW = NT / 32, KPW = AK_SD_KEYS / NW, PASS = (CH + 31) / 32 };
-    const int lane = (int)threadIdx.x & 31, w = (int)threadIdx.x >> 5;
-#pragma unroll
-    for (int kk = 0; kk < KPW; kk++) {
-        const int k = w + kk * NW;
-        const int64_t o = off[k];
-        const uint8_t *src = pool + (o < 0 ? 0 : o) + lane * 16;
-        const uint32_t d = dst + (uint32_t)(k * stride + lane * 16), n = o < 0 ? 0u : 16u;
-#pragma unroll
-        for (int ps = 0; ps < PASS; ps++)
-            if (CH % 32 == 0 || lane + 32 * ps < CH) ak_cp_async16(d + 512 * ps, src + 512 * ps, n);
-    }
-}
-
 /* Page of slot s (0 <= s < capacity): a shift for power-of-two pages, a division otherwise. */
 __device__ __forceinline__ int32_t ak_sd_page(const ak_sd_list &l, int32_t s) {
     return l.page_shift >= 0 ? s >> l.page_shift : s / l.page_size;
-}
-
-/* Scale of fp8 chunk u (dims 16 c .. with c = j + 4 u, j < 4) of a staged record under the
-   four-threads-per-key dequantization map of both kernels: 656's fp32 scale of 128-dim block u / 2
-   (after its 512 data bytes), V4's ue8m0 byte u of the key's scale row `v4sc`, else kscale. */
-template <int LAYOUT>
-__device__ __forceinline__ float ak_sd_chunk_scale(const uint8_t *rec, const uint8_t *v4sc, int u, float kscale) {
-    if (LAYOUT == AK_LAYOUT_DSA_FP8_BLOCKSCALE) return reinterpret_cast<const float *>(rec + 512)[u >> 1];
-    if (LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0) return ak_sd_ue8m0(v4sc[u]);
-    return kscale;
 }
 
 /* Row length of list `l` for (r, i): clamped to [0, topk]. */
