@@ -237,6 +237,45 @@ static void pair_fill(ak_rng *r, pair *p) {
     pair_sync_to_device(p);
 }
 
+/* Set by cuda_quantizer_midpoints: write_case replaces its rows with midpoint_rows, and FP8-PT
+   caches get k_scale g_pt_scale. */
+static int g_midpoints;
+static float g_pt_scale = 0.375f;
+
+/* Rows whose quotients by their scale land within 12 ulp of an e4m3 rounding midpoint (normal and
+   subnormal e4m3 ranges, both signs), so the CUDA quantizers' fast-quotient boundary check and its
+   division fallback are both exercised. Each `tile` starts with its amax, which fixes the scale:
+   s = amax / 448 (656 FP32 rule, indexer), or the per-tensor `pt_scale` when it is non-zero. */
+static void midpoint_rows(ak_rng *r, float *x, int64_t n, int64_t stride, int64_t w, int64_t tile,
+                          float pt_scale) {
+    for (int64_t i = 0; i < n; i++) {
+        for (int64_t t0 = 0; t0 < w; t0 += tile) {
+            float s = pt_scale;
+            int64_t d0 = t0;
+            if (s == 0.0f) {
+                float amax = (float)(ldexp(1.0 + ak_rng_uniform(r), (int)ak_rng_range(r, -8, 12)));
+                x[i * stride + t0] = amax;
+                s = amax / 448.0f;
+                d0 = t0 + 1;
+            }
+            for (int64_t d = d0; d < t0 + tile && d < w; d++) {
+                double mid;
+                if (ak_rng_range(r, 0, 4) == 0) /* e4m3 subnormal midpoints (j + 1/2) 2^-9 */
+                    mid = ldexp(ak_rng_range(r, 0, 8) + 0.5, -9);
+                else /* normal midpoints (1 + (m + 1/2) / 8) 2^e, up to 432 */
+                    mid = ldexp(1.0 + (ak_rng_range(r, 0, 8) + 0.5) / 8.0, (int)ak_rng_range(r, -6, 9));
+                if (mid > 432.0) mid = 432.0;
+                float v = (float)mid * s;
+                uint32_t u;
+                memcpy(&u, &v, 4);
+                u += (uint32_t)(int32_t)ak_rng_range(r, -12, 13);
+                memcpy(&v, &u, 4);
+                x[i * stride + d] = ak_rng_range(r, 0, 2) ? v : -v;
+            }
+        }
+    }
+}
+
 /* ---- codecs -------------------------------------------------------------------------------------- */
 
 static void write_case(ak_rng *r, ak_layout l, int32_t P, int64_t extra_stride, ak_quant_rule rule,
@@ -244,7 +283,7 @@ static void write_case(ak_rng *r, ak_layout l, int32_t P, int64_t extra_stride, 
     ak_cache c;
     CHECK_STATUS(ak_cache_init(&c, l, (void *)16, 8, P), AK_OK);
     c.page_stride = ak_cache_stride_min(&c) + extra_stride;
-    if (l == AK_LAYOUT_MLA_FP8_PERTENSOR) c.k_scale = 0.375f;
+    if (l == AK_LAYOUT_MLA_FP8_PERTENSOR) c.k_scale = g_pt_scale;
     pair p;
     pair_make(&p, &c, 0x7f);
     /* on the device the scale comes through k_scale_ptr (graph-friendly), overriding the float */
@@ -261,6 +300,9 @@ static void write_case(ak_rng *r, ak_layout l, int32_t P, int64_t extra_stride, 
     random_rows(r, x, n, w);
     if (l == AK_LAYOUT_MLA_FP8_PERTENSOR)
         for (int64_t i = 0; i < n * w; i++) x[i] = x[i] > 100.f ? 100.f : x[i] < -100.f ? -100.f : x[i];
+    if (g_midpoints)
+        midpoint_rows(r, x, n, w, l == AK_LAYOUT_DSA_FP8_BLOCKSCALE ? tr.d_nope : w, 128,
+                      l == AK_LAYOUT_MLA_FP8_PERTENSOR ? c.k_scale : 0.0f);
     void *in = x;
     uint16_t *xb = NULL;
     if (in_dt == AK_DTYPE_BF16) {
@@ -326,12 +368,32 @@ AK_TEST(cuda_cache_write_every_layout) {
     }
 }
 
+/* The quantizers with a non-power-of-two scale on inputs at e4m3 rounding midpoints: bytes equal
+   to the CPU backend's (its IEEE division) at every one. */
+AK_TEST(cuda_quantizer_midpoints) {
+    if (!gpu()) return;
+    ak_rng r;
+    ak_rng_init(&r, ak_test_seed() + 9);
+    int64_t n = g_quick ? 40 : 500;
+    g_midpoints = 1;
+    /* the three divisor kinds: reciprocal + correction, power of two, plain division (s < 2^-89) */
+    static const float pt[3] = {0.0179f, 0.25f, 3e-30f};
+    for (int i = 0; i < 3; i++) {
+        g_pt_scale = pt[i];
+        write_case(&r, AK_LAYOUT_MLA_FP8_PERTENSOR, 64, 0, AK_QUANT_DEFAULT, AK_DTYPE_F32, n);
+    }
+    g_pt_scale = 0.375f;
+    write_case(&r, AK_LAYOUT_DSA_FP8_BLOCKSCALE, 64, 0, AK_QUANT_FP32, AK_DTYPE_F32, n);
+    write_case(&r, AK_LAYOUT_INDEXER_FP8, 64, 0, AK_QUANT_DEFAULT, AK_DTYPE_F32, n);
+    g_midpoints = 0;
+}
+
 static void gather_case(ak_rng *r, ak_layout l, int32_t P, int64_t extra_stride, ak_dtype out_dt,
                         int64_t n) {
     ak_cache c;
     CHECK_STATUS(ak_cache_init(&c, l, (void *)16, 6, P), AK_OK);
     c.page_stride = ak_cache_stride_min(&c) + extra_stride;
-    if (l == AK_LAYOUT_MLA_FP8_PERTENSOR) c.k_scale = 0.375f;
+    if (l == AK_LAYOUT_MLA_FP8_PERTENSOR) c.k_scale = g_pt_scale;
     pair p;
     pair_make(&p, &c, 0x7f);
     pair_fill(r, &p);

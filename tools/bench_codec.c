@@ -3,8 +3,8 @@
  * API only (so the same cases run on CUDA). Bytes are counted as read + written.
  *
  * convert: every conversion of layouts.md 6.2 that ak_cache_convert implements, each from a source
- * pool of >= 1 GiB (about 32 MiB with --quick): C1, C2, C3, C5, FP8-PT -> BF16, 656 -> FP8-PT,
- * C8 (V4 256 -> 64 pages, touched-pages form with a random page permutation), C13 (656 re-page
+ * pool of >= 1 GiB (about 32 MiB with --quick): C1, C2, C3, C5, FP8-PT -> BF16, 656 -> FP8-PT
+ * (the FP8-PT writers also with a non-power-of-two k_scale), C8 (V4 256 -> 64 pages, touched-pages form with a random page permutation), C13 (656 re-page
  * into padded pages), C11 (MHA NHD -> HND) and C12 (MHA bf16 -> e4m3 and back).
  * write / gather: 262144 random slots over a 1M-token pool (C2/C9 writers; C3, C6 and C10
  * gathers). Pools and input rows are filled with random normal values on the device.
@@ -275,12 +275,17 @@ ak_status ak_bench_codec(ak_context *ctx, const ak_bench_opts *o, const char *op
     if (ak_bench_wants(op, "convert")) {
         const ak_layout B = AK_LAYOUT_MLA_BF16, F = AK_LAYOUT_MLA_FP8_PERTENSOR,
                         D = AK_LAYOUT_DSA_FP8_BLOCKSCALE, V = AK_LAYOUT_DSV4_FP8_UE8M0;
-        const struct { const char *name; ak_layout s, d; int32_t ps, pd, extra, perm; } mla[] = {
-            {"C1 FP8-PT->656", F, D, 64, 64, 0, 0},  {"C2 BF16->656", B, D, 64, 64, 0, 0},
-            {"C3 656->BF16", D, B, 64, 64, 0, 0},    {"C5 BF16->FP8-PT", B, F, 64, 64, 0, 0},
-            {"FP8-PT->BF16", F, B, 64, 64, 0, 0},    {"656->FP8-PT", D, F, 64, 64, 0, 0},
-            {"C8 V4 P256->64 perm", V, V, 256, 64, 0, 1},
-            {"C13 656 P64->P256 pad", D, D, 64, 256, 656, 0},
+        /* ks: the FP8-PT side's k_scale, 0 for the default 1.0 (SGLang's default); 8 / 448
+           rounded is a calibrated-style scale that is not a power of two, so quotients are real
+           divisions */
+        const struct { const char *name; ak_layout s, d; int32_t ps, pd, extra, perm; float ks; } mla[] = {
+            {"C1 FP8-PT->656", F, D, 64, 64, 0, 0, 0},  {"C2 BF16->656", B, D, 64, 64, 0, 0, 0},
+            {"C3 656->BF16", D, B, 64, 64, 0, 0, 0},    {"C5 BF16->FP8-PT", B, F, 64, 64, 0, 0, 0},
+            {"C5 BF16->FP8-PT k_scale 0.0179", B, F, 64, 64, 0, 0, 0.0179f},
+            {"FP8-PT->BF16", F, B, 64, 64, 0, 0, 0},    {"656->FP8-PT", D, F, 64, 64, 0, 0, 0},
+            {"656->FP8-PT k_scale 0.0179", D, F, 64, 64, 0, 0, 0.0179f},
+            {"C8 V4 P256->64 perm", V, V, 256, 64, 0, 1, 0},
+            {"C13 656 P64->P256 pad", D, D, 64, 256, 656, 0, 0},
         };
         for (size_t i = 0; i < sizeof mla / sizeof mla[0]; i++) {
             bstate s;
@@ -291,6 +296,7 @@ ak_status ak_bench_codec(ak_context *ctx, const ak_bench_opts *o, const char *op
             int64_t cap = (int64_t)s.src.num_pages * mla[i].ps;
             s.dst = mla_desc(ctx, mla[i].d, (int32_t)((cap + mla[i].pd - 1) / mla[i].pd), mla[i].pd,
                              mla[i].extra);
+            if (mla[i].ks != 0.0f) s.dst.k_scale = mla[i].ks;
             s.permute_pages = mla[i].perm;
             int64_t sv, dv, sb = pool_bytes(&s.src, &sv), db = pool_bytes(&s.dst, &dv);
             snprintf(shape, sizeof shape, "%s %lld tok, %.2f GiB -> %.2f GiB", mla[i].name,

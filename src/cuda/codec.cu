@@ -2,7 +2,8 @@
  * codec.cu -- CUDA codecs: write (quantize and store), gather (dequantize by slot) and convert
  * (layout to layout) for every cache layout. Bytes equal the CPU backend's: the conversions are the
  * bit-exact ones of numeric.h (e4m3 through PTX cvt.rn.satfinite, identical for every non-NaN fp32),
- * divisions are IEEE round-to-nearest (__fdiv_rn), scales follow layouts.md section 3.
+ * quotients encode as the IEEE round-to-nearest division's would (ak_div), scales follow layouts.md
+ * section 3.
  *
  * Thread mapping. MLA layouts with aligned views and bf16 rows: lean register-resident kernels
  * specialised per (mode, source, destination), a warp per U tokens with every load issued first,
@@ -91,23 +92,50 @@ __device__ __forceinline__ void ak_dev_bf16xn(const float *v, uint16_t *h, int n
     }
 }
 
-/* x / s for a fixed s: when s is a power of two with a normal reciprocal, x * (1 / s) is the
-   same real number rounded once, so the result is identical and the IEEE division sequence is
-   skipped (k_scale 1.0, UE8M0 and power-of-two scales); NaN inputs keep the division. */
+/* x / s for a fixed s, as an input to the e4m3 encoder, without the IEEE division sequence (a MUFU
+   reciprocal, ~8 more instructions and a slow-path branch per value). The encoder sees the same
+   value as from __fdiv_rn, or one with the same sign and NaN-ness where that is all that decides
+   the byte. A power of two with a normal reciprocal: x * (1 / s), the same real number rounded
+   once. Other s in [2^-89, 2^126): Markstein's correction: q0 = x * y with y = RN(1 / s), the exact residual r = fma(-q0, s, x), then
+   q = fma(r, y, q0) is the correctly rounded quotient when y is within half an ulp of 1 / s and q0
+   within an ulp of x / s, as long as r does not underflow. It does not for |x| > 2^-100 (checked
+   against the division on 2e9 pairs, half of them quotients within 2 ulp of an fp32 midpoint);
+   below that |x / s| <= 2^-11 encodes as a signed zero whatever the rounding. |q0| >= 1024 saturates to 448 either way (r could
+   overflow there). The sign is x's: copysign keeps -0 and NaN signs as the IEEE quotient has
+   them. Any other s takes __fdiv_rn. */
 struct ak_divisor {
     float s, rs;
-    bool pow2;
+    int kind; /* 0: power of two (x * rs is exact), 1: correction, 2: __fdiv_rn */
 };
 __device__ __forceinline__ ak_divisor ak_divisor_of(float s) {
     const uint32_t u = ak_f32_bits(s), e = u >> 23;
     ak_divisor d;
     d.s = s;
-    d.pow2 = (u & 0x007fffffu) == 0 && e >= 1 && e <= 253; /* positive, 2^-126 .. 2^126 */
-    d.rs = ak_f32_from_bits((254u - e) << 23);              /* 2^(127 - e) = 1 / s */
+    d.kind = (u & 0x007fffffu) == 0 && e >= 1 && e <= 253 ? 0 : e >= 38 && e <= 252 ? 1 : 2;
+    d.rs = d.kind < 2 ? __fdiv_rn(1.0f, s) : 0.0f;
     return d;
 }
+/* The correction alone, for scales known to be at least 2^-89 (rs = RN(1 / s)). An infinite s
+   (an infinite amax) is passed as s = 0, rs = 0: q = q0 = x * 0, the quotient's signed zero. */
+__device__ __forceinline__ float ak_div_fast(float x, float s, float rs) {
+    const float q0 = __fmul_rn(x, rs);
+    const float q = __fmaf_rn(__fmaf_rn(-q0, s, x), rs, q0);
+    return !(fabsf(q0) >= 1024.0f) ? copysignf(q, x) : q0;
+}
 __device__ __forceinline__ float ak_div(const ak_divisor &d, float x) {
-    return d.pow2 && !ak_isnan_f32(x) ? __fmul_rn(x, d.rs) : __fdiv_rn(x, d.s);
+    return d.kind == 0 ? copysignf(__fmul_rn(x, d.rs), x)
+           : d.kind == 1 ? ak_div_fast(x, d.s, d.rs) : __fdiv_rn(x, d.s);
+}
+/* N values in place, one uniform branch */
+template <int N>
+__device__ __forceinline__ void ak_div_n(const ak_divisor &d, float *v) {
+    if (d.kind == 0) {
+        for (int i = 0; i < N; i++) v[i] = copysignf(__fmul_rn(v[i], d.rs), v[i]);
+    } else if (d.kind == 1) {
+        for (int i = 0; i < N; i++) v[i] = ak_div_fast(v[i], d.s, d.rs);
+    } else {
+        for (int i = 0; i < N; i++) v[i] = __fdiv_rn(v[i], d.s);
+    }
 }
 
 /* 16-byte aligned vector load/store with a scalar fallback for unaligned views. */
@@ -492,7 +520,7 @@ __device__ __forceinline__ void ak_mla_store_rope(const ak_mla_geo &dst, uint8_t
         const float sc = ak_kv_k_scale(&dst.c);
         uint8_t q[16];
         const ak_divisor dv = ak_divisor_of(sc);
-        for (int i = 0; i < 16; i++) v[i] = ak_div(dv, v[i]);
+        ak_div_n<16>(dv, v);
         ak_dev_e4m3x16(v, q);
         ak_st16(rec + 512 + rc * 16, q, dst.vec);
         return;
@@ -546,7 +574,7 @@ __device__ void ak_mla_encode_lane(const ak_mla_job &j, const uint8_t *s, uint32
     case AK_LAYOUT_MLA_FP8_PERTENSOR: {
         float sc = ak_kv_k_scale(&dst.c);
         const ak_divisor dv = ak_divisor_of(sc);
-        for (int i = 0; i < 16; i++) v[i] = ak_div(dv, v[i]);
+        ak_div_n<16>(dv, v);
         ak_dev_e4m3x16(v, q);
         ak_st16(rec + ch * 16, q, dst.vec);
         break;
@@ -559,8 +587,9 @@ __device__ void ak_mla_encode_lane(const ak_mla_job &j, const uint8_t *s, uint32
             if (j.rule == AK_QUANT_FP32) {
                 sc = __fdiv_rn(amax, 448.0f);
                 if (!(sc >= 1e-4f)) sc = 1e-4f;
-                const ak_divisor dv = ak_divisor_of(sc);
-                for (int i = 0; i < 16; i++) v[i] = ak_div(dv, v[i]);
+                /* sc >= 1e-4: the correction applies */
+                const float rs = __fdiv_rn(1.0f, sc), sr = rs == 0.0f ? 0.0f : sc;
+                for (int i = 0; i < 16; i++) v[i] = ak_div_fast(v[i], sr, rs);
             } else {
                 /* AMAX_FLOOR is a 584-only rule. x / 2^k == x * 2^-k exactly (one rounding of
                    the same real number), so the power-of-two path multiplies. */
@@ -771,15 +800,16 @@ __device__ __forceinline__ void ak_lean_enc_nope(uint8_t *rec, uint8_t *srow, in
         *(uint4 *)(rec + ch * 32) = o[0];
         *(uint4 *)(rec + ch * 32 + 16) = o[1];
     } else if (DL == AK_LAYOUT_MLA_FP8_PERTENSOR) {
-        for (int i = 0; i < 16; i++) v[i] = ak_div(kd, v[i]);
+        ak_div_n<16>(kd, v);
         *(uint4 *)(rec + ch * 16) = ak_e4m3x16_pack(v);
     } else if (DL == AK_LAYOUT_DSA_FP8_BLOCKSCALE) {
         float sc;
         if (rule == AK_QUANT_FP32) {
             sc = __fdiv_rn(amax, 448.0f);
             if (!(sc >= 1e-4f)) sc = 1e-4f;
-            const ak_divisor dv = ak_divisor_of(sc);
-            for (int i = 0; i < 16; i++) v[i] = ak_div(dv, v[i]);
+            /* sc >= 1e-4: the correction applies */
+            const float rs = __fdiv_rn(1.0f, sc), sr = rs == 0.0f ? 0.0f : sc;
+            for (int i = 0; i < 16; i++) v[i] = ak_div_fast(v[i], sr, rs);
         } else { /* x / 2^k == x * 2^-k exactly */
             const int32_t k = ak_scale_pow2_exp(amax);
             sc = ak_pow2_f32(k);
@@ -804,7 +834,7 @@ template <int DL>
 __device__ __forceinline__ void ak_lean_enc_rope(uint8_t *rec, int rc, float v[16],
                                                  const ak_divisor &kd) {
     if (DL == AK_LAYOUT_MLA_FP8_PERTENSOR) {
-        for (int i = 0; i < 16; i++) v[i] = ak_div(kd, v[i]);
+        ak_div_n<16>(kd, v);
         *(uint4 *)(rec + 512 + rc * 16) = ak_e4m3x16_pack(v);
         return;
     }
@@ -1176,8 +1206,11 @@ __global__ void ak_idx_write_kernel(ak_idx_geo g, ak_rows in, const int32_t *slo
                 float a = amax >= 1e-4f ? amax : 1e-4f;
                 float s = __fdiv_rn(a, 448.0f);
                 if (rule == AK_QUANT_POW2) s = ak_pow2_f32(ak_ceil_log2_f32(s));
+                /* s >= 2^-23 (power of two or not): the correction applies */
+                const float rs = __fdiv_rn(1.0f, s), sr = rs == 0.0f ? 0.0f : s;
+                for (int k = 0; k < 16; k++) v[u][k] = ak_div_fast(v[u][k], sr, rs);
                 uint8_t qb[16];
-                for (int k = 0; k < 16; k++) qb[k] = ak_dev_e4m3(__fdiv_rn(v[u][k], s));
+                ak_dev_e4m3x16(v[u], qb);
                 ak_st16(pg + t * 128 + sub * 16, qb, g.vec);
                 if (sub == 0) ((float *)(pg + 8192))[t] = s;
             } else {
@@ -1615,12 +1648,12 @@ __global__ void __launch_bounds__(256) ak_mha_page_convert_kernel(ak_mha_pool s,
                 }
                 if (DD == AK_DTYPE_E4M3) {
                     uint32_t q[4];
+                    ak_div_n<16>(dv, v);
 #pragma unroll
                     for (int w = 0; w < 4; w++)
-                        q[w] = (uint32_t)ak_dev_e4m3(ak_div(dv, v[4 * w])) |
-                               (uint32_t)ak_dev_e4m3(ak_div(dv, v[4 * w + 1])) << 8 |
-                               (uint32_t)ak_dev_e4m3(ak_div(dv, v[4 * w + 2])) << 16 |
-                               (uint32_t)ak_dev_e4m3(ak_div(dv, v[4 * w + 3])) << 24;
+                        q[w] = (uint32_t)ak_dev_e4m3(v[4 * w]) | (uint32_t)ak_dev_e4m3(v[4 * w + 1]) << 8 |
+                               (uint32_t)ak_dev_e4m3(v[4 * w + 2]) << 16 |
+                               (uint32_t)ak_dev_e4m3(v[4 * w + 3]) << 24;
                     *(uint4 *)o = make_uint4(q[0], q[1], q[2], q[3]);
                 } else {
                     uint32_t x[8];
