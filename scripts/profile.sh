@@ -9,7 +9,8 @@
 #   FILTER        AK_BENCH_FILTER: substring of the case's shape (e.g. "b 128 s_q 1 h_q 16 ")
 #   KERNEL_REGEX  kernel-name regex (e.g. ak_sd_main)
 # Environment: BUILD (default build-gpu, must be built), OUT (default /tmp/out), SKIP (launches of
-# the kernel skipped before the profiled one, default 5: past the warm-up), NCU_TIMEOUT (120).
+# the kernel skipped before the profiled one, default 5: past the warm-up), NCU_TIMEOUT (120), KBASE
+# (what KERNEL_REGEX matches: function, demangled or mangled, the last to pick template instances).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 [ $# -eq 4 ] || { sed -n 2,12p "$0"; exit 2; }
@@ -18,7 +19,7 @@ OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 rep="$OUT/$1"
-AK_BENCH_FILTER="$3" timeout "${NCU_TIMEOUT:-120}" "$NCU" --set full --import-source yes \
+AK_BENCH_FILTER="$3" timeout "${NCU_TIMEOUT:-120}" "$NCU" --set full --import-source yes --kernel-name-base "${KBASE:-function}" \
     --kernel-name "regex:$4" --launch-skip "${SKIP:-5}" --launch-count 1 -f -o "$rep" \
     "./$BUILD/attnkit" bench --backend cuda --op "$2" > "$rep.log" 2>&1
 rc=$?
