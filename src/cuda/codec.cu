@@ -737,21 +737,23 @@ __global__ void __launch_bounds__(AK_MLA_THREADS, 2) ak_mla_codec_kernel(ak_mla_
    other cases take the staged kernel. */
 #define AK_LEAN_ROWS (-1) /* write: the source is bf16 input rows */
 #define AK_LEAN_THREADS 256
-#define AK_LEAN_U 4
-/* Resident blocks per SM the lean kernel is compiled for (its register cap). Measured on the H200
-   (docs/perf.md, run s26): the quantizers at 3 (85 registers, ~80 bytes of spills) against 2 (93
-   registers): C2 59 -> 67% of copy, C5 46 -> 53%, writes 55 -> 61%; the others at 4 (64
-   registers): C3 73 -> 77%; 4 for the quantizers spills 200 bytes. */
-#define AK_LEAN_MINB_Q 3
-#define AK_LEAN_MINB_DQ 4
+#define AK_LEAN_U 4 /* tokens per warp step of the same-layout copy kernel */
 
-/* Quantizing instantiations (write, or convert into an fp8 layout from a non-fp8 source) hold the
-   scale tile's values and divisions; the others only loads, conversions and stores. */
-template <int MODE, int SL, int DL> __host__ __device__ constexpr int ak_lean_min_blocks() {
+/* Tokens per warp step (U) and resident blocks per SM (the register cap) of each instantiation,
+   measured on the H200 (docs/perf.md, runs s26 and s38). Quantizing instantiations (write, or
+   convert into an fp8 layout from a non-fp8 source) hold a scale tile's values and quotients:
+   2 tokens at 4 blocks (64 registers) beat 4 tokens at 3 blocks (85 registers, spills) by 3-7
+   points of copy. The V4 gather likewise runs 2 tokens at 6 blocks; the other dequantizing
+   instantiations keep 4 tokens at 4 blocks, where 2 tokens lost 5-10 points. */
+template <int MODE, int SL, int DL> __host__ __device__ constexpr bool ak_lean_quantizes() {
     return MODE == AK_MLA_WRITE || (MODE == AK_MLA_CONVERT && DL != AK_LAYOUT_MLA_BF16 &&
-                                      !(SL == AK_LAYOUT_MLA_FP8_PERTENSOR && DL == AK_LAYOUT_DSA_FP8_BLOCKSCALE))
-               ? AK_LEAN_MINB_Q
-               : AK_LEAN_MINB_DQ;
+                                    !(SL == AK_LAYOUT_MLA_FP8_PERTENSOR && DL == AK_LAYOUT_DSA_FP8_BLOCKSCALE));
+}
+template <int MODE, int SL, int DL> __host__ __device__ constexpr int ak_lean_u() {
+    return ak_lean_quantizes<MODE, SL, DL>() || (MODE == AK_MLA_GATHER && SL == AK_LAYOUT_DSV4_FP8_UE8M0) ? 2 : 4;
+}
+template <int MODE, int SL, int DL> __host__ __device__ constexpr int ak_lean_min_blocks() {
+    return MODE == AK_MLA_GATHER && SL == AK_LAYOUT_DSV4_FP8_UE8M0 ? 6 : 4;
 }
 
 __device__ __forceinline__ const uint8_t *ak_shfl_ptr(const void *p, int src) {
@@ -1031,14 +1033,15 @@ __global__ void __launch_bounds__(AK_LEAN_THREADS) ak_mla_copy_kernel(ak_mla_job
     }
 }
 
-static int ak_lean_grid(const ak_context *ctx, int64_t n) {
-    return ak_grid_for(ctx, (n + AK_LEAN_U - 1) / AK_LEAN_U * 32, AK_LEAN_THREADS);
+static int ak_lean_grid(const ak_context *ctx, int64_t n, int u) {
+    return ak_grid_for(ctx, (n + u - 1) / u * 32, AK_LEAN_THREADS);
 }
 
 template <int MODE, int SL, int DL, int DT>
 static ak_status ak_lean_go(ak_context *ctx, const ak_mla_job *j) {
-    ak_mla_lean_kernel<MODE, SL, DL, DT, AK_LEAN_U>
-        <<<ak_lean_grid(ctx, j->n), AK_LEAN_THREADS, 0, ak_stream(ctx)>>>(*j);
+    constexpr int U = ak_lean_u<MODE, SL, DL>();
+    ak_mla_lean_kernel<MODE, SL, DL, DT, U>
+        <<<ak_lean_grid(ctx, j->n, U), AK_LEAN_THREADS, 0, ak_stream(ctx)>>>(*j);
     AK_CUDA_CHECK_LAUNCH("ak_mla_lean_kernel");
     return AK_OK;
 }
@@ -1085,7 +1088,7 @@ static ak_status ak_mla_lean(ak_context *ctx, const ak_mla_job *j, bool *done) {
     if (!(j->src.vec && j->dst.vec)) return AK_OK;
     const int sl = j->src.c.layout, dl = j->dst.c.layout;
     *done = true;
-    const int grid = ak_lean_grid(ctx, j->n);
+    const int grid = ak_lean_grid(ctx, j->n, AK_LEAN_U);
     cudaStream_t st = ak_stream(ctx);
     if (sl == dl) {
         if (sl == AK_LAYOUT_MLA_BF16) ak_mla_copy_kernel<1152, false, AK_LEAN_U><<<grid, AK_LEAN_THREADS, 0, st>>>(*j);
