@@ -758,6 +758,12 @@ template <int MODE, int SL, int DL> __host__ __device__ constexpr bool ak_lean_q
 template <int MODE, int SL, int DL> __host__ __device__ constexpr int ak_lean_u() {
     return ak_lean_quantizes<MODE, SL, DL>() || (MODE == AK_MLA_GATHER && SL == AK_LAYOUT_DSV4_FP8_UE8M0) ? 2 : 4;
 }
+/* Staged (cp.async double buffer, run s41): the quantizers and FP8-PT -> 656, which gained 4-11
+   points of copy; the dequantizers into bf16 and the gathers lost 2-10 and load into registers. */
+template <int MODE, int SL, int DL> __host__ __device__ constexpr bool ak_lean_staged() {
+    return ak_lean_quantizes<MODE, SL, DL>() ||
+           (MODE == AK_MLA_CONVERT && SL == AK_LAYOUT_MLA_FP8_PERTENSOR && DL == AK_LAYOUT_DSA_FP8_BLOCKSCALE);
+}
 template <int MODE, int SL, int DL> __host__ __device__ constexpr int ak_lean_min_blocks() {
     return MODE == AK_MLA_GATHER && SL == AK_LAYOUT_DSV4_FP8_UE8M0 ? 6 : 4;
 }
@@ -868,10 +874,67 @@ __device__ __forceinline__ void ak_lean_out(void *base, int64_t off, const float
     }
 }
 
-/* MODE: AK_MLA_WRITE / CONVERT / GATHER. SL: source layout (AK_LEAN_ROWS for write). DL:
-   destination layout (write / convert). DT: gather output dtype. */
-template <int MODE, int SL, int DL, int DT, int U>
-__global__ void __launch_bounds__(AK_LEAN_THREADS, (ak_lean_min_blocks<MODE, SL, DL>())) ak_mla_lean_kernel(ak_mla_job j) {
+/* Source bytes of one token a lean kernel stages: SA from the token's first pointer (the record,
+   the V4 data row, or the nope input row), SB from its second (the V4 scale row, the rope input
+   row); RB the staged stride. */
+template <int SL, int DL> struct ak_lean_src {
+    enum {
+        SA = SL == AK_LEAN_ROWS ? (DL == AK_LAYOUT_DSV4_FP8_UE8M0 ? 896 : 1024)
+             : SL == AK_LAYOUT_MLA_BF16 ? 1152 : SL == AK_LAYOUT_DSA_FP8_BLOCKSCALE ? 656 : 576,
+        SB = SL == AK_LEAN_ROWS ? 128 : SL == AK_LAYOUT_DSV4_FP8_UE8M0 ? 8 : 0,
+        RB = (SA + SB + 15) / 16 * 16
+    };
+};
+
+/* Resolves the U tokens of the step at i0 (lane k < U: token i0 + k, rule I1) and issues the
+   cp.async copies of their live source bytes into buf ([U][RB], one commit group); returns the
+   lane's token state and its destination record / V4 scale row. */
+template <int MODE, int SL, int DL, int U>
+__device__ __forceinline__ int ak_lean_issue(const ak_mla_job &j, int64_t i0, uint8_t *buf, uint8_t *&md,
+                                             uint8_t *&mds) {
+    typedef ak_lean_src<SL, DL> G;
+    enum { PA = G::SA / 16, NA = (U * PA + 31) / 32 };
+    const int lane = threadIdx.x & 31;
+    const uint8_t *ma = NULL, *mb = NULL;
+    md = mds = NULL;
+    int mst = AK_TOK_SKIP;
+    if (lane < U) {
+        const int64_t i = i0 + lane;
+        const ak_mla_tok t = ak_mla_tok_of(j, i, ak_mla_tok_key(j, i));
+        ma = t.a;
+        mb = t.b;
+        mst = t.state;
+        if (MODE != AK_MLA_GATHER && t.state == AK_TOK_LIVE) md = ak_mla_rec(j.dst, t.ds, &mds);
+    }
+    const uint32_t base = ak_smem_addr(buf);
+#pragma unroll
+    for (int it = 0; it < NA; it++) {
+        const int e = it * 32 + lane, k = e < U * PA ? e / PA : 0, p = e - k * PA;
+        const uint8_t *a = ak_shfl_ptr(ma, k);
+        const int st = __shfl_sync(0xffffffffu, mst, k);
+        if (e < U * PA && st == AK_TOK_LIVE) ak_cp_async16(base + k * G::RB + p * 16, a + p * 16, 16);
+    }
+    if (G::SB == 128) { /* rope input rows: 8 pieces per token, U <= 4 */
+        const int k = lane >> 3 < U ? lane >> 3 : 0, p = lane & 7;
+        const uint8_t *b = ak_shfl_ptr(mb, k);
+        const int st = __shfl_sync(0xffffffffu, mst, k);
+        if (lane < 8 * U && st == AK_TOK_LIVE) ak_cp_async16(base + k * G::RB + G::SA + p * 16, b + p * 16, 16);
+    } else if (G::SB == 8) { /* V4 scale row */
+        if (lane < U && mst == AK_TOK_LIVE) ak_cp_async8(base + lane * G::RB + G::SA, mb, 8);
+    }
+    ak_cp_async_commit();
+    return mst;
+}
+
+/* One warp step of a lean kernel: tokens i0 .. i0 + U - 1, resolved by lanes k < U (state mst,
+   destination md / mds). Source bytes come from the stage sbuf (STAGED) or straight from global
+   memory through the lanes' pointers ma / mb: every lane loads its NoPE chunk of all U tokens and
+   one RoPE chunk before it converts and stores any. */
+template <int MODE, int SL, int DL, int DT, int U, bool STAGED>
+__device__ __forceinline__ void ak_lean_step(const ak_mla_job &j, int64_t i0, int mst, uint8_t *md, uint8_t *mds,
+                                             const uint8_t *ma, const uint8_t *mb, const uint8_t *sbuf,
+                                             float ks, const ak_divisor &kd) {
+    typedef ak_lean_src<SL, DL> G;
     constexpr int LAY = MODE == AK_MLA_GATHER ? SL : DL;
     constexpr bool V4 = LAY == AK_LAYOUT_DSV4_FP8_UE8M0; /* 28 NoPE + 4 RoPE chunks in one pass */
     constexpr bool BF16SRC = SL == AK_LEAN_ROWS || SL == AK_LAYOUT_MLA_BF16; /* 32-byte chunks */
@@ -881,122 +944,161 @@ __global__ void __launch_bounds__(AK_LEAN_THREADS, (ak_lean_min_blocks<MODE, SL,
     constexpr bool BF16DST = (MODE == AK_MLA_CONVERT && DL == AK_LAYOUT_MLA_BF16) ||
                              (MODE == AK_MLA_GATHER && DT == AK_DTYPE_BF16);
     const int lane = threadIdx.x & 31;
+    const int rk = lane >> 2, rc = lane & 3; /* RoPE item of this lane (lane < 4 U) */
+    uint4 raw[U][2];
+    float sc[U];
+    int st[U];
+    uint8_t *dp[U], *dsp[U];
+#pragma unroll
+    for (int k = 0; k < U; k++) {
+        st[k] = __shfl_sync(0xffffffffu, mst, k);
+        const uint8_t *a = STAGED ? sbuf + k * G::RB : ak_shfl_ptr(ma, k);
+        const uint8_t *b = STAGED ? a + G::SA : ak_shfl_ptr(mb, k);
+        dp[k] = (uint8_t *)ak_shfl_ptr(md, k);
+        dsp[k] = V4 && MODE != AK_MLA_GATHER ? (uint8_t *)ak_shfl_ptr(mds, k) : NULL;
+        raw[k][0] = raw[k][1] = make_uint4(0, 0, 0, 0);
+        sc[k] = 0.0f;
+        if (st[k] != AK_TOK_LIVE) continue;
+        if (V4 && lane >= 28) { /* V4 RoPE: bf16 */
+            const uint8_t *p = SL == AK_LEAN_ROWS ? b + (lane - 28) * 32 : a + 448 + (lane - 28) * 32;
+            raw[k][0] = *(const uint4 *)p;
+            raw[k][1] = *(const uint4 *)(p + 16);
+        } else if (BF16SRC) {
+            raw[k][0] = *(const uint4 *)(a + lane * 32);
+            raw[k][1] = *(const uint4 *)(a + lane * 32 + 16);
+        } else {
+            raw[k][0] = *(const uint4 *)(a + lane * 16);
+            if (SL == AK_LAYOUT_DSA_FP8_BLOCKSCALE && !PT656)
+                sc[k] = *(const float *)(a + 512 + 4 * (lane >> 3));
+            else if (SL == AK_LAYOUT_DSV4_FP8_UE8M0)
+                sc[k] = ak_ue8m0_to_f32(b[lane >> 2]);
+        }
+    }
+    uint4 rr[2] = {make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
+    int rst = AK_TOK_SKIP;
+    uint8_t *rdp = NULL;
+    if (!V4) {
+        rst = __shfl_sync(0xffffffffu, mst, rk);
+        const uint8_t *a = STAGED ? sbuf + (rk < U ? rk : 0) * G::RB : ak_shfl_ptr(ma, rk);
+        const uint8_t *b = STAGED ? a + G::SA : ak_shfl_ptr(mb, rk);
+        rdp = (uint8_t *)ak_shfl_ptr(md, rk);
+        if (lane >= 4 * U) rst = AK_TOK_SKIP;
+        if (rst == AK_TOK_LIVE) {
+            if (SL == AK_LAYOUT_MLA_FP8_PERTENSOR) {
+                rr[0] = *(const uint4 *)(a + 512 + rc * 16);
+            } else {
+                const uint8_t *p = SL == AK_LEAN_ROWS ? b + rc * 32
+                                   : SL == AK_LAYOUT_MLA_BF16 ? a + 1024 + rc * 32
+                                                              : a + 528 + rc * 32;
+                rr[0] = *(const uint4 *)p;
+                rr[1] = *(const uint4 *)(p + 16);
+            }
+        }
+    }
+    /* convert and store, token by token (warp-uniform state: tile shuffles) */
+#pragma unroll
+    for (int k = 0; k < U; k++) {
+        if (st[k] == AK_TOK_SKIP) continue;
+        const bool rope = V4 && lane >= 28;
+        float v[16];
+        if (PT656) {
+            *(uint4 *)(dp[k] + lane * 16) = raw[k][0];
+            if ((lane & 7) == 0) *(float *)(dp[k] + 512 + 4 * (lane >> 3)) = ks;
+            continue;
+        }
+        if (st[k] == AK_TOK_ZERO) {
+            for (int i = 0; i < 16; i++) v[i] = 0.0f;
+        } else if (BF16SRC || rope) {
+            ak_bf16x8_to_f32(raw[k][0], v);
+            ak_bf16x8_to_f32(raw[k][1], v + 8);
+        } else if (SL == AK_LAYOUT_MLA_FP8_PERTENSOR) {
+            ak_e4m3x16_scaled(raw[k][0], ks, v);
+        } else {
+            ak_e4m3x16_scaled(raw[k][0], sc[k], v);
+            if (SL == AK_LAYOUT_DSA_FP8_BLOCKSCALE && !BF16DST)
+                for (int i = 0; i < 16; i++) v[i] = ak_bf16_round_f32(v[i]);
+        }
+        if (MODE == AK_MLA_GATHER) {
+            ak_lean_out<DT>(j.out.data, (i0 + k) * j.out.rs + lane * 16, v);
+            continue;
+        }
+        float amax = 0.0f;
+        if (DL == AK_LAYOUT_DSA_FP8_BLOCKSCALE || DL == AK_LAYOUT_DSV4_FP8_UE8M0) {
+            for (int i = 0; i < 16; i++) amax = fmaxf(amax, fabsf(v[i]));
+            amax = ak_group_max(amax, DL == AK_LAYOUT_DSA_FP8_BLOCKSCALE ? 8 : 4);
+        }
+        if (rope) ak_lean_enc_rope<DL>(dp[k], lane - 28, v, kd);
+        else ak_lean_enc_nope<DL>(dp[k], dsp[k], lane, v, amax, j.rule, kd);
+    }
+    if (!V4 && rst != AK_TOK_SKIP) {
+        float v[16];
+        if (rst == AK_TOK_ZERO) {
+            for (int i = 0; i < 16; i++) v[i] = 0.0f;
+        } else if (SL == AK_LAYOUT_MLA_FP8_PERTENSOR) {
+            ak_e4m3x16_scaled(rr[0], ks, v);
+        } else {
+            ak_bf16x8_to_f32(rr[0], v);
+            ak_bf16x8_to_f32(rr[1], v + 8);
+        }
+        if (MODE == AK_MLA_GATHER) ak_lean_out<DT>(j.out.data, (i0 + rk) * j.out.rs + (32 + rc) * 16, v);
+        else ak_lean_enc_rope<DL>(rdp, rc, v, kd);
+    }
+}
+
+/* MODE: AK_MLA_WRITE / CONVERT / GATHER. SL: source layout (AK_LEAN_ROWS for write). DL:
+   destination layout (write / convert). DT: gather output dtype. Staged instantiations
+   (ak_lean_staged) double-buffer each warp's source bytes in shared memory: the next step's
+   cp.async copies are issued before this step's wait, so a warp keeps a step of loads in flight
+   through its conversion instead of holding them in registers. */
+template <int MODE, int SL, int DL, int DT, int U>
+__global__ void __launch_bounds__(AK_LEAN_THREADS, (ak_lean_min_blocks<MODE, SL, DL>())) ak_mla_lean_kernel(ak_mla_job j) {
+    typedef ak_lean_src<SL, DL> G;
+    constexpr bool STAGED = ak_lean_staged<MODE, SL, DL>();
+    const int lane = threadIdx.x & 31;
     const int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    const int64_t nwarps = ((int64_t)gridDim.x * blockDim.x) >> 5;
+    const int64_t step = (((int64_t)gridDim.x * blockDim.x) >> 5) * U;
     const float ks = SL == AK_LAYOUT_MLA_FP8_PERTENSOR ? ak_kv_k_scale(&j.src.c) : 1.0f;
     const ak_divisor kd = ak_divisor_of(
         MODE != AK_MLA_GATHER && DL == AK_LAYOUT_MLA_FP8_PERTENSOR ? ak_kv_k_scale(&j.dst.c) : 1.0f);
-    const int rk = lane >> 2, rc = lane & 3; /* RoPE item of this lane (lane < 4 U) */
-    for (int64_t i0 = warp * U; i0 < j.n; i0 += nwarps * U) {
-        /* lane k < U resolves token i0 + k */
-        const uint8_t *ma = NULL, *mb = NULL;
-        uint8_t *md = NULL, *mds = NULL;
-        int mst = AK_TOK_SKIP;
-        if (lane < U) {
-            const int64_t i = i0 + lane;
-            const ak_mla_tok t = ak_mla_tok_of(j, i, ak_mla_tok_key(j, i));
-            ma = t.a;
-            mb = t.b;
-            mst = t.state;
-            if (MODE != AK_MLA_GATHER && t.state == AK_TOK_LIVE) md = ak_mla_rec(j.dst, t.ds, &mds);
+    enum { SBYTES = STAGED ? U * G::RB : 16 };
+    static_assert(AK_LEAN_THREADS / 32 * 2 * SBYTES <= 48 * 1024, "static stage over 48 KB");
+    __shared__ __align__(16) uint8_t stage[AK_LEAN_THREADS / 32][2][SBYTES];
+    int64_t i0 = warp * U;
+    if (!STAGED) {
+        for (; i0 < j.n; i0 += step) {
+            /* lane k < U resolves token i0 + k */
+            const uint8_t *ma = NULL, *mb = NULL;
+            uint8_t *md = NULL, *mds = NULL;
+            int mst = AK_TOK_SKIP;
+            if (lane < U) {
+                const int64_t i = i0 + lane;
+                const ak_mla_tok t = ak_mla_tok_of(j, i, ak_mla_tok_key(j, i));
+                ma = t.a;
+                mb = t.b;
+                mst = t.state;
+                if (MODE != AK_MLA_GATHER && t.state == AK_TOK_LIVE) md = ak_mla_rec(j.dst, t.ds, &mds);
+            }
+            ak_lean_step<MODE, SL, DL, DT, U, false>(j, i0, mst, md, mds, ma, mb, NULL, ks, kd);
         }
-        /* loads: the NoPE chunk of each token, then this lane's RoPE chunk */
-        uint4 raw[U][2];
-        float sc[U];
-        int st[U];
-        uint8_t *dp[U], *dsp[U];
-#pragma unroll
-        for (int k = 0; k < U; k++) {
-            st[k] = __shfl_sync(0xffffffffu, mst, k);
-            const uint8_t *a = ak_shfl_ptr(ma, k), *b = ak_shfl_ptr(mb, k);
-            dp[k] = (uint8_t *)ak_shfl_ptr(md, k);
-            dsp[k] = V4 && MODE != AK_MLA_GATHER ? (uint8_t *)ak_shfl_ptr(mds, k) : NULL;
-            raw[k][0] = raw[k][1] = make_uint4(0, 0, 0, 0);
-            sc[k] = 0.0f;
-            if (st[k] != AK_TOK_LIVE) continue;
-            if (V4 && lane >= 28) { /* V4 RoPE: bf16 */
-                const uint8_t *p = SL == AK_LEAN_ROWS ? b + (lane - 28) * 32 : a + 448 + (lane - 28) * 32;
-                raw[k][0] = *(const uint4 *)p;
-                raw[k][1] = *(const uint4 *)(p + 16);
-            } else if (BF16SRC) {
-                raw[k][0] = *(const uint4 *)(a + lane * 32);
-                raw[k][1] = *(const uint4 *)(a + lane * 32 + 16);
-            } else {
-                raw[k][0] = *(const uint4 *)(a + lane * 16);
-                if (SL == AK_LAYOUT_DSA_FP8_BLOCKSCALE && !PT656)
-                    sc[k] = *(const float *)(a + 512 + 4 * (lane >> 3));
-                else if (SL == AK_LAYOUT_DSV4_FP8_UE8M0)
-                    sc[k] = ak_ue8m0_to_f32(b[lane >> 2]);
-            }
-        }
-        uint4 rr[2] = {make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
-        int rst = AK_TOK_SKIP;
-        uint8_t *rdp = NULL;
-        if (!V4) {
-            rst = __shfl_sync(0xffffffffu, mst, rk);
-            const uint8_t *a = ak_shfl_ptr(ma, rk), *b = ak_shfl_ptr(mb, rk);
-            rdp = (uint8_t *)ak_shfl_ptr(md, rk);
-            if (lane >= 4 * U) rst = AK_TOK_SKIP;
-            if (rst == AK_TOK_LIVE) {
-                if (SL == AK_LAYOUT_MLA_FP8_PERTENSOR) {
-                    rr[0] = *(const uint4 *)(a + 512 + rc * 16);
-                } else {
-                    const uint8_t *p = SL == AK_LEAN_ROWS ? b + rc * 32
-                                       : SL == AK_LAYOUT_MLA_BF16 ? a + 1024 + rc * 32
-                                                                  : a + 528 + rc * 32;
-                    rr[0] = *(const uint4 *)p;
-                    rr[1] = *(const uint4 *)(p + 16);
-                }
-            }
-        }
-        /* convert and store, token by token (warp-uniform state: tile shuffles) */
-#pragma unroll
-        for (int k = 0; k < U; k++) {
-            if (st[k] == AK_TOK_SKIP) continue;
-            const bool rope = V4 && lane >= 28;
-            float v[16];
-            if (PT656) {
-                *(uint4 *)(dp[k] + lane * 16) = raw[k][0];
-                if ((lane & 7) == 0) *(float *)(dp[k] + 512 + 4 * (lane >> 3)) = ks;
-                continue;
-            }
-            if (st[k] == AK_TOK_ZERO) {
-                for (int i = 0; i < 16; i++) v[i] = 0.0f;
-            } else if (BF16SRC || rope) {
-                ak_bf16x8_to_f32(raw[k][0], v);
-                ak_bf16x8_to_f32(raw[k][1], v + 8);
-            } else if (SL == AK_LAYOUT_MLA_FP8_PERTENSOR) {
-                ak_e4m3x16_scaled(raw[k][0], ks, v);
-            } else {
-                ak_e4m3x16_scaled(raw[k][0], sc[k], v);
-                if (SL == AK_LAYOUT_DSA_FP8_BLOCKSCALE && !BF16DST)
-                    for (int i = 0; i < 16; i++) v[i] = ak_bf16_round_f32(v[i]);
-            }
-            if (MODE == AK_MLA_GATHER) {
-                ak_lean_out<DT>(j.out.data, (i0 + k) * j.out.rs + lane * 16, v);
-                continue;
-            }
-            float amax = 0.0f;
-            if (DL == AK_LAYOUT_DSA_FP8_BLOCKSCALE || DL == AK_LAYOUT_DSV4_FP8_UE8M0) {
-                for (int i = 0; i < 16; i++) amax = fmaxf(amax, fabsf(v[i]));
-                amax = ak_group_max(amax, DL == AK_LAYOUT_DSA_FP8_BLOCKSCALE ? 8 : 4);
-            }
-            if (rope) ak_lean_enc_rope<DL>(dp[k], lane - 28, v, kd);
-            else ak_lean_enc_nope<DL>(dp[k], dsp[k], lane, v, amax, j.rule, kd);
-        }
-        if (!V4 && rst != AK_TOK_SKIP) {
-            float v[16];
-            if (rst == AK_TOK_ZERO) {
-                for (int i = 0; i < 16; i++) v[i] = 0.0f;
-            } else if (SL == AK_LAYOUT_MLA_FP8_PERTENSOR) {
-                ak_e4m3x16_scaled(rr[0], ks, v);
-            } else {
-                ak_bf16x8_to_f32(rr[0], v);
-                ak_bf16x8_to_f32(rr[1], v + 8);
-            }
-            if (MODE == AK_MLA_GATHER) ak_lean_out<DT>(j.out.data, (i0 + rk) * j.out.rs + (32 + rc) * 16, v);
-            else ak_lean_enc_rope<DL>(rdp, rc, v, kd);
-        }
+        return;
+    }
+    uint8_t(*const sw)[SBYTES] = stage[threadIdx.x >> 5];
+    if (i0 >= j.n) return;
+    uint8_t *md, *mds;
+    int mst = ak_lean_issue<MODE, SL, DL, U>(j, i0, sw[0], md, mds);
+    for (int sb = 0; i0 < j.n; i0 += step, sb ^= 1) {
+        /* the next step's copies go out before this step's wait */
+        uint8_t *nd = NULL, *nds = NULL;
+        int nst = AK_TOK_SKIP;
+        if (i0 + step < j.n) nst = ak_lean_issue<MODE, SL, DL, U>(j, i0 + step, sw[sb ^ 1], nd, nds);
+        else ak_cp_async_commit(); /* an empty group keeps the wait below uniform */
+        ak_cp_async_wait_group<1>();
+        __syncwarp();
+        ak_lean_step<MODE, SL, DL, DT, U, true>(j, i0, mst, md, mds, NULL, NULL, sw[sb], ks, kd);
+        __syncwarp(); /* buffer sb is refilled by the next step's issue */
+        md = nd;
+        mds = nds;
+        mst = nst;
     }
 }
 
