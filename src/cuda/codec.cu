@@ -5,9 +5,10 @@
  * quotients encode as the IEEE round-to-nearest division's would (ak_div), scales follow layouts.md
  * section 3.
  *
- * Thread mapping. MLA layouts with aligned views and bf16 rows: lean register-resident kernels
- * specialised per (mode, source, destination), a warp per U tokens with every load issued first,
- * and flat uint4 copies for same-layout converts (section "lean" below). Otherwise (unaligned
+ * Thread mapping. MLA layouts with aligned views and bf16 rows: lean kernels specialised per
+ * (mode, source, destination), a warp per U tokens with every load issued first (writes and
+ * converts double-buffer them in shared memory, one step ahead), and flat uint4 copies for
+ * same-layout converts (section "lean" below). Otherwise (unaligned
  * views, f16/f32 rows, 656 -> FP8-PT): a block of 512 threads stages the source bytes of up to 32 tokens
  * (about 24 KB) in shared memory with cp.async, four stages deep, so three stages are in flight
  * while one is computed; then a warp per token, lane l owning dims [16 l, 16 l + 16) of the NoPE
@@ -737,8 +738,10 @@ __global__ void __launch_bounds__(AK_MLA_THREADS, 2) ak_mla_codec_kernel(ak_mla_
    its own instantiation, so a chunk is a few vector loads, conversions and stores with no switch.
    A warp takes U tokens per step: lane k < U resolves token k (slot, pointers; rule I1) and the
    warp shares the result by shuffles; every lane then loads its NoPE chunk (dims [16 l, 16 l + 16))
-   of all U tokens and one RoPE chunk (lane = 4 token + chunk) before it converts and stores any,
-   so U + 1 loads per lane are in flight. V4 keeps its 4 RoPE chunks in lanes 28..31 as before.
+   of all U tokens and one RoPE chunk (lane = 4 token + chunk) before it converts and stores any.
+   Writes and converts stage those bytes through a per-warp shared-memory double buffer filled by
+   cp.async one step ahead; gathers load them straight into registers. V4 keeps its 4 RoPE chunks
+   in lanes 28..31.
    Used when every view is 16-byte aligned and the rows are bf16 (write) / bf16 or f32 (gather);
    other cases take the staged kernel. */
 #define AK_LEAN_ROWS (-1) /* write: the source is bf16 input rows */
@@ -746,23 +749,19 @@ __global__ void __launch_bounds__(AK_MLA_THREADS, 2) ak_mla_codec_kernel(ak_mla_
 #define AK_LEAN_U 4 /* tokens per warp step of the same-layout copy kernel */
 
 /* Tokens per warp step (U) and resident blocks per SM (the register cap) of each instantiation,
-   measured on the H200 (docs/perf.md, runs s26 and s38). Quantizing instantiations (write, or
-   convert into an fp8 layout from a non-fp8 source) hold a scale tile's values and quotients:
-   2 tokens at 4 blocks (64 registers) beat 4 tokens at 3 blocks (85 registers, spills) by 3-7
-   points of copy. The V4 gather likewise runs 2 tokens at 6 blocks; the other dequantizing
-   instantiations keep 4 tokens at 4 blocks, where 2 tokens lost 5-10 points. */
-template <int MODE, int SL, int DL> __host__ __device__ constexpr bool ak_lean_quantizes() {
-    return MODE == AK_MLA_WRITE || (MODE == AK_MLA_CONVERT && DL != AK_LAYOUT_MLA_BF16 &&
-                                    !(SL == AK_LAYOUT_MLA_FP8_PERTENSOR && DL == AK_LAYOUT_DSA_FP8_BLOCKSCALE));
-}
+   measured on the H200 (docs/perf.md, runs s26, s38, s41, s42). The staged kernels (writes and
+   converts) take 2 tokens per step at 4 blocks (64 registers), FP8-PT -> 656 (a byte copy with a
+   RoPE conversion) 4; the register-loading gathers 4 tokens at 4 blocks, the V4 gather 2 at 6. */
 template <int MODE, int SL, int DL> __host__ __device__ constexpr int ak_lean_u() {
-    return ak_lean_quantizes<MODE, SL, DL>() || (MODE == AK_MLA_GATHER && SL == AK_LAYOUT_DSV4_FP8_UE8M0) ? 2 : 4;
+    return (MODE == AK_MLA_CONVERT && SL == AK_LAYOUT_MLA_FP8_PERTENSOR && DL == AK_LAYOUT_DSA_FP8_BLOCKSCALE) ||
+                   (MODE == AK_MLA_GATHER && SL != AK_LAYOUT_DSV4_FP8_UE8M0)
+               ? 4
+               : 2;
 }
-/* Staged (cp.async double buffer, run s41): the quantizers and FP8-PT -> 656, which gained 4-11
-   points of copy; the dequantizers into bf16 and the gathers lost 2-10 and load into registers. */
+/* Staged (cp.async double buffer, runs s41-s42): writes and converts, which gained 1-12 points of
+   copy; the gathers (random slots) lost 1-10 staged and load into registers. */
 template <int MODE, int SL, int DL> __host__ __device__ constexpr bool ak_lean_staged() {
-    return ak_lean_quantizes<MODE, SL, DL>() ||
-           (MODE == AK_MLA_CONVERT && SL == AK_LAYOUT_MLA_FP8_PERTENSOR && DL == AK_LAYOUT_DSA_FP8_BLOCKSCALE);
+    return MODE != AK_MLA_GATHER;
 }
 template <int MODE, int SL, int DL> __host__ __device__ constexpr int ak_lean_min_blocks() {
     return MODE == AK_MLA_GATHER && SL == AK_LAYOUT_DSV4_FP8_UE8M0 ? 6 : 4;
