@@ -7,9 +7,9 @@
  *
  * Thread mapping. MLA layouts with aligned views and bf16 rows: lean kernels specialised per
  * (mode, source, destination), a warp per U tokens with every load issued first (writes and
- * converts double-buffer them in shared memory, one step ahead), and flat uint4 copies for
- * same-layout converts (section "lean" below). Otherwise (unaligned
- * views, f16/f32 rows, 656 -> FP8-PT): a block of 512 threads stages the source bytes of up to 32 tokens
+ * converts double-buffer them in shared memory, one step ahead), and flat 16-byte copies through
+ * the same double buffer for same-layout converts (section "lean" below). Otherwise (unaligned
+ * views, f16/f32 rows): a block of 512 threads stages the source bytes of up to 32 tokens
  * (about 24 KB) in shared memory with cp.async, four stages deep, so three stages are in flight
  * while one is computed; then a warp per token, lane l owning dims [16 l, 16 l + 16) of the NoPE
  * part (a 128-dim 656 tile is 8 lanes, a 64-dim V4 tile 4 lanes, reduced with shuffles; V4's 64
@@ -1102,41 +1102,68 @@ __global__ void __launch_bounds__(AK_LEAN_THREADS, (ak_lean_min_blocks<MODE, SL,
 }
 
 /* Same-layout convert (re-page, listed pages): a warp copies the records of U tokens as one flat
-   run of 16-byte pieces, every load issued before the first store; a V4 token's 8-byte scale row
-   is copied by the lane that resolved it. */
+   run of 16-byte pieces through a shared-memory double buffer, the next step's cp.async copies
+   issued before this step's stores; a V4 token's 8-byte scale row is copied by the lane that
+   resolved it. */
+template <int REC, bool V4, int U>
+__device__ __forceinline__ void ak_copy_issue(const ak_mla_job &j, int64_t i0, uint8_t *buf, uint8_t *&md,
+                                              const uint8_t *&mss, uint8_t *&mds) {
+    enum { P = REC / 16, NIT = (U * P + 31) / 32 };
+    const int lane = threadIdx.x & 31;
+    const uint8_t *ms = NULL;
+    md = mds = NULL;
+    mss = NULL;
+    if (lane < U) {
+        const int64_t i = i0 + lane;
+        const ak_mla_tok t = ak_mla_tok_of(j, i, ak_mla_tok_key(j, i));
+        if (t.state == AK_TOK_LIVE) {
+            ms = t.a;
+            mss = t.b;
+            md = ak_mla_rec(j.dst, t.ds, &mds);
+        }
+    }
+    const uint32_t base = ak_smem_addr(buf);
+#pragma unroll
+    for (int it = 0; it < NIT; it++) {
+        const int e = it * 32 + lane, k = e < U * P ? e / P : 0, p = e - k * P;
+        const uint8_t *src = ak_shfl_ptr(ms, k);
+        if (e < U * P && src != NULL) ak_cp_async16(base + k * REC + p * 16, src + p * 16, 16);
+    }
+    ak_cp_async_commit();
+}
+
 template <int REC, bool V4, int U>
 __global__ void __launch_bounds__(AK_LEAN_THREADS) ak_mla_copy_kernel(ak_mla_job j) {
-    constexpr int P = REC / 16;
-    constexpr int NIT = (U * P + 31) / 32;
+    enum { P = REC / 16, NIT = (U * P + 31) / 32 };
+    static_assert(AK_LEAN_THREADS / 32 * 2 * U * REC <= 48 * 1024, "static stage over 48 KB");
+    __shared__ __align__(16) uint8_t stage[AK_LEAN_THREADS / 32][2][U * REC];
+    uint8_t(*const sw)[U * REC] = stage[threadIdx.x >> 5];
     const int lane = threadIdx.x & 31;
     const int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    const int64_t nwarps = ((int64_t)gridDim.x * blockDim.x) >> 5;
-    for (int64_t i0 = warp * U; i0 < j.n; i0 += nwarps * U) {
-        const uint8_t *ms = NULL, *mss = NULL;
-        uint8_t *md = NULL, *mds = NULL;
-        if (lane < U) {
-            const int64_t i = i0 + lane;
-            const ak_mla_tok t = ak_mla_tok_of(j, i, ak_mla_tok_key(j, i));
-            if (t.state == AK_TOK_LIVE) {
-                ms = t.a;
-                mss = t.b;
-                md = ak_mla_rec(j.dst, t.ds, &mds);
-            }
-        }
-        uint4 r[NIT];
-        uint8_t *d[NIT];
+    const int64_t step = (((int64_t)gridDim.x * blockDim.x) >> 5) * U;
+    int64_t i0 = warp * U;
+    if (i0 >= j.n) return;
+    uint8_t *md, *mds;
+    const uint8_t *mss;
+    ak_copy_issue<REC, V4, U>(j, i0, sw[0], md, mss, mds);
+    for (int sb = 0; i0 < j.n; i0 += step, sb ^= 1) {
+        uint8_t *nd = NULL, *nds = NULL;
+        const uint8_t *nss = NULL;
+        if (i0 + step < j.n) ak_copy_issue<REC, V4, U>(j, i0 + step, sw[sb ^ 1], nd, nss, nds);
+        else ak_cp_async_commit(); /* an empty group keeps the wait below uniform */
+        ak_cp_async_wait_group<1>();
+        __syncwarp();
 #pragma unroll
         for (int it = 0; it < NIT; it++) {
-            const int e = it * 32 + lane, k = e / P, p = e - k * P;
-            const uint8_t *s = ak_shfl_ptr(ms, k);
-            uint8_t *dd = (uint8_t *)ak_shfl_ptr(md, k);
-            d[it] = e < U * P && s != NULL ? dd + p * 16 : NULL;
-            if (d[it] != NULL) r[it] = *(const uint4 *)(s + p * 16);
+            const int e = it * 32 + lane, k = e < U * P ? e / P : 0, p = e - k * P;
+            uint8_t *d = (uint8_t *)ak_shfl_ptr(md, k);
+            if (e < U * P && d != NULL) *(uint4 *)(d + p * 16) = *(const uint4 *)(sw[sb] + k * REC + p * 16);
         }
-#pragma unroll
-        for (int it = 0; it < NIT; it++)
-            if (d[it] != NULL) *(uint4 *)d[it] = r[it];
-        if (V4 && ms != NULL) *(uint2 *)mds = *(const uint2 *)mss;
+        if (V4 && md != NULL) *(uint2 *)mds = *(const uint2 *)mss;
+        __syncwarp(); /* buffer sb is refilled by the next step's issue */
+        md = nd;
+        mds = nds;
+        mss = nss;
     }
 }
 
@@ -1198,7 +1225,8 @@ static ak_status ak_mla_lean(ak_context *ctx, const ak_mla_job *j, bool *done) {
     const int grid = ak_lean_grid(ctx, j->n, AK_LEAN_U);
     cudaStream_t st = ak_stream(ctx);
     if (sl == dl) {
-        if (sl == AK_LAYOUT_MLA_BF16) ak_mla_copy_kernel<1152, false, AK_LEAN_U><<<grid, AK_LEAN_THREADS, 0, st>>>(*j);
+        if (sl == AK_LAYOUT_MLA_BF16) /* 2 tokens per step: a 4-token stage would pass 48 KB */
+            ak_mla_copy_kernel<1152, false, 2><<<ak_lean_grid(ctx, j->n, 2), AK_LEAN_THREADS, 0, st>>>(*j);
         else if (sl == AK_LAYOUT_MLA_FP8_PERTENSOR) ak_mla_copy_kernel<576, false, AK_LEAN_U><<<grid, AK_LEAN_THREADS, 0, st>>>(*j);
         else if (sl == AK_LAYOUT_DSA_FP8_BLOCKSCALE) ak_mla_copy_kernel<656, false, AK_LEAN_U><<<grid, AK_LEAN_THREADS, 0, st>>>(*j);
         else ak_mla_copy_kernel<576, true, AK_LEAN_U><<<grid, AK_LEAN_THREADS, 0, st>>>(*j);
@@ -1212,7 +1240,7 @@ static ak_status ak_mla_lean(ak_context *ctx, const ak_mla_job *j, bool *done) {
     AK_LEAN_C(AK_LAYOUT_MLA_FP8_PERTENSOR, AK_LAYOUT_MLA_BF16)
     AK_LEAN_C(AK_LAYOUT_MLA_FP8_PERTENSOR, AK_LAYOUT_DSA_FP8_BLOCKSCALE)
     AK_LEAN_C(AK_LAYOUT_DSA_FP8_BLOCKSCALE, AK_LAYOUT_MLA_BF16)
-    /* 656 -> FP8-PT stays staged: its lean kernel measured slower (run 4: 25.8% vs 28.3%) */
+    AK_LEAN_C(AK_LAYOUT_DSA_FP8_BLOCKSCALE, AK_LAYOUT_MLA_FP8_PERTENSOR)
 #undef AK_LEAN_C
     *done = false;
     return AK_OK;
