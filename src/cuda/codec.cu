@@ -885,7 +885,23 @@ template <int SL, int DL> struct ak_lean_src {
     };
 };
 
-/* Resolves the U tokens of the step at i0 (lane k < U: token i0 + k, rule I1) and issues the
+/* Lane k < U resolves token i0 + k (rule I1): its state, source pointers and destination record /
+   V4 scale row; other lanes get AK_TOK_SKIP and NULLs. */
+template <int MODE, int U>
+__device__ __forceinline__ int ak_lean_resolve(const ak_mla_job &j, int64_t i0, const uint8_t *&ma,
+                                               const uint8_t *&mb, uint8_t *&md, uint8_t *&mds) {
+    ma = mb = NULL;
+    md = mds = NULL;
+    if ((int)(threadIdx.x & 31) >= U) return AK_TOK_SKIP;
+    const int64_t i = i0 + (threadIdx.x & 31);
+    const ak_mla_tok t = ak_mla_tok_of(j, i, ak_mla_tok_key(j, i));
+    ma = t.a;
+    mb = t.b;
+    if (MODE != AK_MLA_GATHER && t.state == AK_TOK_LIVE) md = ak_mla_rec(j.dst, t.ds, &mds);
+    return t.state;
+}
+
+/* Resolves the U tokens of the step at i0 (ak_lean_resolve) and issues the
    cp.async copies of their live source bytes into buf ([U][RB], one commit group); returns the
    lane's token state and its destination record / V4 scale row. */
 template <int MODE, int SL, int DL, int U>
@@ -894,17 +910,8 @@ __device__ __forceinline__ int ak_lean_issue(const ak_mla_job &j, int64_t i0, ui
     typedef ak_lean_src<SL, DL> G;
     enum { PA = G::SA / 16, NA = (U * PA + 31) / 32 };
     const int lane = threadIdx.x & 31;
-    const uint8_t *ma = NULL, *mb = NULL;
-    md = mds = NULL;
-    int mst = AK_TOK_SKIP;
-    if (lane < U) {
-        const int64_t i = i0 + lane;
-        const ak_mla_tok t = ak_mla_tok_of(j, i, ak_mla_tok_key(j, i));
-        ma = t.a;
-        mb = t.b;
-        mst = t.state;
-        if (MODE != AK_MLA_GATHER && t.state == AK_TOK_LIVE) md = ak_mla_rec(j.dst, t.ds, &mds);
-    }
+    const uint8_t *ma, *mb;
+    const int mst = ak_lean_resolve<MODE, U>(j, i0, ma, mb, md, mds);
     const uint32_t base = ak_smem_addr(buf);
 #pragma unroll
     for (int it = 0; it < NA; it++) {
@@ -1053,7 +1060,6 @@ template <int MODE, int SL, int DL, int DT, int U>
 __global__ void __launch_bounds__(AK_LEAN_THREADS, (ak_lean_min_blocks<MODE, SL, DL>())) ak_mla_lean_kernel(ak_mla_job j) {
     typedef ak_lean_src<SL, DL> G;
     constexpr bool STAGED = ak_lean_staged<MODE, SL, DL>();
-    const int lane = threadIdx.x & 31;
     const int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const int64_t step = (((int64_t)gridDim.x * blockDim.x) >> 5) * U;
     const float ks = SL == AK_LAYOUT_MLA_FP8_PERTENSOR ? ak_kv_k_scale(&j.src.c) : 1.0f;
@@ -1065,18 +1071,9 @@ __global__ void __launch_bounds__(AK_LEAN_THREADS, (ak_lean_min_blocks<MODE, SL,
     int64_t i0 = warp * U;
     if (!STAGED) {
         for (; i0 < j.n; i0 += step) {
-            /* lane k < U resolves token i0 + k */
-            const uint8_t *ma = NULL, *mb = NULL;
-            uint8_t *md = NULL, *mds = NULL;
-            int mst = AK_TOK_SKIP;
-            if (lane < U) {
-                const int64_t i = i0 + lane;
-                const ak_mla_tok t = ak_mla_tok_of(j, i, ak_mla_tok_key(j, i));
-                ma = t.a;
-                mb = t.b;
-                mst = t.state;
-                if (MODE != AK_MLA_GATHER && t.state == AK_TOK_LIVE) md = ak_mla_rec(j.dst, t.ds, &mds);
-            }
+            const uint8_t *ma, *mb;
+            uint8_t *md, *mds;
+            const int mst = ak_lean_resolve<MODE, U>(j, i0, ma, mb, md, mds);
             ak_lean_step<MODE, SL, DL, DT, U, false>(j, i0, mst, md, mds, ma, mb, NULL, ks, kd);
         }
         return;
