@@ -103,13 +103,14 @@ __device__ __forceinline__ void ak_dev_bf16xn(const float *v, uint16_t *h, int n
    reciprocal, ~8 more instructions and a slow-path branch per value). The encoder sees the same
    value as from __fdiv_rn, or one with the same sign and NaN-ness where that is all that decides
    the byte. A power of two with a normal reciprocal: x * (1 / s), the same real number rounded
-   once. Other s in [2^-89, 2^126): Markstein's correction: q0 = x * y with y = RN(1 / s), the exact residual r = fma(-q0, s, x), then
-   q = fma(r, y, q0) is the correctly rounded quotient when y is within half an ulp of 1 / s and q0
-   within an ulp of x / s, as long as r does not underflow. It does not for |x| > 2^-100 (checked
-   against the division on 2e9 pairs, half of them quotients within 2 ulp of an fp32 midpoint);
-   below that |x / s| <= 2^-11 encodes as a signed zero whatever the rounding. |q0| >= 1024 saturates to 448 either way (r could
-   overflow there). The sign is x's: copysign keeps -0 and NaN signs as the IEEE quotient has
-   them. Any other s takes __fdiv_rn. */
+   once. Other s in [2^-89, 2^126): Markstein's correction, q0 = x * y with y = RN(1 / s), the
+   exact residual r = fma(-q0, s, x), then q = fma(r, y, q0), which is the correctly rounded
+   quotient when y is within half an ulp of 1 / s and q0 within an ulp of x / s, as long as r does
+   not underflow. It does not for |x| > 2^-100 (checked against the division on 2e9 pairs, half of
+   them quotients within 2 ulp of an fp32 midpoint); below that |x / s| <= 2^-11 encodes as a
+   signed zero whatever the rounding. |q0| >= 1024 saturates to 448 either way (r could overflow
+   there). The sign is x's: copysign keeps -0 and NaN signs as the IEEE quotient has them. Any
+   other s takes __fdiv_rn. */
 struct ak_divisor {
     float s, rs;
     int kind; /* 0: power of two (x * rs is exact), 1: correction, 2: __fdiv_rn */
