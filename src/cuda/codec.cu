@@ -65,17 +65,18 @@ __device__ __forceinline__ void ak_dev_e4m3x16(const float v[16], uint8_t q[16])
     }
 }
 
-/* 16 e4m3 bytes -> 16 fp32 (exact: every e4m3 value is an f16 value). */
-__device__ __forceinline__ void ak_dev_dec_e4m3x16(const uint8_t b[16], float v[16]) {
-    uint32_t w[4];
-    memcpy(w, b, 16);
+/* N (a multiple of 4) e4m3 bytes -> N fp32 (exact: every e4m3 value is an f16 value). */
+template <int N>
+__device__ __forceinline__ void ak_dev_dec_e4m3n(const uint8_t *b, float *v) {
+    uint32_t w[N / 4];
+    memcpy(w, b, N);
     uint32_t nan = 0; /* a byte whose low 7 bits are 0x7f is a NaN */
-    for (int k = 0; k < 4; k++) nan |= ((w[k] & 0x7f7f7f7fu) + 0x01010101u) & 0x80808080u;
+    for (int k = 0; k < N / 4; k++) nan |= ((w[k] & 0x7f7f7f7fu) + 0x01010101u) & 0x80808080u;
     if (nan) {
-        for (int i = 0; i < 16; i++) v[i] = ak_e4m3_to_f32(b[i]);
+        for (int i = 0; i < N; i++) v[i] = ak_e4m3_to_f32(b[i]);
         return;
     }
-    for (int i = 0; i < 16; i += 2) {
+    for (int i = 0; i < N; i += 2) {
         uint16_t pair = (uint16_t)(b[i] | (b[i + 1] << 8));
         uint32_t h2;
         asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(pair));
@@ -364,7 +365,7 @@ __device__ __forceinline__ void ak_mla_decode_chunk(const ak_mla_geo &g, const u
     case AK_LAYOUT_MLA_FP8_PERTENSOR: {
         float s = ak_kv_k_scale(&g.c);
         ak_ld16(b, rope ? rec + 512 + rc * 16 : rec + ch * 16, true);
-        ak_dev_dec_e4m3x16(b, v);
+        ak_dev_dec_e4m3n<16>(b, v);
         for (int i = 0; i < 16; i++) v[i] = __fmul_rn(v[i], s);
         break;
     }
@@ -374,7 +375,7 @@ __device__ __forceinline__ void ak_mla_decode_chunk(const ak_mla_geo &g, const u
         } else {
             float s = ak_ld_f32(rec + 512 + 4 * (ch >> 3), true);
             ak_ld16(b, rec + ch * 16, true);
-            ak_dev_dec_e4m3x16(b, v);
+            ak_dev_dec_e4m3n<16>(b, v);
             for (int i = 0; i < 16; i++) v[i] = __fmul_rn(v[i], s);
             uint16_t h[16];
             ak_dev_bf16xn(v, h, 16); /* bf16_rn(q * s), layouts.md 4 */
@@ -388,7 +389,7 @@ __device__ __forceinline__ void ak_mla_decode_chunk(const ak_mla_geo &g, const u
         } else {
             float s = ak_ue8m0_to_f32(rec[AK_DSV4_DATA_BYTES + (ch >> 2)]);
             ak_ld16(b, rec + ch * 16, true);
-            ak_dev_dec_e4m3x16(b, v);
+            ak_dev_dec_e4m3n<16>(b, v);
             for (int i = 0; i < 16; i++) v[i] = __fmul_rn(v[i], s);
         }
         break;
@@ -788,11 +789,11 @@ __device__ __forceinline__ void ak_f32_to_bf16x16(const float v[16], uint4 o[2])
     memcpy(o, h, 32);
 }
 
-/* 16 e4m3 bytes -> fp32 times s (__fmul_rn), as ak_dev_dec_e4m3x16. */
+/* 16 e4m3 bytes -> fp32 times s (__fmul_rn), as ak_dev_dec_e4m3n. */
 __device__ __forceinline__ void ak_e4m3x16_scaled(uint4 w, float s, float v[16]) {
     uint8_t b[16];
     memcpy(b, &w, 16);
-    ak_dev_dec_e4m3x16(b, v);
+    ak_dev_dec_e4m3n<16>(b, v);
     for (int i = 0; i < 16; i++) v[i] = __fmul_rn(v[i], s);
 }
 
@@ -950,6 +951,9 @@ __device__ __forceinline__ void ak_lean_step(const ak_mla_job &j, int64_t i0, in
     /* 656 NoPE decodes to bf16_rn(q * s); a destination that stores bf16 rounds it once itself */
     constexpr bool BF16DST = (MODE == AK_MLA_CONVERT && DL == AK_LAYOUT_MLA_BF16) ||
                              (MODE == AK_MLA_GATHER && DT == AK_DTYPE_BF16);
+    /* staged fp8 -> BF16 converts read the stage as lane l owning dims [8 l, 8 l + 8) and
+       [256 + 8 l, ...), so each 16-byte store instruction writes 512 contiguous bytes */
+    constexpr bool REMAP = STAGED && MODE == AK_MLA_CONVERT && DL == AK_LAYOUT_MLA_BF16 && !BF16SRC;
     const int lane = threadIdx.x & 31;
     const int rk = lane >> 2, rc = lane & 3; /* RoPE item of this lane (lane < 4 U) */
     uint4 raw[U][2];
@@ -965,7 +969,7 @@ __device__ __forceinline__ void ak_lean_step(const ak_mla_job &j, int64_t i0, in
         dsp[k] = V4 && MODE != AK_MLA_GATHER ? (uint8_t *)ak_shfl_ptr(mds, k) : NULL;
         raw[k][0] = raw[k][1] = make_uint4(0, 0, 0, 0);
         sc[k] = 0.0f;
-        if (st[k] != AK_TOK_LIVE) continue;
+        if (REMAP || st[k] != AK_TOK_LIVE) continue;
         if (V4 && lane >= 28) { /* V4 RoPE: bf16 */
             const uint8_t *p = SL == AK_LEAN_ROWS ? b + (lane - 28) * 32 : a + 448 + (lane - 28) * 32;
             raw[k][0] = *(const uint4 *)p;
@@ -1008,6 +1012,22 @@ __device__ __forceinline__ void ak_lean_step(const ak_mla_job &j, int64_t i0, in
         if (st[k] == AK_TOK_SKIP) continue;
         const bool rope = V4 && lane >= 28;
         float v[16];
+        if (REMAP) { /* a convert's token is LIVE here */
+            const uint8_t *a = sbuf + k * G::RB;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int g = 32 * h + lane;
+                const float s = SL == AK_LAYOUT_DSA_FP8_BLOCKSCALE ? *(const float *)(a + 512 + 4 * (g >> 4)) : ks;
+                ak_dev_dec_e4m3n<8>(a + 8 * g, v);
+                for (int i = 0; i < 8; i++) v[i] = __fmul_rn(v[i], s);
+                uint16_t hb[8];
+                ak_dev_bf16xn(v, hb, 8);
+                uint4 o;
+                memcpy(&o, hb, 16);
+                *(uint4 *)(dp[k] + 16 * g) = o;
+            }
+            continue;
+        }
         if (PT656) {
             *(uint4 *)(dp[k] + lane * 16) = raw[k][0];
             if ((lane & 7) == 0) *(float *)(dp[k] + 512 + 4 * (lane >> 3)) = ks;
