@@ -243,8 +243,9 @@ static int g_midpoints;
 static float g_pt_scale = 0.375f;
 
 /* Rows whose quotients by their scale land within 12 ulp of an e4m3 rounding midpoint (normal and
-   subnormal e4m3 ranges, both signs), so the CUDA quantizers' fast-quotient boundary check and its
-   division fallback are both exercised. Each `tile` starts with its amax, which fixes the scale:
+   subnormal e4m3 ranges, both signs): where a quotient one ulp off would change the byte, so the
+   CUDA quantizers' corrected reciprocal quotients (and their division fallback) are checked
+   exactly where they could differ from the CPU backend's IEEE division. Each `tile` starts with its amax, which fixes the scale:
    s = amax / 448 (656 FP32 rule, indexer), or the per-tensor `pt_scale` when it is non-zero. */
 static void midpoint_rows(ak_rng *r, float *x, int64_t n, int64_t stride, int64_t w, int64_t tile,
                           float pt_scale) {
