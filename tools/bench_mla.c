@@ -391,7 +391,7 @@ ak_status ak_bench_mla(ak_context *ctx, const ak_bench_opts *o, const char *op,
         int sparse = m->kind == AK_MODEL_DSA || m->kind == AK_MODEL_DSV4;
         if (sparse && ak_bench_wants(op, "mla_decode_sparse")) {
             static const sparse_shape gpu_dsa[] = {
-                {128, 1, 128}, {128, 1, 64}, {128, 1, 32}, {128, 1, 16}, {32, 1, 16},
+                {128, 1, 128}, {128, 1, 64}, {128, 1, 32}, {128, 1, 16}, {32, 1, 32}, {32, 1, 16},
                 {8, 1, 16},    {8, 1, 128},  {1, 1, 128},  {1, 1, 16},   {128, 2, 128}};
             static const sparse_shape gpu_v4[] = {{128, 1, 0}, {128, 2, 0}, {8, 1, 0}, {1, 1, 0}};
             static const sparse_shape cpu_dsa[] = {{8, 1, 128}, {8, 1, 16}};

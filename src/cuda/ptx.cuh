@@ -93,6 +93,70 @@ __device__ __forceinline__ void ak_wgmma_m64n64k16_ss(float *d, uint64_t da, uin
                  : "l"(da), "l"(db), "r"(scale_d));
 }
 
+/* D[64x32] (+)= A[64x16] B[16x32]: as ak_wgmma_m64n64k16_ss with 32 columns (16 f32 per thread). */
+__device__ __forceinline__ void ak_wgmma_m64n32k16_ss(float *d, uint64_t da, uint64_t db, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+                 "}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+                 : "l"(da), "l"(db), "r"(scale_d));
+}
+
+/* Waits until at most N committed wgmma groups of this warpgroup are pending (groups complete in
+   commit order). */
+template <int N> __device__ __forceinline__ void ak_wgmma_wait(void) {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+/* ---- mbarriers, named barriers, register reallocation (sm_90) ------------------------------- */
+
+/* An mbarrier in shared memory that completes a phase after `count` arrivals. */
+__device__ __forceinline__ void ak_mbar_init(uint32_t bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+
+/* One arrival (release semantics at CTA scope: this thread's earlier writes are visible to a thread
+   whose wait observes the phase completing). */
+__device__ __forceinline__ void ak_mbar_arrive(uint32_t bar) {
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
+}
+
+/* Waits until the phase of parity `parity` has completed (acquire semantics). */
+__device__ __forceinline__ void ak_mbar_wait(uint32_t bar, uint32_t parity) {
+    asm volatile("{\n.reg .pred p;\nAK_MBAR_WAIT_%=:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 "@!p bra AK_MBAR_WAIT_%=;\n}\n" ::"r"(bar), "r"(parity) : "memory");
+}
+
+/* One arrival that also expects `tx` more bytes of asynchronous copies to complete on the barrier. */
+__device__ __forceinline__ void ak_mbar_arrive_tx(uint32_t bar, uint32_t tx) {
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(bar), "r"(tx)
+                 : "memory");
+}
+
+/* `bytes` (a multiple of 16; both addresses 16-byte aligned) global -> shared by the bulk copy engine,
+   completing as transaction bytes on the mbarrier `bar`. */
+__device__ __forceinline__ void ak_bulk_g2s(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+}
+
+/* Barrier `id` (1..15) among `n` threads (a multiple of 32): a subset of the CTA synchronises. */
+__device__ __forceinline__ void ak_bar_sync(int id, int n) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+
+/* Shrinks / grows the registers of every warp of this warpgroup to N per thread. */
+template <int N> __device__ __forceinline__ void ak_setmaxnreg_dec(void) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N> __device__ __forceinline__ void ak_setmaxnreg_inc(void) {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
 /* D[64x256] += A[64x16] B[16x256]: bf16 A from registers (the wgmma A fragment: a[0] rows g,
    columns 2c..2c+1; a[1] rows g + 8; a[2], a[3] the same at columns + 8; g = lane / 4 + 16 x warp,
    c = lane % 4), B from shared memory MN-major (transpose bit set), f32 accumulators. */

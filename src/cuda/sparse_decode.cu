@@ -473,40 +473,8 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
     for (int hr = 0; hr < 2; hr++) {
         const int h = h0 + mt * 16 + g + hr * 8;
         if (h >= p.h_q) continue;
-        const float lsum = rst[16 * MW + mt * 16 + g + hr * 8];
-        const float lse2 = lsum > 0.0f ? rst[mt * 16 + g + hr * 8] + log2f(lsum) : -INFINITY;
-        const int64_t row = ri * p.h_q + h;
-        if (p.splits == 1) {
-            float f = 0.0f, lse_e = INFINITY;
-            if (lsum > 0.0f) {
-                lse_e = lse2 * 0.69314718055994531f;
-                f = 1.0f / lsum;
-                if (p.sink != NULL) f = f / (1.0f + expf(p.sink[h] - lse_e));
-            }
-            if (p.lse != NULL && gw == 0 && c4 == 0)
-                p.lse[r * p.l_s0 + i * p.l_s1 + h * p.l_s2] = lse_e;
-            int64_t ob = r * p.o_s0 + i * p.o_s1 + h * p.o_s2;
-#pragma unroll
-            for (int j = 0; j < DVW / 8; j++) {
-                int d = d0 + j * 8 + c4 * 2;
-                float v0 = o[j][hr * 2] * f, v1 = o[j][hr * 2 + 1] * f;
-                if (p.out_f32) {
-                    *reinterpret_cast<float2 *>((float *)p.out + ob + d) = make_float2(v0, v1);
-                } else {
-                    *reinterpret_cast<uint32_t *>((uint16_t *)p.out + ob + d) = ak_sd_pack_bf16(v0, v1);
-                }
-            }
-        } else {
-            const int64_t rows = (int64_t)p.b * p.s_q * p.h_q;
-            float f = lsum > 0.0f ? 1.0f / lsum : 0.0f;
-            if (gw == 0 && c4 == 0) p.lacc[split * rows + row] = lse2;
-            float *dst = p.oacc + ((int64_t)split * rows + row) * AK_SD_DV;
-#pragma unroll
-            for (int j = 0; j < DVW / 8; j++) {
-                int d = d0 + j * 8 + c4 * 2;
-                *reinterpret_cast<float2 *>(dst + d) = make_float2(o[j][hr * 2] * f, o[j][hr * 2 + 1] * f);
-            }
-        }
+        ak_sd_write_row<DVW / 8>(p, &o[0][0], hr, r, i, h, split, rst[mt * 16 + g + hr * 8],
+                                 rst[16 * MW + mt * 16 + g + hr * 8], d0, c4, gw == 0 && c4 == 0);
     }
 }
 
@@ -754,7 +722,7 @@ extern "C" ak_status ak_cuda_mla_decode(ak_context *ctx, const ak_mla_decode_arg
         p.lacc = p.oacc + (size_t)pl.splits * pl.rows * AK_SD_DV;
     }
     ak_status st;
-    if (pl.kernel == 1) st = ak_sdw_launch(ctx, p, pl, (int)a->cache->layout);
+    if (pl.kernel != 0) st = ak_sdw_launch(ctx, p, pl, (int)a->cache->layout);
     else switch (a->cache->layout) {
     case AK_LAYOUT_MLA_BF16: st = ak_sd_launch_mw<AK_LAYOUT_MLA_BF16>(ctx, p, pl); break;
     case AK_LAYOUT_MLA_FP8_PERTENSOR: st = ak_sd_launch_mw<AK_LAYOUT_MLA_FP8_PERTENSOR>(ctx, p, pl); break;

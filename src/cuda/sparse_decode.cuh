@@ -85,6 +85,48 @@ __device__ __forceinline__ float ak_sd_ue8m0(uint32_t e) {
     return __int_as_float((int)(e << 23));
 }
 
+/* Writes a finished row h of token (r, i) from an mma D fragment: o[4 j + 2 hr] and
+   o[4 j + 2 hr + 1] hold dims d0 + 8 j + 2 c4 and + 1 of the row, for j < NJ. With one split: the
+   output row, scaled by 1 / l and the sink, and its lse (natural log, +inf for a row with no valid
+   key); else this split's normalized partial row and its lse in log2 units (-inf when empty) for
+   ak_sd_combine. The lse is written when `lse_writer` (one thread per row). */
+template <int NJ>
+__device__ __forceinline__ void ak_sd_write_row(const ak_sd_params &p, const float *o, int hr, int64_t r, int64_t i,
+                                                int h, int split, float m2, float lsum, int d0, int c4,
+                                                bool lse_writer) {
+    const float lse2 = lsum > 0.0f ? m2 + log2f(lsum) : -INFINITY;
+    const int64_t row = (r * p.s_q + i) * p.h_q + h;
+    if (p.splits == 1) {
+        float f = 0.0f, lse_e = INFINITY;
+        if (lsum > 0.0f) {
+            lse_e = lse2 * 0.69314718055994531f;
+            f = 1.0f / lsum;
+            if (p.sink != NULL) f = f / (1.0f + expf(p.sink[h] - lse_e));
+        }
+        if (p.lse != NULL && lse_writer) p.lse[r * p.l_s0 + i * p.l_s1 + h * p.l_s2] = lse_e;
+        const int64_t ob = r * p.o_s0 + i * p.o_s1 + h * p.o_s2;
+#pragma unroll
+        for (int j = 0; j < NJ; j++) {
+            const int d = d0 + j * 8 + c4 * 2;
+            const float v0 = o[4 * j + 2 * hr] * f, v1 = o[4 * j + 2 * hr + 1] * f;
+            if (p.out_f32)
+                *reinterpret_cast<float2 *>((float *)p.out + ob + d) = make_float2(v0, v1);
+            else
+                *reinterpret_cast<uint32_t *>((uint16_t *)p.out + ob + d) = ak_sd_pack_bf16(v0, v1);
+        }
+    } else {
+        const int64_t rows = (int64_t)p.b * p.s_q * p.h_q;
+        const float f = lsum > 0.0f ? 1.0f / lsum : 0.0f;
+        if (lse_writer) p.lacc[split * rows + row] = lse2;
+        float *dst = p.oacc + ((int64_t)split * rows + row) * AK_SD_DV;
+#pragma unroll
+        for (int j = 0; j < NJ; j++) {
+            const int d = d0 + j * 8 + c4 * 2;
+            *reinterpret_cast<float2 *>(dst + d) = make_float2(o[4 * j + 2 * hr] * f, o[4 * j + 2 * hr + 1] * f);
+        }
+    }
+}
+
 /* Page of slot s (0 <= s < capacity): a shift for power-of-two pages, a division otherwise. */
 __device__ __forceinline__ int32_t ak_sd_page(const ak_sd_list &l, int32_t s) {
     return l.page_shift >= 0 ? s >> l.page_shift : s / l.page_size;
@@ -104,15 +146,16 @@ __device__ __forceinline__ void ak_sd_split_range(int s, int n_tiles, int splits
 }
 
 struct ak_sd_plan {
-    int kernel; /* 0: ak_sd_main (mma.sync), 1: ak_sdw_main (wgmma, sparse_decode_wgmma.cu) */
+    int kernel; /* 0: ak_sd_main (mma.sync), 1: ak_sdw_main, 2: ak_sdx_main (sparse_decode_wgmma.cu) */
     int mw, htiles, splits, n_tiles;
     int64_t rows;
     size_t smem, ws_bytes;
 };
 
-/* The wgmma kernel (sparse_decode_wgmma.cu): ak_sdw_plan returns 1 and fills the plan when it
-   serves the call (h_q > 32, 64-head tiles); ak_sdw_launch runs its main kernel, whose partial
-   rows ak_sd_combine merges like those of ak_sd_main. */
+/* The wgmma kernels (sparse_decode_wgmma.cu): ak_sdw_plan returns 1 and fills the plan when one
+   of them serves the call (64-head tiles: the warp-specialized kernel for 656 and per-tensor fp8 at
+   h_q > 16, the pipelined one for V4 and MLA_BF16 at h_q > 32); ak_sdw_launch runs it, and
+   ak_sd_combine merges its partial rows like those of ak_sd_main. */
 int ak_sdw_plan(const ak_context *ctx, const ak_mla_decode_args *a, ak_sd_plan *pl);
 ak_status ak_sdw_launch(ak_context *ctx, const ak_sd_params &p, const ak_sd_plan &pl, int layout);
 

@@ -1,8 +1,11 @@
 /*
- * sparse_decode_wgmma.cu -- sparse MLA decode for h_q > 32 on Hopper tensor cores (wgmma), same
- * semantics, split rule and partial-row format as sparse_decode.cu (see its header comment).
+ * sparse_decode_wgmma.cu -- sparse MLA decode on Hopper tensor cores (wgmma) with 64-head tiles,
+ * same semantics, split rule and partial-row format as sparse_decode.cu (see its header comment).
+ * Two kernels: the pipelined ak_sdw_main below (V4 and MLA_BF16, h_q > 32) and the
+ * warp-specialized ak_sdx_main further down (656 and per-tensor fp8, h_q > 16).
  *
- * One CTA = (request r, query token i, 64-head tile, KV split), two warpgroups (256 threads).
+ * ak_sdw_main: one CTA = (request r, query token i, 64-head tile, KV split), two warpgroups (256
+ * threads).
  * Shared memory holds Q [64 heads x d_qk] bf16 (loaded once) and two K tiles [64 keys x d_qk]
  * bf16 (dequantized key tiles t and t + 1; 221 KB for d_qk 576). Q and K use the canonical
  * 128-byte-swizzled K-major layout: 64-dim column blocks of 64 rows x 128 bytes (8 KB each), the
@@ -33,6 +36,7 @@
 #include <cuda_bf16.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #define AK_SDW_THREADS 256
 #define AK_SDW_HEADS 64
@@ -92,25 +96,23 @@ __device__ __forceinline__ void ak_sdw_locate(const ak_sd_list &l, int32_t slot,
     if (LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0) so = pg + (int64_t)l.page_size * 576 + (int64_t)ts * 8;
 }
 
-/* A warp's eight keys w, w + 8, ..., w + 56 of a tile in registers, loaded a warp per record so that
-   every load instruction reads one record's 512 contiguous fp8 bytes (a quarter-record map, 8
-   records x 64 bytes per instruction, backed up the load queue: 23% of the stall samples): lane l
-   holds fp8 chunk l (16 values) of each key in f[i] and, for 656 / V4, that chunk's block scale in
-   s[i] (656: fp32 of block l / 8; V4: ue8m0 byte l / 4); the bf16 RoPE (656, V4) or the last 64 fp8
-   bytes (per-tensor) of four (eight) keys per instruction in r[]. MLA_BF16 keeps nothing here: its
-   records go to the K tile by cp.async (72 chunks would not fit beside the 128 O accumulators). */
+/* V4: a warp's eight keys w, w + 8, ..., w + 56 of a tile in registers, loaded a warp per record so
+   that every load instruction reads one record's 448 contiguous fp8 bytes (a quarter-record map, 8
+   records x 64 bytes per instruction, backed up the load queue: 23% of the stall samples): lane
+   l < 28 holds fp8 chunk l (16 values) of each key in f[i] and its ue8m0 scale byte (l / 4) in s[i];
+   the bf16 RoPE of four keys per instruction in r[]. MLA_BF16 keeps nothing here: its records go to
+   the K tile by cp.async (72 chunks would not fit beside the 128 O accumulators). */
 template <int LAYOUT> struct ak_sdw_raw {
     enum {
         BF16 = LAYOUT == AK_LAYOUT_MLA_BF16,
-        PT = LAYOUT == AK_LAYOUT_MLA_FP8_PERTENSOR,
         V4 = LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0,
-        NQL = V4 ? 28 : 32,           /* lanes holding an fp8 chunk */
-        ROPE = V4 ? 448 : 528,        /* bf16 RoPE byte offset (656, V4) */
+        NQL = 28,   /* lanes holding an fp8 chunk */
+        ROPE = 448, /* bf16 RoPE byte offset */
         NF = BF16 ? 1 : 8,
-        NR = BF16 ? 1 : PT ? 1 : 2
+        NR = BF16 ? 1 : 2
     };
     uint4 f[NF];
-    uint32_t s[NF]; /* raw: fp32 bits (656) or the ue8m0 byte (V4), converted when used */
+    uint32_t s[NF]; /* raw ue8m0 byte, converted when used */
     uint4 r[NR];
 };
 
@@ -125,60 +127,40 @@ __device__ __forceinline__ void ak_sdw_load(const uint8_t *pool, int64_t ro_l, i
         const int64_t ro = __shfl_sync(0xffffffffu, ro_l, i);
         x.f[i] = make_uint4(0, 0, 0, 0);
         x.s[i] = 0u;
-        if (ro >= 0 && lane < R::NQL) {
-            x.f[i] = ak_ldg_nc_v4(pool + ro + 16 * lane);
-            if (LAYOUT == AK_LAYOUT_DSA_FP8_BLOCKSCALE)
-                x.s[i] = __ldg(reinterpret_cast<const uint32_t *>(pool + ro + 512) + (lane >> 3));
-        }
+        if (ro >= 0 && lane < R::NQL) x.f[i] = ak_ldg_nc_v4(pool + ro + 16 * lane);
         if (R::V4) {
             const int64_t so = __shfl_sync(0xffffffffu, so_l, i);
             if (ro >= 0 && lane < R::NQL) x.s[i] = __ldg(pool + so + (lane >> 2));
         }
     }
-    if (R::BF16) return;
-    if (R::PT) { /* fp8 bytes 512..575 of key w + 8 (l / 4), chunk l % 4 */
-        const int64_t ro = __shfl_sync(0xffffffffu, ro_l, lane >> 2);
-        x.r[0] = ro >= 0 ? ak_ldg_nc_v4(pool + ro + 512 + 16 * (lane & 3)) : make_uint4(0, 0, 0, 0);
-    } else { /* RoPE chunk l % 8 of key w + 8 (4 g + l / 8) */
+    /* RoPE chunk l % 8 of key w + 8 (4 g + l / 8) */
 #pragma unroll
-        for (int g = 0; g < 2; g++) {
-            const int64_t ro = __shfl_sync(0xffffffffu, ro_l, 4 * g + (lane >> 3));
-            x.r[g] = ro >= 0 ? ak_ldg_nc_v4(pool + ro + R::ROPE + 16 * (lane & 7)) : make_uint4(0, 0, 0, 0);
-        }
+    for (int g = 0; g < (R::BF16 ? 0 : 2); g++) {
+        const int64_t ro = __shfl_sync(0xffffffffu, ro_l, 4 * g + (lane >> 3));
+        x.r[g] = ro >= 0 ? ak_ldg_nc_v4(pool + ro + R::ROPE + 16 * (lane & 7)) : make_uint4(0, 0, 0, 0);
     }
 }
 
-/* Dequantizes the warp's keys (layouts.md 4) into the swizzled bf16 K tile ks. */
+/* Dequantizes the warp's V4 keys (layouts.md 4) into the swizzled bf16 K tile ks. */
 template <int LAYOUT>
-__device__ __forceinline__ void ak_sdw_dequant(const ak_sdw_raw<LAYOUT> &x, int w, int lane, uint8_t *ks,
-                                               float kscale) {
+__device__ __forceinline__ void ak_sdw_dequant(const ak_sdw_raw<LAYOUT> &x, int w, int lane, uint8_t *ks) {
     typedef ak_sdw_raw<LAYOUT> R;
 #pragma unroll
     for (int i = 0; i < 8; i++) {
         if (lane < R::NQL) {
             uint4 lo, hi;
-            const float sc = R::PT ? kscale : R::V4 ? ak_sd_ue8m0(x.s[i]) : __uint_as_float(x.s[i]);
-            ak_sd_dequant16(x.f[i], sc, lo, hi);
+            ak_sd_dequant16(x.f[i], ak_sd_ue8m0(x.s[i]), lo, hi);
             *reinterpret_cast<uint4 *>(ks + ak_sdw_off(w + 8 * i, lane * 16)) = lo;
             *reinterpret_cast<uint4 *>(ks + ak_sdw_off(w + 8 * i, lane * 16 + 8)) = hi;
         }
     }
-    if (R::PT) {
-        const int k = w + 8 * (lane >> 2), c = 32 + (lane & 3);
-        uint4 lo, hi;
-        ak_sd_dequant16(x.r[0], kscale, lo, hi);
-        *reinterpret_cast<uint4 *>(ks + ak_sdw_off(k, c * 16)) = lo;
-        *reinterpret_cast<uint4 *>(ks + ak_sdw_off(k, c * 16 + 8)) = hi;
-    } else {
 #pragma unroll
-        for (int g = 0; g < 2; g++)
-            *reinterpret_cast<uint4 *>(ks + ak_sdw_off(w + 8 * (4 * g + (lane >> 3)), R::NQL * 16 + (lane & 7) * 8)) =
-                x.r[g];
-    }
+    for (int g = 0; g < 2; g++)
+        *reinterpret_cast<uint4 *>(ks + ak_sdw_off(w + 8 * (4 * g + (lane >> 3)), R::NQL * 16 + (lane & 7) * 8)) = x.r[g];
 }
 
 /* The per-tensor fp8 scale of list l (1 for the other layouts). */
-template <int LAYOUT> __device__ __forceinline__ float ak_sdw_kscale(const ak_sd_list &l) {
+template <int LAYOUT> __device__ __forceinline__ float ak_sdx_kscale(const ak_sd_list &l) {
     if (LAYOUT != AK_LAYOUT_MLA_FP8_PERTENSOR) return 1.0f;
     return l.k_scale_ptr != NULL ? *l.k_scale_ptr : l.k_scale;
 }
@@ -213,7 +195,7 @@ __device__ __forceinline__ void ak_sdw_stage(const ak_sd_params &p, int64_t r, i
     if (tn < t_end) {
         const ak_sd_list &l = p.list[tn >= p.list[0].tiles];
         if (LAYOUT == AK_LAYOUT_MLA_BF16) ak_sdw_copy_bf16(l.pool, xro, tok, q4, kn);
-        else ak_sdw_dequant<LAYOUT>(x, w, lane, kn, ak_sdw_kscale<LAYOUT>(l));
+        else ak_sdw_dequant<LAYOUT>(x, w, lane, kn);
         if (LAYOUT == AK_LAYOUT_MLA_BF16) {
             if (q4 == 0) kvalid[tok] = xro >= 0;
         } else if (lane < 8) {
@@ -249,6 +231,60 @@ __device__ __forceinline__ void ak_sdw_qk(float *s, uint64_t dq0, uint64_t dk0) 
     ak_wgmma_commit();
 }
 
+/* This CTA's KV split, first head and token row ri = r * s_q + i, from blockIdx.x. */
+__device__ __forceinline__ void ak_sdw_cta(const ak_sd_params &p, int &split, int &h0, int64_t &ri) {
+    int64_t cta = blockIdx.x;
+    split = (int)(cta % p.splits);
+    cta /= p.splits;
+    h0 = (int)(cta % p.htiles) * AK_SDW_HEADS;
+    ri = cta / p.htiles;
+}
+
+/* Q tile [64 heads x DQK] of token (r, i), heads h0 .., -> swizzled shared memory qs, zero rows past
+   h_q; t = this thread's index among the 256 that load it, 9 loads in flight per batch. */
+template <int DQK>
+__device__ __forceinline__ void ak_sdw_load_q(const ak_sd_params &p, uint8_t *qs, int64_t r, int64_t i, int h0,
+                                              int t) {
+    enum { QCH = DQK / 8, QITEMS = AK_SDW_HEADS * QCH, QN = QITEMS / 256, QB = 9 };
+    const uint16_t *qb = p.q + r * p.q_s0 + i * p.q_s1;
+#pragma unroll
+    for (int k0 = 0; k0 < QN; k0 += QB) {
+        uint4 qv[QB];
+#pragma unroll
+        for (int k = 0; k < QB; k++) {
+            const int it = (k0 + k) * 256 + t, row = it / QCH, c = it % QCH;
+            qv[k] = make_uint4(0, 0, 0, 0);
+            if (k0 + k < QN && h0 + row < p.h_q) {
+                const uint16_t *src = qb + (int64_t)(h0 + row) * p.q_s2 + c * 8;
+                if (p.q_vec) {
+                    qv[k] = ak_ldg_nc_v4(src);
+                } else {
+                    uint32_t w[4];
+                    for (int e = 0; e < 4; e++) w[e] = (uint32_t)src[2 * e] | ((uint32_t)src[2 * e + 1] << 16);
+                    qv[k] = make_uint4(w[0], w[1], w[2], w[3]);
+                }
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < QB; k++) {
+            const int it = (k0 + k) * 256 + t, row = it / QCH, c = it % QCH;
+            if (k0 + k < QN) *reinterpret_cast<uint4 *>(qs + ak_sdw_off(row, c * 8)) = qv[k];
+        }
+    }
+}
+
+/* Writes this split's rows of warpgroup wg's 256 dims (ak_sd_write_row). */
+__device__ __forceinline__ void ak_sdw_write_rows(const ak_sd_params &p, const float *o, const float *m_run,
+                                                  const float *l_run, int64_t r, int64_t i, int h0, int split,
+                                                  int wg, int wr, int g, int c4) {
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        const int h = h0 + 16 * wr + g + hr * 8;
+        if (h >= p.h_q) continue;
+        ak_sd_write_row<32>(p, o, hr, r, i, h, split, m_run[hr], l_run[hr], wg * 256, c4, wg == 0 && c4 == 0);
+    }
+}
+
 template <int LAYOUT>
 __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_params p) {
     typedef ak_sd_geo<LAYOUT> G;
@@ -266,13 +302,10 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
     /* loader map: MLA_BF16 copies a quarter of key tid / 4's record per thread; the fp8 layouts load
        a warp per record, lane l % 8 holding the slot and offsets of key warp + 8 (l % 8) */
     const int tok = BF16 ? tid >> 2 : warp + 8 * (lane & 7), q4 = tid & 3;
-    int64_t cta = blockIdx.x;
-    const int split = (int)(cta % p.splits);
-    cta /= p.splits;
-    const int ht = (int)(cta % p.htiles);
-    const int64_t ri = cta / p.htiles; /* r * s_q + i */
+    int split, h0;
+    int64_t ri;
+    ak_sdw_cta(p, split, h0, ri);
     const int64_t r = ri / p.s_q, i = ri % p.s_q;
-    const int h0 = ht * AK_SDW_HEADS;
 
     const int32_t len0 = ak_sd_len(p.list[0], r, i), len1 = ak_sd_len(p.list[1], r, i);
     const int n_tiles = p.list[0].tiles + p.list[1].tiles;
@@ -302,35 +335,7 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
         sok = ok && tn < t_end;
     }
 
-    /* Q tile -> swizzled shared memory, zero rows past h_q; 9 loads in flight per batch. */
-    {
-        enum { QCH = DQK / 8, QITEMS = AK_SDW_HEADS * QCH, QN = QITEMS / AK_SDW_THREADS, QB = 9 };
-        const uint16_t *qb = p.q + r * p.q_s0 + i * p.q_s1;
-#pragma unroll
-        for (int k0 = 0; k0 < QN; k0 += QB) {
-            uint4 qv[QB];
-#pragma unroll
-            for (int k = 0; k < QB; k++) {
-                const int it = (k0 + k) * AK_SDW_THREADS + tid, row = it / QCH, c = it % QCH;
-                qv[k] = make_uint4(0, 0, 0, 0);
-                if (k0 + k < QN && h0 + row < p.h_q) {
-                    const uint16_t *src = qb + (int64_t)(h0 + row) * p.q_s2 + c * 8;
-                    if (p.q_vec) {
-                        qv[k] = ak_ldg_nc_v4(src);
-                    } else {
-                        uint32_t w[4];
-                        for (int e = 0; e < 4; e++) w[e] = (uint32_t)src[2 * e] | ((uint32_t)src[2 * e + 1] << 16);
-                        qv[k] = make_uint4(w[0], w[1], w[2], w[3]);
-                    }
-                }
-            }
-#pragma unroll
-            for (int k = 0; k < QB; k++) {
-                const int it = (k0 + k) * AK_SDW_THREADS + tid, row = it / QCH, c = it % QCH;
-                if (k0 + k < QN) *reinterpret_cast<uint4 *>(qs + ak_sdw_off(row, c * 8)) = qv[k];
-            }
-        }
-    }
+    ak_sdw_load_q<DQK>(p, qs, r, i, h0, tid);
     if (t < t_end) {
         ak_sdw_stage<LAYOUT>(p, r, i, len0, len1, t, tn, tnn, t, t_end, tok, q4, smem + M::K, valid, x, xro, sraw, sok);
         if (BF16) ak_cp_async_wait_all();
@@ -461,79 +466,422 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
         tnnn = t4;
     }
 
-    /* Write this split's rows: final out/lse with one split, else normalized partials. */
-    const int d0 = wg * 256;
+    ak_sdw_write_rows(p, o, m_run, l_run, r, i, h0, split, wg, wr, g, c4);
+}
+
+/* ---- warp-specialized kernel (656 and per-tensor fp8) -------------------------------------------
+ *
+ * Three warpgroups (384 threads). Warpgroup 0 produces: each of its four warps owns 8 keys of every
+ * 32-key unit; its lanes 0..7 copy their key's record into the warp's ring of raw stages with one
+ * bulk copy each (the copy engine moves the bytes and counts them on the stage's mbarrier, so no
+ * copy sits in the warp's scoreboard), NST - 1 units ahead of the one being converted; the warp then
+ * dequantizes its 8 keys into one of NBUF bf16 K buffers (32 keys, 128-byte swizzle) and arrives on
+ * FULL. It keeps 104 registers. Warpgroups 1 and 2 consume (200 registers): each computes all of
+ * S = Q K^T for the unit (m64n32k16) and O[:, 256 w ..] += P V (m64n256k16, P from registers),
+ * issues S of the next unit right behind P V, and arrives on EMPTY once P V has read the buffer. So
+ * the conversion runs on its own warps beside the products instead of between them. Units are the
+ * halves of the 64-key tiles of the split rule (same splits, same partial rows); a unit wholly past
+ * its row's length is skipped by both sides, which walk the same sequence.
+ *
+ * Measured against ak_sdw_main (docs/perf.md, session 5): 8-9% faster on 656 at h_q 64 / 128 and
+ * s_q 2, 12-15% slower on V4 (which stays on ak_sdw_main). Three K buffers, a ping-pong of the two
+ * consumers at the tensor pipe and a seesaw (S once per unit, P handed over in shared memory) did not
+ * beat this form: shared memory (Q 72 KB, the K buffers and the stages fill 227 KB) leaves the
+ * producer no deeper lookahead.
+ */
+#define AK_SDX_THREADS 384
+#define AK_SDX_UNIT 32 /* keys per unit and K buffer */
+#define AK_SDX_NBUF 2  /* bf16 K buffers */
+#define AK_SDX_PREG 104
+#define AK_SDX_CREG 200
+
+/* Byte offset of the 16-byte chunk holding dims d..d+7 of row n in a 32-row swizzled K buffer. */
+__device__ __forceinline__ uint32_t ak_sdx_off(int n, int d) {
+    return (uint32_t)((d >> 6) * (AK_SDX_UNIT * 128) + n * 128 + ((((d >> 3) & 7) ^ (n & 7)) << 4));
+}
+
+/* Shared-memory map (bytes from the 1024-aligned base); 222 KB for 656. */
+template <int LAYOUT> struct ak_sdx_map {
+    enum {
+        NBUF = AK_SDX_NBUF,
+        DQK = ak_sd_geo<LAYOUT>::DQK,
+        KB = DQK / 64,
+        PT = LAYOUT == AK_LAYOUT_MLA_FP8_PERTENSOR,
+        STG = ak_sd_geo<LAYOUT>::REC, /* bytes per key: one bulk copy of the record */
+        KT = AK_SDX_UNIT * 128,       /* one 64-dim column block of a K buffer */
+        /* raw stages per producer warp: three where they fit beside Q and the K buffers, else two */
+        NST = KB * AK_SDW_TILE + NBUF * KB * KT + 4 * 3 * 8 * STG + 1024 + 256 <= 232448 ? 3 : 2,
+        Q = 0,                              /* [KB][64 heads][128 B] bf16 swizzled */
+        K = Q + KB * AK_SDW_TILE,           /* [NBUF][KB][32 keys][128 B] bf16 swizzled */
+        STAGE = K + NBUF * KB * KT,         /* [4 warps][NST][8 keys][STG] raw records */
+        VALID = STAGE + 4 * NST * 8 * STG,  /* [NBUF] u32: bit k = key k of the unit is valid */
+        BAR = (VALID + NBUF * 4 + 7) & ~7,  /* FULL[NBUF], EMPTY[NBUF], stage[4][NST] mbarriers */
+        BYTES = BAR + (2 * NBUF + 4 * NST) * 8
+    };
+};
+
+/* First unit >= u of [u, u_end) that starts before its row's length, else u_end. */
+__device__ __forceinline__ int ak_sdx_next(const ak_sd_params &p, int u, int u_end, int32_t len0, int32_t len1) {
+    for (; u < u_end; u++) {
+        const int t = u >> 1, ex = t >= p.list[0].tiles;
+        const int base = (ex ? t - p.list[0].tiles : t) * AK_SD_KEYS + (u & 1) * AK_SDX_UNIT;
+        if (base < (ex ? len1 : len0)) break;
+    }
+    return u;
+}
+
+/* Index value of key k of unit u as stored (checked at use); ok: the position is inside the length. */
+__device__ __forceinline__ int32_t ak_sdx_slot(const ak_sd_params &p, int64_t r, int64_t i, int u, int k,
+                                               int32_t len0, int32_t len1, bool &ok) {
+    const int t = u >> 1, ex = t >= p.list[0].tiles;
+    const ak_sd_list &l = p.list[ex];
+    const int pos = (ex ? t - p.list[0].tiles : t) * AK_SD_KEYS + (u & 1) * AK_SDX_UNIT + k;
+    ok = pos < (ex ? len1 : len0);
+    return l.idx[r * l.idx_s0 + i * l.idx_s1 + min(pos, l.topk - 1)];
+}
+
+/* Producer warp: lane k < 8 copies its key's record (slot `slot`; -1 or out of range: rule I1, never
+   read) into the stage at `dst` with one bulk copy completing on `sbar`. Returns the warp's validity
+   bits (bit k: key k). */
+template <int LAYOUT>
+__device__ __forceinline__ uint32_t ak_sdx_copy(const ak_sd_list &l, int32_t slot, int lane, uint32_t dst,
+                                                uint32_t sbar) {
+    typedef ak_sdx_map<LAYOUT> M;
+    int64_t ro = -1, so = -1;
+    if (lane < 8) ak_sdw_locate<LAYOUT>(l, slot, ro, so);
+    const uint32_t vm = __ballot_sync(0xffffffffu, ro >= 0);
+    if (lane == 0) ak_mbar_arrive_tx(sbar, (uint32_t)__popc(vm) * M::STG);
+    if (ro >= 0) ak_bulk_g2s(dst + (uint32_t)(lane * M::STG), l.pool + ro, M::STG, sbar);
+    return vm;
+}
+
+/* Producer warp w: its 8 staged records -> rows 8 w .. 8 w + 7 of K buffer kb (layouts.md 4); an
+   invalid key (bit clear in vm; its stage bytes are stale) becomes a zero row. In step i lane l
+   converts fp8 chunk l (16 dims) of key (i + l / 4) % 8, so the 32 lanes of a store write four
+   rows' worth of distinct banks (one row per step put 8 lanes on the same 16-byte bank group); every
+   shared load is issued before the first conversion. The 64 RoPE dims are copied (656: bf16) or
+   dequantized (per-tensor: fp8). */
+template <int LAYOUT>
+__device__ __forceinline__ void ak_sdx_convert(const uint8_t *stg, uint8_t *kb, int w, int lane, float kscale,
+                                               uint32_t vm) {
+    typedef ak_sdx_map<LAYOUT> M;
+    uint4 f[8], rp[2];
+    uint32_t sc[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const int k = (i + (lane >> 2)) & 7;
+        f[i] = *reinterpret_cast<const uint4 *>(stg + k * M::STG + 16 * lane);
+        sc[i] = M::PT ? 0u : *reinterpret_cast<const uint32_t *>(stg + k * M::STG + 512 + 4 * (lane >> 3));
+    }
+    const int rk0 = M::PT ? lane >> 2 : lane >> 3; /* RoPE keys of this lane: rk0 (+ 4) */
+    if (M::PT) {
+        rp[0] = *reinterpret_cast<const uint4 *>(stg + rk0 * M::STG + 512 + 16 * (lane & 3));
+    } else {
+#pragma unroll
+        for (int g = 0; g < 2; g++)
+            rp[g] = *reinterpret_cast<const uint4 *>(stg + (4 * g + rk0) * M::STG + 528 + 16 * (lane & 7));
+    }
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const int k = (i + (lane >> 2)) & 7;
+        const bool ok = (vm >> k) & 1u;
+        float s = M::PT ? kscale : __uint_as_float(sc[i]);
+        uint4 raw = f[i];
+        if (!ok) raw = make_uint4(0, 0, 0, 0), s = 0.0f;
+        uint4 lo, hi;
+        ak_sd_dequant16(raw, s, lo, hi);
+        *reinterpret_cast<uint4 *>(kb + ak_sdx_off(8 * w + k, lane * 16)) = lo;
+        *reinterpret_cast<uint4 *>(kb + ak_sdx_off(8 * w + k, lane * 16 + 8)) = hi;
+    }
+    if (M::PT) {
+        uint4 lo, hi;
+        ak_sd_dequant16((vm >> rk0) & 1u ? rp[0] : make_uint4(0, 0, 0, 0), kscale, lo, hi);
+        const int n = 8 * w + rk0, d = 512 + 16 * (lane & 3);
+        *reinterpret_cast<uint4 *>(kb + ak_sdx_off(n, d)) = lo;
+        *reinterpret_cast<uint4 *>(kb + ak_sdx_off(n, d + 8)) = hi;
+    } else {
+#pragma unroll
+        for (int g = 0; g < 2; g++)
+            *reinterpret_cast<uint4 *>(kb + ak_sdx_off(8 * w + 4 * g + rk0, 512 + (lane & 7) * 8)) =
+                (vm >> (4 * g + rk0)) & 1u ? rp[g] : make_uint4(0, 0, 0, 0);
+    }
+}
+
+/* Online softmax of one unit's wgmma S fragment (ak_sdx_main: 4 n8 blocks; rows 16 wr + g (hr 0)
+   and + 8 (hr 1); s[4 n + 2 hr + e] is key 8 n + 2 c4 + e, valid iff bit 8 n + 2 c4 + e of the
+   unit's mask kv), in log2 units: updates the running max and sum, rescales this warpgroup's O
+   accumulators (the 64 x 256 D fragment) and writes P rounded to bf16 as the A fragments of the two
+   k16 steps of P V (the D fragment of keys 16 kk .. 16 kk + 15 is the A fragment of step kk). Both
+   consumer warpgroups run it on the same S and get the same m, l and P. Lazy rescaling as in
+   ak_sdw_main. (ak_sdw_main keeps its own copy over 64 keys and byte flags: routed through this
+   helper its V4 times rose 3-4% from a different register allocation.) A mask word read once per
+   unit measured 1.5-3.5% faster here than a byte per key. */
+__device__ __forceinline__ void ak_sdx_softmax(const ak_sd_params &p, float *s, uint32_t kv, int c4, float *m_run,
+                                               float *l_run, uint32_t *pa, float *o) {
+    float mx[2];
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
-        const int h = h0 + 16 * wr + g + hr * 8;
-        if (h >= p.h_q) continue;
-        const float lsum = l_run[hr];
-        const float lse2 = lsum > 0.0f ? m_run[hr] + log2f(lsum) : -INFINITY;
-        const int64_t row = ri * p.h_q + h;
-        if (p.splits == 1) {
-            float f = 0.0f, lse_e = INFINITY;
-            if (lsum > 0.0f) {
-                lse_e = lse2 * 0.69314718055994531f;
-                f = 1.0f / lsum;
-                if (p.sink != NULL) f = f / (1.0f + expf(p.sink[h] - lse_e));
-            }
-            if (p.lse != NULL && wg == 0 && c4 == 0) p.lse[r * p.l_s0 + i * p.l_s1 + h * p.l_s2] = lse_e;
-            const int64_t ob = r * p.o_s0 + i * p.o_s1 + h * p.o_s2;
+        mx[hr] = -INFINITY;
 #pragma unroll
-            for (int j = 0; j < 32; j++) {
-                const int d = d0 + j * 8 + c4 * 2;
-                const float v0 = o[4 * j + 2 * hr] * f, v1 = o[4 * j + 2 * hr + 1] * f;
-                if (p.out_f32)
-                    *reinterpret_cast<float2 *>((float *)p.out + ob + d) = make_float2(v0, v1);
-                else
-                    *reinterpret_cast<uint32_t *>((uint16_t *)p.out + ob + d) = ak_sd_pack_bf16(v0, v1);
-            }
-        } else {
-            const int64_t rows = (int64_t)p.b * p.s_q * p.h_q;
-            const float f = lsum > 0.0f ? 1.0f / lsum : 0.0f;
-            if (wg == 0 && c4 == 0) p.lacc[split * rows + row] = lse2;
-            float *dst = p.oacc + ((int64_t)split * rows + row) * AK_SD_DV;
+        for (int n = 0; n < 4; n++) {
 #pragma unroll
-            for (int j = 0; j < 32; j++) {
-                const int d = d0 + j * 8 + c4 * 2;
-                *reinterpret_cast<float2 *>(dst + d) = make_float2(o[4 * j + 2 * hr] * f, o[4 * j + 2 * hr + 1] * f);
+            for (int e = 0; e < 2; e++) {
+                const float v = (kv >> (8 * n + 2 * c4 + e)) & 1u ? s[4 * n + 2 * hr + e] * p.scale_log2 : -INFINITY;
+                s[4 * n + 2 * hr + e] = v;
+                mx[hr] = fmaxf(mx[hr], v);
             }
+        }
+        mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
+        mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
+    }
+    const bool keep = __all_sync(0xffffffffu, mx[0] <= m_run[0] + 8.0f && mx[1] <= m_run[1] + 8.0f);
+    float alpha[2];
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        const float m_new = keep ? m_run[hr] : fmaxf(m_run[hr], mx[hr]);
+        const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+        alpha[hr] = keep ? 1.0f : ak_ex2(m_run[hr] - m_use);
+        float sum = 0.0f;
+#pragma unroll
+        for (int n = 0; n < 4; n++) {
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const float v = ak_ex2(s[4 * n + 2 * hr + e] - m_use);
+                s[4 * n + 2 * hr + e] = v;
+                sum += v;
+            }
+        }
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        l_run[hr] = l_run[hr] * alpha[hr] + sum;
+        m_run[hr] = m_new;
+    }
+#pragma unroll
+    for (int kk = 0; kk < 2; kk++) {
+        pa[4 * kk + 0] = ak_sd_pack_bf16(s[8 * kk + 0], s[8 * kk + 1]);
+        pa[4 * kk + 1] = ak_sd_pack_bf16(s[8 * kk + 2], s[8 * kk + 3]);
+        pa[4 * kk + 2] = ak_sd_pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
+        pa[4 * kk + 3] = ak_sd_pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
+    }
+    if (!keep) {
+#pragma unroll
+        for (int j = 0; j < 32; j++) {
+            o[4 * j] *= alpha[0];
+            o[4 * j + 1] *= alpha[0];
+            o[4 * j + 2] *= alpha[1];
+            o[4 * j + 3] *= alpha[1];
         }
     }
 }
 
-/* ---- host side ----------------------------------------------------------------------------- */
-
-static size_t ak_sdw_smem(int layout) {
-    size_t bytes = (size_t)ak_sdw_smem_map<AK_LAYOUT_DSV4_FP8_UE8M0>::BYTES;
-    if (layout == AK_LAYOUT_MLA_BF16) bytes = (size_t)ak_sdw_smem_map<AK_LAYOUT_MLA_BF16>::BYTES;
-    if (layout == AK_LAYOUT_MLA_FP8_PERTENSOR) bytes = (size_t)ak_sdw_smem_map<AK_LAYOUT_MLA_FP8_PERTENSOR>::BYTES;
-    if (layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE) bytes = (size_t)ak_sdw_smem_map<AK_LAYOUT_DSA_FP8_BLOCKSCALE>::BYTES;
-    return 1024 /* alignment slack */ + bytes;
+template <int KSTEPS>
+__device__ __forceinline__ void ak_sdx_qk(float *s, uint64_t dq0, uint64_t dk0) {
+    ak_wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < KSTEPS; kk++) {
+        const uint32_t qo = (kk >> 2) * AK_SDW_TILE + (kk & 3) * 32;
+        const uint32_t ko = (kk >> 2) * (AK_SDX_UNIT * 128) + (kk & 3) * 32;
+        ak_wgmma_m64n32k16_ss(s, dq0 + (qo >> 4), dk0 + (ko >> 4), kk > 0);
+    }
+    ak_wgmma_commit();
 }
 
-/* Serves sparse decode with h_q > 32 on the four MLA layouts. Splits from shapes and the SM count
-   only (one CTA per SM): the fewest splits minimising waves x (tiles per CTA + 2), the 2 standing
-   for a CTA's fixed work (Q tile, row writes). Without it b 128 h_q 128 took 32 splits (63 waves
-   of one tile each, then a combine of 1 GB of partial rows: 1140 us in device run w1) over one
-   split (2 waves of 32 tiles). Declines fewer than 8 (token, 64-head tile) units: there the
-   16-head mma.sync tiles fill the SMs with fewer splits (b 1 h_q 128: 16.6 us against 24.5 here;
-   b 8 h_q 128, 16 units: 38.7 here against 42.7). */
+template <int LAYOUT>
+__device__ __forceinline__ void ak_sdx_produce(const ak_sd_params &p, uint8_t *smem, int64_t r, int64_t i,
+                                               int32_t len0, int32_t len1, int u_begin, int u_end) {
+    typedef ak_sdx_map<LAYOUT> M;
+    enum { NBUF = M::NBUF, NST = M::NST };
+    const int w = (int)threadIdx.x >> 5, lane = (int)threadIdx.x & 31;
+    const uint32_t bar = ak_smem_addr(smem + M::BAR);
+    const uint32_t sbar = bar + 8 * (2 * NBUF + w * NST); /* this warp's stage barriers */
+    const uint32_t stage = ak_smem_addr(smem + M::STAGE) + (uint32_t)(w * NST * 8 * M::STG);
+    const uint8_t *stage_p = smem + M::STAGE + w * NST * 8 * M::STG;
+    const float ks0 = ak_sdx_kscale<LAYOUT>(p.list[0]);
+    const float ks1 = p.list[1].tiles > 0 ? ak_sdx_kscale<LAYOUT>(p.list[1]) : ks0;
+    const int key = 8 * w + (lane & 7); /* lanes 8.. mirror lanes 0..7 (their slot ids are unused) */
+    /* Units a (being converted), b (NST 3: copies in flight; NST 2: slot ids in cslot), c (NST 3:
+       slot ids in cslot); va, vb: validity bits. Unit j + NST - 1's copies are issued in step j. */
+    int ua = ak_sdx_next(p, u_begin, u_end, len0, len1);
+    if (ua >= u_end) return;
+    int ub = ak_sdx_next(p, ua + 1, u_end, len0, len1);
+    int uc = NST == 3 && ub < u_end ? ak_sdx_next(p, ub + 1, u_end, len0, len1) : u_end;
+    uint32_t va, vb = 0u;
+    bool ok;
+    {
+        const int32_t sl = ak_sdx_slot(p, r, i, ua, key, len0, len1, ok);
+        va = ak_sdx_copy<LAYOUT>(p.list[(ua >> 1) >= p.list[0].tiles], ok ? sl : -1, lane, stage, sbar);
+    }
+    if (NST == 3 && ub < u_end) {
+        const int32_t sl = ak_sdx_slot(p, r, i, ub, key, len0, len1, ok);
+        vb = ak_sdx_copy<LAYOUT>(p.list[(ub >> 1) >= p.list[0].tiles], ok ? sl : -1, lane,
+                                 stage + 8 * M::STG, sbar + 8);
+    }
+    const int u_slot = NST == 3 ? uc : ub; /* the unit whose slot ids cslot holds */
+    bool cok = false;
+    int32_t cslot = ak_sdx_slot(p, r, i, u_slot < u_end ? u_slot : ua, key, len0, len1, cok);
+    cok = cok && u_slot < u_end;
+    for (int j = 0; ua < u_end; j++) {
+        /* the copies of unit j + NST - 1 into the stage freed by step j - 1, then the raw slot ids
+           of the unit after it */
+        const int un = NST == 3 ? uc : ub;
+        uint32_t vn = 0u;
+        if (un < u_end) {
+            const int st = (j + NST - 1) % NST;
+            vn = ak_sdx_copy<LAYOUT>(p.list[(un >> 1) >= p.list[0].tiles], cok ? cslot : -1, lane,
+                                     stage + (uint32_t)(st * 8 * M::STG), sbar + 8 * st);
+        }
+        const int ud = un < u_end ? ak_sdx_next(p, un + 1, u_end, len0, len1) : u_end;
+        cslot = ak_sdx_slot(p, r, i, ud < u_end ? ud : ua, key, len0, len1, cok);
+        cok = cok && ud < u_end;
+        ak_mbar_wait(sbar + 8 * (j % NST), (j / NST) & 1); /* unit a's records landed */
+        const int b = j % NBUF;
+        ak_mbar_wait(bar + 8 * (NBUF + b), ((j / NBUF) & 1) ^ 1); /* EMPTY[b] */
+        uint8_t *kb = smem + M::K + b * M::KB * M::KT;
+        ak_sdx_convert<LAYOUT>(stage_p + (j % NST) * 8 * M::STG, kb, w, lane,
+                               (ua >> 1) >= p.list[0].tiles ? ks1 : ks0, va);
+        if (lane == 0) smem[M::VALID + 4 * b + w] = (uint8_t)va; /* byte w of the unit's mask */
+        ak_fence_proxy_async(); /* K buffer writes -> the consumers' wgmma reads; stage reads -> refill */
+        ak_mbar_arrive(bar + 8 * b); /* FULL[b] */
+        __syncwarp(); /* every lane has read stage j % NST before it is refilled */
+        if (NST == 3) {
+            ua = ub;
+            ub = uc;
+            uc = ud;
+            va = vb;
+            vb = vn;
+        } else {
+            ua = ub;
+            ub = ud;
+            va = vn;
+        }
+    }
+}
+
+template <int LAYOUT>
+__global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_params p) {
+    typedef ak_sdx_map<LAYOUT> M;
+    enum { DQK = M::DQK, KSTEPS = DQK / 16, NBUF = M::NBUF };
+    extern __shared__ __align__(16) uint8_t smem_raw[];
+    uint8_t *smem = smem_raw + ((1024u - (ak_smem_addr(smem_raw) & 1023u)) & 1023u);
+    const uint32_t bar = ak_smem_addr(smem + M::BAR);
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    int split, h0;
+    int64_t ri;
+    ak_sdw_cta(p, split, h0, ri);
+    const int64_t r = ri / p.s_q, i = ri % p.s_q;
+    const int32_t len0 = ak_sd_len(p.list[0], r, i), len1 = ak_sd_len(p.list[1], r, i);
+    int t_begin, t_end;
+    ak_sd_split_range(split, p.list[0].tiles + p.list[1].tiles, p.splits, t_begin, t_end);
+    const int u_begin = 2 * t_begin, u_end = 2 * t_end;
+
+    if (tid == 0) {
+        for (int b = 0; b < NBUF; b++) {
+            ak_mbar_init(bar + 8 * b, 128);          /* FULL: every producer thread */
+            ak_mbar_init(bar + 8 * (NBUF + b), 256); /* EMPTY: every consumer thread */
+        }
+        /* stage barriers: lane 0's expect_tx arrival */
+        for (int k = 0; k < 4 * M::NST; k++) ak_mbar_init(bar + 8 * (2 * NBUF + k), 1);
+    }
+    __syncthreads();
+
+    if (warp < 4) {
+        ak_setmaxnreg_dec<AK_SDX_PREG>();
+        ak_sdx_produce<LAYOUT>(p, smem, r, i, len0, len1, u_begin, u_end);
+        return;
+    }
+    ak_setmaxnreg_inc<AK_SDX_CREG>();
+    const int ctid = tid - 128, cw = warp - 4;
+    const int wg = cw >> 2, wr = cw & 3; /* consumer warpgroup, warp within it (rows 16 wr ..) */
+    const int g = lane >> 2, c4 = lane & 3;
+    uint8_t *qs = smem + M::Q;
+
+    ak_sdw_load_q<DQK>(p, qs, r, i, h0, ctid);
+    ak_fence_proxy_async(); /* Q tile writes -> the wgmma (async proxy) reads */
+    ak_bar_sync(1, 256);
+
+    float o[128];
+#pragma unroll
+    for (int j = 0; j < 128; j++) o[j] = 0.0f;
+    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+    const uint32_t ka = ak_smem_addr(smem + M::K);
+    const uint64_t dq0 = ak_wgmma_desc_sw128(ak_smem_addr(qs), 16, 1024);
+    const uint64_t dk0 = ak_wgmma_desc_sw128(ka, 16, 1024);
+    const uint64_t dv0 = ak_wgmma_desc_sw128(ka + wg * 4 * M::KT, M::KT, 1024);
+    enum { KBUF = M::KB * M::KT >> 4 }; /* descriptor step between the K buffers */
+
+    float s[16];
+    int u = ak_sdx_next(p, u_begin, u_end, len0, len1);
+    if (u < u_end) {
+        ak_mbar_wait(bar, 0);
+        ak_sdx_qk<KSTEPS>(s, dq0, dk0);
+        ak_wgmma_wait0();
+    }
+    for (int j = 0; u < u_end; j++) {
+        const int b = j % NBUF;
+#pragma unroll
+        for (int k = 0; k < 16; k++) ak_reg_fence(s[k]);
+        uint32_t pa[8];
+        ak_sdx_softmax(p, s, *reinterpret_cast<const uint32_t *>(smem + M::VALID + 4 * b), c4, m_run, l_run, pa, o);
+        /* P V of this unit and S of the next back to back (P V does not wait for the next unit);
+           then release this buffer once P V is done */
+        const int un = ak_sdx_next(p, u + 1, u_end, len0, len1);
+#pragma unroll
+        for (int k = 0; k < 128; k++) ak_reg_fence(o[k]);
+        ak_wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 2; kk++)
+            ak_wgmma_m64n256k16_rs_tb(o, pa + 4 * kk, dv0 + b * KBUF + (kk * 2048 >> 4));
+        ak_wgmma_commit();
+        if (un < u_end) {
+            ak_mbar_wait(bar + 8 * ((j + 1) % NBUF), ((j + 1) / NBUF) & 1); /* FULL */
+            ak_sdx_qk<KSTEPS>(s, dq0, dk0 + ((j + 1) % NBUF) * KBUF);
+            ak_wgmma_wait<1>();
+        } else {
+            ak_wgmma_wait0();
+        }
+        ak_mbar_arrive(bar + 8 * (NBUF + b)); /* EMPTY[b] */
+        ak_wgmma_wait0();
+#pragma unroll
+        for (int k = 0; k < 128; k++) ak_reg_fence(o[k]);
+        u = un;
+    }
+
+    ak_sdw_write_rows(p, o, m_run, l_run, r, i, h0, split, wg, wr, g, c4);
+}
+
+/* ---- host side ----------------------------------------------------------------------------- */
+
+/* Serves sparse decode on Hopper tensor cores with 64-head tiles: 656 and per-tensor fp8 for
+   h_q > 16 on the warp-specialized kernel (kernel 2; h_q 17..32 pays for 64 rows of MMA, which
+   still beats the mma.sync kernel's 32-row tiles there, 146 against 163 us at b 128, because the
+   conversion, not the MMA, bounds both), V4 and MLA_BF16 for h_q > 32 on the pipelined kernel
+   (kernel 1). Splits from shapes and the SM count only (one CTA per SM): the fewest splits
+   minimising waves x (tiles per CTA + 2), the 2 standing for a CTA's fixed work (Q tile, row
+   writes). Without it b 128 h_q 128 took 32 splits (63 waves of one tile each, then a combine of
+   1 GB of partial rows: 1140 us in device run w1) over one split (2 waves of 32 tiles). Declines
+   fewer than 8 (token, 64-head tile) units: there the 16-head mma.sync tiles fill the SMs with
+   fewer splits (b 1 h_q 128: 16.6 us against 24.5 here; b 8 h_q 128, 16 units: 38.7 here against
+   42.7), and h_q 17..32 below b s_q 32, where it was not measured. */
 int ak_sdw_plan(const ak_context *ctx, const ak_mla_decode_args *a, ak_sd_plan *pl) {
     const int layout = (int)a->cache->layout;
-    if (a->block_table != NULL || a->q->shape[2] <= 32) return 0;
-    if (layout != AK_LAYOUT_DSA_FP8_BLOCKSCALE && layout != AK_LAYOUT_DSV4_FP8_UE8M0 &&
-        layout != AK_LAYOUT_MLA_BF16 && layout != AK_LAYOUT_MLA_FP8_PERTENSOR)
-        return 0;
     const int64_t b = a->q->shape[0], s_q = a->q->shape[1], h_q = a->q->shape[2];
+    const int ws = layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE || layout == AK_LAYOUT_MLA_FP8_PERTENSOR;
+    const char *e_ = getenv("AK_SDX_MIN_ROWS"); const int64_t min_rows_ = e_ ? atoll(e_) : 32;
+    if (a->block_table != NULL || h_q <= 16 || (h_q <= 32 && (!ws || b * s_q < min_rows_))) return 0;
+    if (!ws && layout != AK_LAYOUT_DSV4_FP8_UE8M0 && layout != AK_LAYOUT_MLA_BF16) return 0;
     const int64_t topk = a->indices->shape[2];
     const int64_t etopk = a->extra_indices != NULL ? a->extra_indices->shape[2] : 0;
     if (b * s_q * ((h_q + AK_SDW_HEADS - 1) / AK_SDW_HEADS) < 8) return 0;
-    pl->kernel = 1;
+    pl->kernel = ws ? 2 : 1;
     pl->mw = 4;
     pl->htiles = (int)((h_q + AK_SDW_HEADS - 1) / AK_SDW_HEADS);
     pl->n_tiles = (int)((topk + AK_SD_KEYS - 1) / AK_SD_KEYS + (etopk + AK_SD_KEYS - 1) / AK_SD_KEYS);
-    pl->smem = ak_sdw_smem(layout);
+    pl->smem = 1024 /* alignment slack */ +
+               (layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE    ? (size_t)ak_sdx_map<AK_LAYOUT_DSA_FP8_BLOCKSCALE>::BYTES
+                : layout == AK_LAYOUT_MLA_FP8_PERTENSOR   ? (size_t)ak_sdx_map<AK_LAYOUT_MLA_FP8_PERTENSOR>::BYTES
+                : layout == AK_LAYOUT_MLA_BF16            ? (size_t)ak_sdw_smem_map<AK_LAYOUT_MLA_BF16>::BYTES
+                                                          : (size_t)ak_sdw_smem_map<AK_LAYOUT_DSV4_FP8_UE8M0>::BYTES);
     const int64_t slots = ctx->cuda != NULL ? ctx->cuda->prop.multiProcessorCount : 132;
     const int64_t base = b * s_q * pl->htiles;
     int64_t splits = 1, best = INT64_MAX;
@@ -545,6 +893,16 @@ int ak_sdw_plan(const ak_context *ctx, const ak_mla_decode_args *a, ak_sd_plan *
     pl->rows = b * s_q * h_q;
     pl->ws_bytes = splits > 1 ? (size_t)splits * (size_t)pl->rows * (AK_SD_DV + 1) * sizeof(float) : 0;
     return 1;
+}
+
+template <int LAYOUT>
+static ak_status ak_sdx_launch_t(ak_context *ctx, const ak_sd_params &p, const ak_sd_plan &pl) {
+    static_assert(1024 + ak_sdx_map<LAYOUT>::BYTES <= 232448, "shared memory of ak_sdx_main (227 KB per block)");
+    AK_CUDA_TRY(cudaFuncSetAttribute(ak_sdx_main<LAYOUT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl.smem));
+    const int64_t grid = (int64_t)p.b * p.s_q * pl.htiles * pl.splits;
+    ak_sdx_main<LAYOUT><<<(unsigned)grid, AK_SDX_THREADS, pl.smem, ak_stream(ctx)>>>(p);
+    AK_CUDA_CHECK_LAUNCH("ak_sdx_main");
+    return AK_OK;
 }
 
 template <int LAYOUT>
@@ -560,9 +918,9 @@ static ak_status ak_sdw_launch_t(ak_context *ctx, const ak_sd_params &p, const a
 ak_status ak_sdw_launch(ak_context *ctx, const ak_sd_params &p, const ak_sd_plan &pl, int layout) {
     switch (layout) {
     case AK_LAYOUT_MLA_BF16: return ak_sdw_launch_t<AK_LAYOUT_MLA_BF16>(ctx, p, pl);
-    case AK_LAYOUT_MLA_FP8_PERTENSOR: return ak_sdw_launch_t<AK_LAYOUT_MLA_FP8_PERTENSOR>(ctx, p, pl);
-    case AK_LAYOUT_DSA_FP8_BLOCKSCALE: return ak_sdw_launch_t<AK_LAYOUT_DSA_FP8_BLOCKSCALE>(ctx, p, pl);
     case AK_LAYOUT_DSV4_FP8_UE8M0: return ak_sdw_launch_t<AK_LAYOUT_DSV4_FP8_UE8M0>(ctx, p, pl);
+    case AK_LAYOUT_MLA_FP8_PERTENSOR: return ak_sdx_launch_t<AK_LAYOUT_MLA_FP8_PERTENSOR>(ctx, p, pl);
+    case AK_LAYOUT_DSA_FP8_BLOCKSCALE: return ak_sdx_launch_t<AK_LAYOUT_DSA_FP8_BLOCKSCALE>(ctx, p, pl);
     default:
         return ak_fail(AK_ERR_UNSUPPORTED, "ak_mla_decode: cache layout %d has no sparse CUDA kernel", layout);
     }
