@@ -36,7 +36,6 @@
 #include <cuda_bf16.h>
 #include <math.h>
 #include <stdint.h>
-#include <stdlib.h>
 
 #define AK_SDW_THREADS 256
 #define AK_SDW_HEADS 64
@@ -854,21 +853,22 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
 
 /* Serves sparse decode on Hopper tensor cores with 64-head tiles: 656 and per-tensor fp8 for
    h_q > 16 on the warp-specialized kernel (kernel 2; h_q 17..32 pays for 64 rows of MMA, which
-   still beats the mma.sync kernel's 32-row tiles there, 146 against 163 us at b 128, because the
-   conversion, not the MMA, bounds both), V4 and MLA_BF16 for h_q > 32 on the pipelined kernel
+   still beats the mma.sync kernel's 32-row tiles there, 133 against 163 us at b 128 and 44 against
+   50 us at b 32, because the conversion, not the MMA, bounds both), V4 and MLA_BF16 for h_q > 32
+   on the pipelined kernel
    (kernel 1). Splits from shapes and the SM count only (one CTA per SM): the fewest splits
    minimising waves x (tiles per CTA + 2), the 2 standing for a CTA's fixed work (Q tile, row
    writes). Without it b 128 h_q 128 took 32 splits (63 waves of one tile each, then a combine of
    1 GB of partial rows: 1140 us in device run w1) over one split (2 waves of 32 tiles). Declines
    fewer than 8 (token, 64-head tile) units: there the 16-head mma.sync tiles fill the SMs with
    fewer splits (b 1 h_q 128: 16.6 us against 24.5 here; b 8 h_q 128, 16 units: 38.7 here against
-   42.7), and h_q 17..32 below b s_q 32, where it was not measured. */
+   42.7), and h_q 17..32 below b s_q 32, where the narrower mma.sync tiles were not measured
+   against it. */
 int ak_sdw_plan(const ak_context *ctx, const ak_mla_decode_args *a, ak_sd_plan *pl) {
     const int layout = (int)a->cache->layout;
     const int64_t b = a->q->shape[0], s_q = a->q->shape[1], h_q = a->q->shape[2];
     const int ws = layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE || layout == AK_LAYOUT_MLA_FP8_PERTENSOR;
-    const char *e_ = getenv("AK_SDX_MIN_ROWS"); const int64_t min_rows_ = e_ ? atoll(e_) : 32;
-    if (a->block_table != NULL || h_q <= 16 || (h_q <= 32 && (!ws || b * s_q < min_rows_))) return 0;
+    if (a->block_table != NULL || h_q <= 16 || (h_q <= 32 && (!ws || b * s_q < 32))) return 0;
     if (!ws && layout != AK_LAYOUT_DSV4_FP8_UE8M0 && layout != AK_LAYOUT_MLA_BF16) return 0;
     const int64_t topk = a->indices->shape[2];
     const int64_t etopk = a->extra_indices != NULL ? a->extra_indices->shape[2] : 0;
