@@ -523,8 +523,9 @@ AK_TEST(sparse_decode_long) {
 }
 
 /* Batches large enough that the plan (on a ~132-SM GPU) picks the 32- and 64-row head tiles, with
-   one split and with several, on every record path: fp8 staging, MLA_BF16 double-buffered, and
-   MLA_BF16 at 64 rows (single buffer). The small cases above mostly run 16-row tiles. */
+   one split and with several, on every record path: the warp-specialized kernel (656, per-tensor
+   fp8; h_q 20..128), the pipelined one (V4, MLA_BF16 double-buffered and at 64 rows). The small
+   cases above mostly run 16-row tiles. */
 AK_TEST(sparse_decode_wide) {
     ak_context *cpu = NULL, *gpu = NULL;
     if (!sd_contexts(&cpu, &gpu)) return;
@@ -535,6 +536,8 @@ AK_TEST(sparse_decode_wide) {
         {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 8, 1, 128, 2048, 0}, {AK_LAYOUT_MLA_BF16, 64, 1, 128, 128, 0},
         {AK_LAYOUT_MLA_BF16, 128, 1, 32, 64, 0},            {AK_LAYOUT_MLA_FP8_PERTENSOR, 128, 1, 64, 64, 0},
         {AK_LAYOUT_DSV4_FP8_UE8M0, 64, 2, 64, 128, 128},
+        /* the warp-specialized kernel at head counts off the 16-row grid, with an extra list */
+        {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 16, 2, 40, 192, 64}, {AK_LAYOUT_MLA_FP8_PERTENSOR, 48, 1, 20, 128, 0},
     };
     for (size_t n = 0; n < sizeof k / sizeof k[0]; n++) {
         if (sd_quick() && n % 2 == 1) continue;
