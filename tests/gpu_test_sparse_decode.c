@@ -558,12 +558,14 @@ AK_TEST(sparse_decode_graph) {
     if (!sd_contexts(&cpu, &gpu)) return;
     ak_rng r;
     ak_rng_init(&r, ak_test_seed() + 2);
-    for (int li = 0; li < 4; li++) {
-        if (sd_quick() && li % 2 == 1) continue;
+    /* every layout at 16 heads (mma.sync kernel) and 128 (the wgmma kernels: 12 units) */
+    for (int n = 0; n < 8; n++) {
+        const int li = n / 2, wide = n % 2;
+        if (sd_quick() && (li + wide) % 2 == 1) continue;
         sd_case c;
         memset(&c, 0, sizeof c);
         c.layout = k_layouts[li];
-        c.b = 3, c.s_q = 2, c.h_q = li % 2 ? 128 : 16, c.topk = 256, c.len_mode = 1 + li % 2;
+        c.b = 3, c.s_q = 2, c.h_q = wide ? 128 : 16, c.topk = 256, c.len_mode = 1 + n % 2;
         c.etopk = li >= 2 ? 128 : 0;
         c.bad = 1, c.sink = 1;
         sd_run_case(cpu, gpu, &c, &r, 1);
