@@ -200,6 +200,9 @@ static void tpair_make(tpair *t, void *host, ak_dtype dt, int32_t nd, const int6
 }
 static void tpair_free(tpair *t) { cudaFree(t->d.data); }
 
+/* The quantization rule of pair_fill's writes. */
+static ak_quant_rule g_fill_rule = AK_QUANT_DEFAULT;
+
 /* Fills a cache pair with valid content: a CPU write of random rows at every slot, copied to the
    device. */
 static void pair_fill(ak_rng *r, pair *p) {
@@ -230,7 +233,7 @@ static void pair_fill(ak_rng *r, pair *p) {
         ak_tensor nt = ak_tensor_make(x, AK_DTYPE_F32, 2, ns), rt = ak_tensor_make(x + tr.d_nope, AK_DTYPE_F32, 2, rs);
         nt.strides[0] = w;
         rt.strides[0] = w;
-        CHECK_STATUS(ak_cache_write(g_cpu, &p->h, &nt, tr.d_rope ? &rt : NULL, &st, AK_QUANT_DEFAULT), AK_OK);
+        CHECK_STATUS(ak_cache_write(g_cpu, &p->h, &nt, tr.d_rope ? &rt : NULL, &st, g_fill_rule), AK_OK);
         free(x);
     }
     free(slots);
@@ -623,6 +626,14 @@ AK_TEST(cuda_cache_convert_matrix) {
         convert_case(&r, &s, &d, up_, AK_QUANT_DEFAULT);
         s = mla(C, np, 64, 656, 0); d = mla(C, np * 4, 16, 0, 0); /* re-page and restride */
         convert_case(&r, &s, &d, up_, AK_QUANT_DEFAULT);
+        /* AoS re-page by runs of gcd(P, P') tokens: growing, a gcd below both page sizes, a
+           destination larger than the source */
+        s = mla(A, np * 4, 16, 0, 0); d = mla(A, np, 64, 1152, 0);
+        convert_case(&r, &s, &d, up_, AK_QUANT_DEFAULT);
+        s = mla(B, np * 2, 24, 576, 0); d = mla(B, np * 2, 40, 0, 0);
+        convert_case(&r, &s, &d, up_, AK_QUANT_DEFAULT);
+        s = mla(C, np, 48, 0, 0); d = mla(C, np * 2, 36, 656, 0);
+        convert_case(&r, &s, &d, up_, AK_QUANT_DEFAULT);
         s = mla(V, np, 256, 0, 0); d = mla(V, np * 4, 64, 0, 0); /* V4 page split */
         convert_case(&r, &s, &d, up_, AK_QUANT_DEFAULT);
         s = mla(V, np * 4, 64, 0, 0); d = mla(V, np, 256, 0, 0); /* and merge */
@@ -644,7 +655,40 @@ AK_TEST(cuda_cache_convert_matrix) {
             d.page_stride = ak_cache_stride_min(&d) + 256;
             convert_case(&r, &s, &d, up_, AK_QUANT_DEFAULT);
         }
+        /* odd geometry: rows of 6 or 3 pieces, 3 heads, pages of 24-48 pieces (a warp step
+           spans several pages), same-type e4m3 copies */
+        ak_dtype el2[3][2] = {{AK_DTYPE_E4M3, AK_DTYPE_BF16}, {AK_DTYPE_E4M3, AK_DTYPE_E4M3},
+                              {AK_DTYPE_BF16, AK_DTYPE_E4M3}};
+        for (int e = 0; e < 3; e++) {
+            ak_cache_init_mha(&s, AK_LAYOUT_MHA_HND, el2[e][0], (void *)16, (void *)16, np * 5, 4, 3, 48, 16);
+            ak_cache_init_mha(&d, AK_LAYOUT_MHA_NHD, el2[e][1], (void *)16, (void *)16, np * 5, 4, 3, 48, 16);
+            if (el2[e][0] == AK_DTYPE_E4M3) { s.k_scale = 0.3f; s.v_scale = 2.0f; }
+            if (el2[e][1] == AK_DTYPE_E4M3) { d.k_scale = 0.0179f; d.v_scale = 0.5f; }
+            convert_case(&r, &s, &d, up_, AK_QUANT_DEFAULT);
+        }
     }
+}
+
+/* 656 -> FP8-PT takes a byte-rescaling path when the tile scale and k_scale are powers of two
+   with log2(s / k) in [-24, 15] and the tile holds no NaN byte, the fp32 path otherwise: k_scale
+   1, 2^-12 and 2^10 put the random tiles' scales (2^-13 .. 2^6) on both sides of that window,
+   0.75 and the unrounded (FP32 rule) source scales take the fp32 path. (A NaN byte also sends its
+   tile to the fp32 path, but the CPU backend refuses to quantize a non-finite source.) */
+AK_TEST(cuda_convert_656_to_pertensor_paths) {
+    if (!gpu()) return;
+    ak_rng r;
+    ak_rng_init(&r, ak_test_seed() + 6);
+    const int np = g_quick ? 3 : 12;
+    const float ks[4] = {1.0f, 1.0f / 4096.0f, 1024.0f, 0.75f};
+    for (int v = 0; v < 2; v++) {
+        g_fill_rule = v == 1 ? AK_QUANT_FP32 : AK_QUANT_DEFAULT;
+        for (int k = 0; k < 4; k++) {
+            ak_cache s = mla(AK_LAYOUT_DSA_FP8_BLOCKSCALE, np, 64, 0, 0);
+            ak_cache d = mla(AK_LAYOUT_MLA_FP8_PERTENSOR, np, 64, 0, ks[k]);
+            convert_case(&r, &s, &d, k & 1, AK_QUANT_DEFAULT);
+        }
+    }
+    g_fill_rule = AK_QUANT_DEFAULT;
 }
 
 /* Pools deep enough that every block of the staged MLA codec runs several iterations of its
@@ -663,6 +707,8 @@ AK_TEST(cuda_cache_convert_long_pipeline) {
         s = mla(C, np, 64, 0, 0); d = mla(A, np, 64, 0, 0);
         convert_case(&r, &s, &d, up_, AK_QUANT_DEFAULT);
         s = mla(V, np, 64, 0, 0); d = mla(V, np / 4, 256, 0, 0); /* copy with the scale rows */
+        convert_case(&r, &s, &d, up_, AK_QUANT_DEFAULT);
+        s = mla(C, np, 64, 0, 0); d = mla(C, np / 4, 256, 656, 0); /* the bench's padded re-page */
         convert_case(&r, &s, &d, up_, AK_QUANT_DEFAULT);
     }
 }

@@ -104,7 +104,7 @@ int ak_cmd_bench(int argc, char **argv) {
         printf("ceilings measured in this run: copy %.1f GB/s (read + write), %s %.2f %s\n",
                copy * 1e-9, gemm_kind, cuda ? gemm * 1e-12 : gemm * 1e-9, cuda ? "TFLOPS" : "GFLOPS");
         printf("timing: %s; median of samples\n\n",
-               cuda ? "CUDA events per call; decode ops (*) by graph replay of 20 calls"
+               cuda ? "CUDA events per call (queued behind a 100 us hold kernel: GPU time, not host enqueue); decode ops (*) by graph replay of 20 calls"
                     : "wall clock per call");
         printf("%-20s %-58s %10s %7s %9s %9s %9s %7s %7s\n", "op", "shape", "us", "rsd%",
                "TFLOPS", "GB/s kv", "GB/s tot", "%copy", "%gemm");

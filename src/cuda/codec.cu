@@ -805,6 +805,40 @@ __device__ __forceinline__ uint4 ak_e4m3x16_pack(const float v[16]) {
     return w;
 }
 
+/* 656 -> FP8-PT NoPE bytes without the fp32 round trip, when the tile scale s and k_scale k are
+   powers of two in [2^-100, 2^100] and no byte is a NaN: then bf16_rn(q s) = q s exactly and
+   (q s) / k = q 2^d with d = log2(s / k), so the byte is e4m3_sat(q 2^d). For d in [-24, 15] the
+   product is exact in f16 wherever the e4m3 rounding can see it (f16 rounds only below 2^-14,
+   which encodes to a signed zero either way; above 65504 it is inf, which saturates to 448 like
+   the exact value): per two values a conversion to f16x2, one HMUL2 and a conversion back,
+   instead of decode, scale, bf16 round, quotient and encode per value. Returns false (o unset)
+   when the conditions fail. */
+__device__ __forceinline__ bool ak_e4m3x16_rescale(uint4 w, float s, float k, uint4 *o) {
+    const uint32_t us = ak_f32_bits(s), uk = ak_f32_bits(k);
+    const int es = (int)(us >> 23) - 127, ek = (int)(uk >> 23) - 127, d = es - ek;
+    const uint32_t wd[4] = {w.x, w.y, w.z, w.w};
+    uint32_t nan = 0; /* a byte whose low 7 bits are 0x7f is a NaN */
+    for (int i = 0; i < 4; i++) nan |= ((wd[i] & 0x7f7f7f7fu) + 0x01010101u) & 0x80808080u;
+    if ((us & 0x807fffffu) != 0 || (uk & 0x807fffffu) != 0 || es < -100 || es > 100 || ek < -100 ||
+        ek > 100 || d < -24 || d > 15 || nan != 0)
+        return false;
+    const uint32_t f = d >= -14 ? (uint32_t)(d + 15) << 10 : 1u << (d + 24); /* 2^d as f16 */
+    const uint32_t f2 = f | f << 16;
+    uint32_t r[4];
+    for (int i = 0; i < 4; i++) {
+        uint16_t b[2];
+        for (int h = 0; h < 2; h++) {
+            uint32_t x;
+            asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(x) : "h"((uint16_t)(wd[i] >> (16 * h))));
+            asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(x) : "r"(x), "r"(f2));
+            asm("cvt.rn.satfinite.e4m3x2.f16x2 %0, %1;" : "=h"(b[h]) : "r"(x));
+        }
+        r[i] = (uint32_t)b[0] | (uint32_t)b[1] << 16;
+    }
+    *o = make_uint4(r[0], r[1], r[2], r[3]);
+    return true;
+}
+
 /* Encodes NoPE chunk ch of a destination record from v (tile amax already reduced). */
 template <int DL>
 __device__ __forceinline__ void ak_lean_enc_nope(uint8_t *rec, uint8_t *srow, int ch, float v[16],
@@ -948,6 +982,8 @@ __device__ __forceinline__ void ak_lean_step(const ak_mla_job &j, int64_t i0, in
     constexpr bool BF16SRC = SL == AK_LEAN_ROWS || SL == AK_LAYOUT_MLA_BF16; /* 32-byte chunks */
     constexpr bool PT656 = MODE == AK_MLA_CONVERT && SL == AK_LAYOUT_MLA_FP8_PERTENSOR &&
                            DL == AK_LAYOUT_DSA_FP8_BLOCKSCALE; /* NoPE bytes kept */
+    constexpr bool TOPT656 = MODE == AK_MLA_CONVERT && SL == AK_LAYOUT_DSA_FP8_BLOCKSCALE &&
+                             DL == AK_LAYOUT_MLA_FP8_PERTENSOR; /* ak_e4m3x16_rescale */
     /* 656 NoPE decodes to bf16_rn(q * s); a destination that stores bf16 rounds it once itself */
     constexpr bool BF16DST = (MODE == AK_MLA_CONVERT && DL == AK_LAYOUT_MLA_BF16) ||
                              (MODE == AK_MLA_GATHER && DT == AK_DTYPE_BF16);
@@ -1032,6 +1068,13 @@ __device__ __forceinline__ void ak_lean_step(const ak_mla_job &j, int64_t i0, in
             *(uint4 *)(dp[k] + lane * 16) = raw[k][0];
             if ((lane & 7) == 0) *(float *)(dp[k] + 512 + 4 * (lane >> 3)) = ks;
             continue;
+        }
+        if (TOPT656 && st[k] == AK_TOK_LIVE) {
+            uint4 o;
+            if (ak_e4m3x16_rescale(raw[k][0], sc[k], kd.s, &o)) {
+                *(uint4 *)(dp[k] + lane * 16) = o;
+                continue;
+            }
         }
         if (st[k] == AK_TOK_ZERO) {
             for (int i = 0; i < 16; i++) v[i] = 0.0f;
@@ -1119,14 +1162,13 @@ __global__ void __launch_bounds__(AK_LEAN_THREADS, (ak_lean_min_blocks<MODE, SL,
     }
 }
 
-/* Same-layout convert (re-page, listed pages): a warp copies the records of U tokens as one flat
-   run of 16-byte pieces through a shared-memory double buffer, the next step's cp.async copies
-   issued before this step's stores; a V4 token's 8-byte scale row is copied by the lane that
-   resolved it. */
-template <int REC, bool V4, int U>
+/* V4 re-page (C8, listed pages; the AoS layouts take ak_run_copy_kernel below): a warp copies the
+   576-byte data rows of AK_LEAN_U tokens as one flat run of 16-byte pieces through a shared-memory
+   double buffer, the next step's cp.async copies issued before this step's stores; a token's
+   8-byte scale row is copied by the lane that resolved it. */
 __device__ __forceinline__ void ak_copy_issue(const ak_mla_job &j, int64_t i0, uint8_t *buf, uint8_t *&md,
                                               const uint8_t *&mss, uint8_t *&mds) {
-    enum { P = REC / 16, NIT = (U * P + 31) / 32 };
+    enum { REC = 576, U = AK_LEAN_U, P = REC / 16, NIT = (U * P + 31) / 32 };
     const int lane = threadIdx.x & 31;
     const uint8_t *ms = NULL;
     md = mds = NULL;
@@ -1150,9 +1192,8 @@ __device__ __forceinline__ void ak_copy_issue(const ak_mla_job &j, int64_t i0, u
     ak_cp_async_commit();
 }
 
-template <int REC, bool V4, int U>
 __global__ void __launch_bounds__(AK_LEAN_THREADS) ak_mla_copy_kernel(ak_mla_job j) {
-    enum { P = REC / 16, NIT = (U * P + 31) / 32 };
+    enum { REC = 576, U = AK_LEAN_U, P = REC / 16, NIT = (U * P + 31) / 32 };
     static_assert(AK_LEAN_THREADS / 32 * 2 * U * REC <= 48 * 1024, "static stage over 48 KB");
     __shared__ __align__(16) uint8_t stage[AK_LEAN_THREADS / 32][2][U * REC];
     uint8_t(*const sw)[U * REC] = stage[threadIdx.x >> 5];
@@ -1163,11 +1204,11 @@ __global__ void __launch_bounds__(AK_LEAN_THREADS) ak_mla_copy_kernel(ak_mla_job
     if (i0 >= j.n) return;
     uint8_t *md, *mds;
     const uint8_t *mss;
-    ak_copy_issue<REC, V4, U>(j, i0, sw[0], md, mss, mds);
+    ak_copy_issue(j, i0, sw[0], md, mss, mds);
     for (int sb = 0; i0 < j.n; i0 += step, sb ^= 1) {
         uint8_t *nd = NULL, *nds = NULL;
         const uint8_t *nss = NULL;
-        if (i0 + step < j.n) ak_copy_issue<REC, V4, U>(j, i0 + step, sw[sb ^ 1], nd, nss, nds);
+        if (i0 + step < j.n) ak_copy_issue(j, i0 + step, sw[sb ^ 1], nd, nss, nds);
         else ak_cp_async_commit(); /* an empty group keeps the wait below uniform */
         ak_cp_async_wait_group<1>();
         __syncwarp();
@@ -1177,12 +1218,121 @@ __global__ void __launch_bounds__(AK_LEAN_THREADS) ak_mla_copy_kernel(ak_mla_job
             uint8_t *d = (uint8_t *)ak_shfl_ptr(md, k);
             if (e < U * P && d != NULL) *(uint4 *)(d + p * 16) = *(const uint4 *)(sw[sb] + k * REC + p * 16);
         }
-        if (V4 && md != NULL) *(uint2 *)mds = *(const uint2 *)mss;
+        if (md != NULL) *(uint2 *)mds = *(const uint2 *)mss;
         __syncwarp(); /* buffer sb is refilled by the next step's issue */
         md = nd;
         mds = nds;
         mss = nss;
     }
+}
+
+/* Same-layout re-page of the AoS layouts (1152, 576 and 656 bytes per token). Slot ids are kept,
+   so runs of L = gcd(source, destination page size) tokens are contiguous in both pools. The runs'
+   16-byte pieces form one flat sequence that the grid streams like a memcpy: lane l of a warp
+   step takes pieces c0 + 32 u + l, AK_RUN_U loads issued before the stores, and the grid's warps
+   cover consecutive spans (DRAM rows are consumed whole). The per-token copy kernel above held
+   656 re-paged into padded pages at 69% of the copy bandwidth; a warp streaming one whole run at
+   a time, 82-83% (runs s48-s49). */
+#define AK_RUN_U 4
+struct ak_run_job {
+    const uint8_t *src; /* [src pages] of sstride bytes */
+    uint8_t *dst;       /* [dst pages] of dstride bytes */
+    int64_t sstride, dstride;
+    const int32_t *pages; /* listed source pages (NULL: the whole pool) */
+    int64_t pstride;
+    int64_t nruns;        /* visited source pages * rpp */
+    int32_t rpp, L;       /* runs per source page, tokens per run */
+    int32_t sps, dps;     /* page sizes */
+    uint32_t spages, dcap;
+    int32_t rec;          /* bytes per token, a multiple of 16 */
+};
+
+/* Source and destination of run w's first piece, or false when the run is skipped (rule I1 on
+   the listed page, or past the destination capacity: runs never straddle it, L divides dps). */
+__device__ __forceinline__ bool ak_run_at(const ak_run_job &j, int64_t w, const uint4 *&sp, uint4 *&dp) {
+    const int64_t k = w / j.rpp;
+    const int32_t r = (int32_t)(w - k * j.rpp);
+    const uint32_t pg = j.pages != NULL ? (uint32_t)j.pages[k * j.pstride] : (uint32_t)k;
+    if (pg >= j.spages) return false;
+    const uint32_t s0 = pg * (uint32_t)j.sps + (uint32_t)(r * j.L);
+    if (s0 >= j.dcap) return false;
+    const uint32_t dpg = s0 / (uint32_t)j.dps;
+    sp = (const uint4 *)(j.src + (int64_t)pg * j.sstride + (int64_t)r * j.L * j.rec);
+    dp = (uint4 *)(j.dst + (int64_t)dpg * j.dstride + (int64_t)(s0 - dpg * (uint32_t)j.dps) * j.rec);
+    return true;
+}
+
+__global__ void __launch_bounds__(256) ak_run_copy_kernel(ak_run_job j) {
+    const int lane = threadIdx.x & 31;
+    const int32_t np = j.L * (j.rec / 16); /* pieces per run */
+    const int64_t total = j.nruns * np, wstep = (((int64_t)gridDim.x * blockDim.x) >> 5) * 32 * AK_RUN_U;
+    /* the step's first piece as (run w0, piece e0), advanced without divisions */
+    const int64_t ww = wstep / np;
+    const int32_t we = (int32_t)(wstep - ww * np);
+    int64_t c0 = (((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5) * 32 * AK_RUN_U;
+    int64_t w0 = c0 / np;
+    int32_t e0 = (int32_t)(c0 - w0 * np);
+    for (; c0 < total; c0 += wstep) {
+        const uint4 *sp0 = NULL;
+        uint4 *dp0 = NULL;
+        const bool ok0 = ak_run_at(j, w0, sp0, dp0);
+        uint4 v[AK_RUN_U];
+        uint4 *o[AK_RUN_U];
+#pragma unroll
+        for (int u = 0; u < AK_RUN_U; u++) {
+            o[u] = NULL;
+            int32_t e = e0 + u * 32 + lane;
+            if (c0 + u * 32 + lane >= total) continue;
+            const uint4 *sp = sp0;
+            uint4 *dp = dp0;
+            bool ok = ok0;
+            if (e >= np) { /* the step crosses into a later run */
+                const int32_t q = e / np;
+                e -= q * np;
+                ok = ak_run_at(j, w0 + q, sp, dp);
+            }
+            if (!ok) continue;
+            v[u] = ak_ldg_nc_v4(sp + e);
+            o[u] = dp + e;
+        }
+#pragma unroll
+        for (int u = 0; u < AK_RUN_U; u++)
+            if (o[u] != NULL) *o[u] = v[u];
+        w0 += ww;
+        e0 += we;
+        if (e0 >= np) e0 -= np, w0++;
+    }
+}
+
+static int32_t ak_gcd(int32_t a, int32_t b) {
+    while (b != 0) {
+        const int32_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+static ak_status ak_run_copy(ak_context *ctx, const ak_mla_job *j) {
+    ak_run_job r;
+    r.src = (const uint8_t *)j->src.c.data;
+    r.dst = (uint8_t *)j->dst.c.data;
+    r.sstride = j->src.stride;
+    r.dstride = j->dst.stride;
+    r.pages = j->pages;
+    r.pstride = j->page_stride;
+    r.sps = j->src.c.page_size;
+    r.dps = j->dst.c.page_size;
+    r.L = ak_gcd(r.sps, r.dps);
+    r.rpp = r.sps / r.L;
+    r.nruns = j->n / r.sps * r.rpp;
+    r.spages = (uint32_t)j->src.c.num_pages;
+    r.dcap = j->dst.cap;
+    r.rec = j->src.rec_bytes;
+    const int64_t pieces = r.nruns * r.L * (r.rec / 16);
+    ak_run_copy_kernel<<<ak_grid_for(ctx, (pieces + AK_RUN_U - 1) / AK_RUN_U, 256), 256, 0, ak_stream(ctx)>>>(r);
+    AK_CUDA_CHECK_LAUNCH("ak_run_copy_kernel");
+    return AK_OK;
 }
 
 static int ak_lean_grid(const ak_context *ctx, int64_t n, int u) {
@@ -1243,11 +1393,8 @@ static ak_status ak_mla_lean(ak_context *ctx, const ak_mla_job *j, bool *done) {
     const int grid = ak_lean_grid(ctx, j->n, AK_LEAN_U);
     cudaStream_t st = ak_stream(ctx);
     if (sl == dl) {
-        if (sl == AK_LAYOUT_MLA_BF16) /* 2 tokens per step: a 4-token stage would pass 48 KB */
-            ak_mla_copy_kernel<1152, false, 2><<<ak_lean_grid(ctx, j->n, 2), AK_LEAN_THREADS, 0, st>>>(*j);
-        else if (sl == AK_LAYOUT_MLA_FP8_PERTENSOR) ak_mla_copy_kernel<576, false, AK_LEAN_U><<<grid, AK_LEAN_THREADS, 0, st>>>(*j);
-        else if (sl == AK_LAYOUT_DSA_FP8_BLOCKSCALE) ak_mla_copy_kernel<656, false, AK_LEAN_U><<<grid, AK_LEAN_THREADS, 0, st>>>(*j);
-        else ak_mla_copy_kernel<576, true, AK_LEAN_U><<<grid, AK_LEAN_THREADS, 0, st>>>(*j);
+        if (sl != AK_LAYOUT_DSV4_FP8_UE8M0) return ak_run_copy(ctx, j);
+        ak_mla_copy_kernel<<<grid, AK_LEAN_THREADS, 0, st>>>(*j);
         AK_CUDA_CHECK_LAUNCH("ak_mla_copy_kernel");
         return AK_OK;
     }
@@ -1715,28 +1862,180 @@ __global__ void __launch_bounds__(256, 4)
     }
 }
 
-/* MHA convert between pools of the same page size and head geometry (C11 NHD <-> HND, C12 bf16
+/* MHA converts between pools of the same page size and head geometry (C11 NHD <-> HND, C12 bf16
    <-> e4m3, or both): a listed page holds the same page_size * h_kv * dim elements in both pools,
-   in (token, head) or (head, token) row order, so a block takes a page and each thread moves
-   AK_MHA_PU runs of 16 elements (within one row) with vector loads, all loads in flight before
-   any store; with different layouts a run's row is remapped (t h <-> h t). The generic kernel
-   above re-derives head, slot and page per 8 elements with runtime element types (26-77% of the
-   copy bandwidth). Per element the same functions as ak_mha_decode / ak_mha_store: the same
-   bytes; the same element type copies the bytes. */
-#define AK_MHA_PU 4
-template <int SD, int DD> struct ak_mha_run {
-    enum { SB = SD == AK_DTYPE_E4M3 ? 16 : 32, DB = DD == AK_DTYPE_E4M3 ? 16 : 32 }; /* bytes per run */
+   in (token, head) or (head, token) row order, so a piece of a row moves as a whole and only its
+   row is remapped (t h <-> h t). Per element the same functions as ak_mha_decode / ak_mha_store:
+   the same bytes; the same element type copies the bytes. The generic kernel above re-derives
+   head, slot and page per 8 elements with runtime element types. */
+struct ak_mha_remap {
+    int32_t rp, P, H;    /* pieces per row, page size, heads */
+    int lrp, lh, lp;     /* their log2 when powers of two (the common shapes), else -1 */
+    bool on, src_nhd, dst_nhd;
 };
+static ak_mha_remap ak_mha_remap_of(const ak_cache *sc, const ak_cache *dc, int32_t dim, int32_t e) {
+    ak_mha_remap m;
+    m.rp = dim / e;
+    m.P = sc->page_size;
+    m.H = sc->h_kv;
+    m.lrp = (m.rp & (m.rp - 1)) == 0 ? __builtin_ctz(m.rp) : -1;
+    m.lh = (m.H & (m.H - 1)) == 0 ? __builtin_ctz(m.H) : -1;
+    m.lp = (m.P & (m.P - 1)) == 0 ? __builtin_ctz(m.P) : -1;
+    m.on = sc->layout != dc->layout;
+    m.src_nhd = sc->layout == AK_LAYOUT_MHA_NHD;
+    m.dst_nhd = dc->layout == AK_LAYOUT_MHA_NHD;
+    return m;
+}
+/* Destination piece of source piece c within a page. */
+__device__ __forceinline__ int32_t ak_mha_remap_piece(const ak_mha_remap &m, int32_t c) {
+    if (!m.on) return c;
+    const int32_t row = m.lrp >= 0 ? c >> m.lrp : c / m.rp, x = c - row * m.rp;
+    int32_t t, h;
+    if (m.src_nhd) t = m.lh >= 0 ? row >> m.lh : row / m.H, h = row - t * m.H;
+    else h = m.lp >= 0 ? row >> m.lp : row / m.P, t = row - h * m.P;
+    return (m.dst_nhd ? t * m.H + h : h * m.P + t) * m.rp + x;
+}
+
+#define AK_MHA_PU 4
+
+/* Same element type (C11): the listed pages' 16-byte pieces form one flat sequence that the grid
+   streams like a memcpy; lane l of a warp step takes pieces c0 + 32 u + l, u < AK_MHA_PU, all
+   loads before any store, the step's (page, piece) advanced without divisions. Run s48: 75 -> 84-91%
+   of the copy bandwidth against a block per page with 32-byte runs per thread. */
+__global__ void __launch_bounds__(256) ak_mha_page_copy_kernel(ak_mha_pool s, ak_mha_pool d, ak_mha_remap m,
+                                                              const int32_t *pages, int64_t pstride,
+                                                              int64_t npages, int32_t ppp) {
+    const int lane = threadIdx.x & 31;
+    const int64_t total = npages * ppp, wstep = (((int64_t)gridDim.x * blockDim.x) >> 5) * 32 * AK_MHA_PU;
+    const int64_t wk = wstep / ppp;
+    const int32_t wc = (int32_t)(wstep - wk * ppp);
+    int64_t c0 = (((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5) * 32 * AK_MHA_PU;
+    int64_t k0 = c0 / ppp;
+    int32_t cs = (int32_t)(c0 - k0 * ppp);
+    for (; c0 < total; c0 += wstep) {
+        const int32_t pg0 = pages != NULL ? pages[k0 * pstride] : (int32_t)k0;
+        const int32_t left = total - c0 < 32 * AK_MHA_PU ? (int32_t)(total - c0) : 32 * AK_MHA_PU;
+        uint4 in[AK_MHA_PU];
+        uint4 *o[AK_MHA_PU];
+#pragma unroll
+        for (int u = 0; u < AK_MHA_PU; u++) {
+            o[u] = NULL;
+            if (u * 32 + lane >= left) continue;
+            uint32_t c = (uint32_t)cs + u * 32 + lane;
+            uint32_t pg = (uint32_t)pg0;
+            if (c >= (uint32_t)ppp) { /* the step crosses into later pages */
+                const uint32_t q = c / (uint32_t)ppp;
+                c -= q * (uint32_t)ppp;
+                pg = (uint32_t)(pages != NULL ? pages[(k0 + q) * pstride] : k0 + q);
+            }
+            if (pg >= (uint32_t)s.c.num_pages || pg >= (uint32_t)d.c.num_pages) continue; /* rule I1 */
+            in[u] = ((const uint4 *)(s.data + (int64_t)pg * s.stride))[c];
+            o[u] = (uint4 *)(d.data + (int64_t)pg * d.stride) + ak_mha_remap_piece(m, (int32_t)c);
+        }
+#pragma unroll
+        for (int u = 0; u < AK_MHA_PU; u++)
+            if (o[u] != NULL) *o[u] = in[u];
+        k0 += wk;
+        cs += wc;
+        if (cs >= ppp) cs -= ppp, k0++;
+    }
+}
+
+/* A piece of a type change: E elements, 8 from an e4m3 source (its 16-bit output is one 16-byte
+   store, so each store instruction writes 512 contiguous bytes; 16 elements wrote two 16-byte
+   halves per lane, run s50), else 16. */
+template <int SD, int DD> struct ak_mha_cast {
+    enum {
+        E = SD == AK_DTYPE_E4M3 ? 8 : 16,
+        SB = E * (SD == AK_DTYPE_E4M3 ? 1 : 2), DB = E * (DD == AK_DTYPE_E4M3 ? 1 : 2) /* bytes */
+    };
+};
+/* 8 or 16 bytes as words; 32 as two 16-byte loads. */
+template <int B> __device__ __forceinline__ void ak_ld_words(const uint8_t *p, uint32_t *w) {
+    if (B == 8) {
+        const uint2 v = *(const uint2 *)p;
+        w[0] = v.x, w[1] = v.y;
+    } else {
+#pragma unroll
+        for (int h = 0; h < B / 16; h++) {
+            const uint4 v = *(const uint4 *)(p + 16 * h);
+            w[4 * h] = v.x, w[4 * h + 1] = v.y, w[4 * h + 2] = v.z, w[4 * h + 3] = v.w;
+        }
+    }
+}
+template <int B> __device__ __forceinline__ void ak_st_words(uint8_t *p, const uint32_t *w) {
+    if (B == 8) {
+        *(uint2 *)p = make_uint2(w[0], w[1]);
+    } else {
+#pragma unroll
+        for (int h = 0; h < B / 16; h++) *(uint4 *)(p + 16 * h) = make_uint4(w[4 * h], w[4 * h + 1], w[4 * h + 2], w[4 * h + 3]);
+    }
+}
+
+/* One piece of a type change, as ak_mha_decode / ak_mha_store do it: wd holds its source bytes,
+   o receives the destination bytes. Values as words and scalars only: byte arrays would live in
+   local memory (and a memcpy into the output compiles to byte stores). */
 template <int SD, int DD>
-__global__ void __launch_bounds__(256) ak_mha_page_convert_kernel(ak_mha_pool s, ak_mha_pool d,
-                                                                  const int32_t *pages, int64_t pstride,
-                                                                  int64_t npages, int32_t runs) {
-    typedef ak_mha_run<SD, DD> R;
-    const bool remap = s.c.layout != d.c.layout;
-    const int32_t rd = s.dim / 16, P = s.c.page_size, H = s.c.h_kv; /* runs per row */
-    /* log2 of rd, H, P when powers of two (the common shapes): shifts instead of divisions */
-    const int lrd = __popc(rd) == 1 ? __ffs(rd) - 1 : -1, lh = __popc(H) == 1 ? __ffs(H) - 1 : -1;
-    const int lp = __popc(P) == 1 ? __ffs(P) - 1 : -1;
+__device__ __forceinline__ void ak_mha_piece_convert(const uint32_t *wd, uint8_t *o, float ss, const ak_divisor &dv) {
+    enum { E = ak_mha_cast<SD, DD>::E };
+    float v[E];
+    if (SD == AK_DTYPE_E4M3) {
+        uint32_t nan = 0; /* a byte whose low 7 bits are 0x7f is a NaN */
+#pragma unroll
+        for (int k = 0; k < E / 4; k++) nan |= ((wd[k] & 0x7f7f7f7fu) + 0x01010101u) & 0x80808080u;
+#pragma unroll
+        for (int e = 0; e < E; e += 2) {
+            const uint16_t pair = (uint16_t)(wd[e >> 2] >> (8 * (e & 3)));
+            if (nan) { /* the integer path keeps NaN payloads as the CPU backend does */
+                v[e] = ak_e4m3_to_f32((uint8_t)pair);
+                v[e + 1] = ak_e4m3_to_f32((uint8_t)(pair >> 8));
+            } else { /* exact: every e4m3 value is an f16 value */
+                uint32_t h2;
+                asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(pair));
+                asm("cvt.f32.f16 %0, %1;" : "=f"(v[e]) : "h"((uint16_t)(h2 & 0xffffu)));
+                asm("cvt.f32.f16 %0, %1;" : "=f"(v[e + 1]) : "h"((uint16_t)(h2 >> 16)));
+            }
+            v[e] *= ss;
+            v[e + 1] *= ss;
+        }
+    } else {
+#pragma unroll
+        for (int e = 0; e < E; e++) {
+            const uint16_t x = (uint16_t)(wd[e >> 1] >> (16 * (e & 1)));
+            v[e] = SD == AK_DTYPE_BF16 ? ak_bf16_to_f32(x) : ak_f16_to_f32(x);
+        }
+    }
+    uint32_t x[E / 2];
+    if (DD == AK_DTYPE_E4M3) {
+        ak_div_n<E>(dv, v);
+#pragma unroll
+        for (int w = 0; w < E / 4; w++)
+            x[w] = (uint32_t)ak_dev_e4m3(v[4 * w]) | (uint32_t)ak_dev_e4m3(v[4 * w + 1]) << 8 |
+                   (uint32_t)ak_dev_e4m3(v[4 * w + 2]) << 16 | (uint32_t)ak_dev_e4m3(v[4 * w + 3]) << 24;
+    } else {
+#pragma unroll
+        for (int w = 0; w < E / 2; w++) {
+            const float lo = v[2 * w], hi = v[2 * w + 1];
+            if (DD == AK_DTYPE_BF16 && !ak_isnan_f32(lo) && !ak_isnan_f32(hi)) {
+                asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(x[w]) : "f"(hi), "f"(lo));
+            } else {
+                const uint32_t a = DD == AK_DTYPE_BF16 ? ak_f32_to_bf16(lo) : ak_f32_to_f16(lo);
+                const uint32_t b = DD == AK_DTYPE_BF16 ? ak_f32_to_bf16(hi) : ak_f32_to_f16(hi);
+                x[w] = a | b << 16;
+            }
+        }
+    }
+    ak_st_words<ak_mha_cast<SD, DD>::DB>(o, x);
+}
+
+/* Element type change (C12): a block per listed page, each thread converting AK_MHA_PU pieces 256
+   pieces apart, all loads before any conversion. The flat form of the copy kernel measured 20
+   (bf16 -> e4m3) and 8 (e4m3 -> bf16) points slower here (run s49, not understood). */
+template <int SD, int DD>
+__global__ void __launch_bounds__(256) ak_mha_page_cast_kernel(ak_mha_pool s, ak_mha_pool d, ak_mha_remap m,
+                                                              const int32_t *pages, int64_t pstride,
+                                                              int64_t npages, int32_t ppp) {
+    typedef ak_mha_cast<SD, DD> C;
     const float ss = SD == AK_DTYPE_E4M3 ? ak_mha_scale(s) : 1.0f;
     const ak_divisor dv = ak_divisor_of(DD == AK_DTYPE_E4M3 ? ak_mha_scale(d) : 1.0f);
     for (int64_t k = blockIdx.x; k < npages; k += gridDim.x) {
@@ -1744,121 +2043,67 @@ __global__ void __launch_bounds__(256) ak_mha_page_convert_kernel(ak_mha_pool s,
         if (pg >= (uint32_t)s.c.num_pages || pg >= (uint32_t)d.c.num_pages) continue; /* rule I1 */
         const uint8_t *src = s.data + (int64_t)pg * s.stride;
         uint8_t *dst = d.data + (int64_t)pg * d.stride;
-        for (int32_t c0 = threadIdx.x; c0 < runs; c0 += 256 * AK_MHA_PU) {
-            uint4 in[AK_MHA_PU][R::SB / 16];
+        for (int32_t c0 = threadIdx.x; c0 < ppp; c0 += 256 * AK_MHA_PU) {
+            uint32_t in[AK_MHA_PU][C::SB / 4];
 #pragma unroll
             for (int u = 0; u < AK_MHA_PU; u++)
-                if (c0 + u * 256 < runs)
+                if (c0 + u * 256 < ppp) ak_ld_words<C::SB>(src + (int64_t)(c0 + u * 256) * C::SB, in[u]);
 #pragma unroll
-                    for (int h = 0; h < R::SB / 16; h++)
-                        in[u][h] = *(const uint4 *)(src + (int64_t)(c0 + u * 256) * R::SB + h * 16);
-#pragma unroll
-            for (int u = 0; u < AK_MHA_PU; u++) {
-                if (c0 + u * 256 >= runs) continue;
-                int32_t dc = c0 + u * 256; /* destination run */
-                if (remap) {
-                    const int32_t row = lrd >= 0 ? dc >> lrd : dc / rd, x = dc - row * rd;
-                    int32_t t, h;
-                    if (s.c.layout == AK_LAYOUT_MHA_NHD) t = lh >= 0 ? row >> lh : row / H, h = row - t * H;
-                    else h = lp >= 0 ? row >> lp : row / P, t = row - h * P;
-                    dc = (d.c.layout == AK_LAYOUT_MHA_NHD ? t * H + h : h * P + t) * rd + x;
-                }
-                /* values as words and scalars only: byte arrays would live in local memory */
-                uint32_t wd[R::SB / 4];
-#pragma unroll
-                for (int h = 0; h < R::SB / 16; h++)
-                    wd[4 * h] = in[u][h].x, wd[4 * h + 1] = in[u][h].y, wd[4 * h + 2] = in[u][h].z,
-                    wd[4 * h + 3] = in[u][h].w;
-                float v[16];
-                if (SD == AK_DTYPE_E4M3 && SD != DD) {
-                    uint32_t nan = 0; /* a byte whose low 7 bits are 0x7f is a NaN */
-#pragma unroll
-                    for (int k = 0; k < 4; k++) nan |= ((wd[k] & 0x7f7f7f7fu) + 0x01010101u) & 0x80808080u;
-#pragma unroll
-                    for (int e = 0; e < 16; e += 2) {
-                        const uint16_t pair = (uint16_t)(wd[e >> 2] >> (8 * (e & 3)));
-                        if (nan) { /* the integer path keeps NaN payloads as the CPU backend does */
-                            v[e] = ak_e4m3_to_f32((uint8_t)pair);
-                            v[e + 1] = ak_e4m3_to_f32((uint8_t)(pair >> 8));
-                        } else { /* exact: every e4m3 value is an f16 value */
-                            uint32_t h2;
-                            asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(pair));
-                            asm("cvt.f32.f16 %0, %1;" : "=f"(v[e]) : "h"((uint16_t)(h2 & 0xffffu)));
-                            asm("cvt.f32.f16 %0, %1;" : "=f"(v[e + 1]) : "h"((uint16_t)(h2 >> 16)));
-                        }
-                        v[e] *= ss;
-                        v[e + 1] *= ss;
-                    }
-                } else if (SD != DD) {
-#pragma unroll
-                    for (int e = 0; e < 16; e++) {
-                        const uint16_t x = (uint16_t)(wd[e >> 1] >> (16 * (e & 1)));
-                        v[e] = SD == AK_DTYPE_BF16 ? ak_bf16_to_f32(x) : ak_f16_to_f32(x);
-                    }
-                }
-                uint8_t *o = dst + (int64_t)dc * R::DB;
-                if (SD == DD) {
-#pragma unroll
-                    for (int h = 0; h < R::SB / 16; h++) *(uint4 *)(o + 16 * h) = in[u][h];
-                    continue;
-                }
-                if (DD == AK_DTYPE_E4M3) {
-                    uint32_t q[4];
-                    ak_div_n<16>(dv, v);
-#pragma unroll
-                    for (int w = 0; w < 4; w++)
-                        q[w] = (uint32_t)ak_dev_e4m3(v[4 * w]) | (uint32_t)ak_dev_e4m3(v[4 * w + 1]) << 8 |
-                               (uint32_t)ak_dev_e4m3(v[4 * w + 2]) << 16 |
-                               (uint32_t)ak_dev_e4m3(v[4 * w + 3]) << 24;
-                    *(uint4 *)o = make_uint4(q[0], q[1], q[2], q[3]);
-                } else {
-                    uint32_t x[8];
-#pragma unroll
-                    for (int w = 0; w < 8; w++) {
-                        const float lo = v[2 * w], hi = v[2 * w + 1];
-                        if (DD == AK_DTYPE_BF16 && !ak_isnan_f32(lo) && !ak_isnan_f32(hi)) {
-                            asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(x[w]) : "f"(hi), "f"(lo));
-                        } else {
-                            const uint32_t a = DD == AK_DTYPE_BF16 ? ak_f32_to_bf16(lo) : ak_f32_to_f16(lo);
-                            const uint32_t b = DD == AK_DTYPE_BF16 ? ak_f32_to_bf16(hi) : ak_f32_to_f16(hi);
-                            x[w] = a | b << 16;
-                        }
-                    }
-                    *(uint4 *)o = make_uint4(x[0], x[1], x[2], x[3]);
-                    *(uint4 *)(o + 16) = make_uint4(x[4], x[5], x[6], x[7]);
-                }
-            }
+            for (int u = 0; u < AK_MHA_PU; u++)
+                if (c0 + u * 256 < ppp)
+                    ak_mha_piece_convert<SD, DD>(in[u], dst + (int64_t)ak_mha_remap_piece(m, c0 + u * 256) * C::DB,
+                                                 ss, dv);
         }
     }
 }
 
-/* The page-convert kernel's element types (runtime -> template), or -1 when it does not apply:
-   both pools the same page size, heads and dims (a multiple of 16), 16-byte aligned pages. */
+/* The page kernels' element types (runtime -> template), or -1 when they do not apply: both
+   pools the same page size, heads and dims (a multiple of 16), 16-byte aligned pages. */
 static int ak_mha_page_convert_kind(const ak_cache *sc, const ak_cache *dc, const ak_mha_pool &s,
                                     const ak_mha_pool &d) {
     if (sc->page_size != dc->page_size || sc->h_kv != dc->h_kv || s.dim != d.dim || s.dim % 16 != 0)
         return -1;
     if (sc->layout == dc->layout && sc->elem_dtype == dc->elem_dtype) return -1; /* not a convert */
     const int64_t elems = (int64_t)sc->page_size * sc->h_kv * s.dim;
-    if (elems / 16 > INT32_MAX || !s.vec || !d.vec) return -1;
+    if (elems / 8 > INT32_MAX || !s.vec || !d.vec) return -1; /* pieces of 8 or 16 elements */
     return sc->elem_dtype * 4 + dc->elem_dtype;
 }
 
-typedef void (*ak_mha_page_convert_fn)(ak_mha_pool, ak_mha_pool, const int32_t *, int64_t, int64_t, int32_t);
+typedef void (*ak_mha_page_cast_fn)(ak_mha_pool, ak_mha_pool, ak_mha_remap, const int32_t *, int64_t,
+                                    int64_t, int32_t);
 
-/* The instance for kind = source dtype * 4 + destination dtype; equal 16-bit types share the
-   bf16 copy. */
-static ak_mha_page_convert_fn ak_mha_page_convert_of(int kind) {
+/* The cast instance for kind = source dtype * 4 + destination dtype (the 16-bit pair F16 <-> BF16
+   included). */
+static ak_mha_page_cast_fn ak_mha_page_cast_of(int kind) {
     switch (kind) {
-    case AK_DTYPE_BF16 * 4 + AK_DTYPE_E4M3: return ak_mha_page_convert_kernel<AK_DTYPE_BF16, AK_DTYPE_E4M3>;
-    case AK_DTYPE_F16 * 4 + AK_DTYPE_E4M3: return ak_mha_page_convert_kernel<AK_DTYPE_F16, AK_DTYPE_E4M3>;
-    case AK_DTYPE_E4M3 * 4 + AK_DTYPE_BF16: return ak_mha_page_convert_kernel<AK_DTYPE_E4M3, AK_DTYPE_BF16>;
-    case AK_DTYPE_E4M3 * 4 + AK_DTYPE_F16: return ak_mha_page_convert_kernel<AK_DTYPE_E4M3, AK_DTYPE_F16>;
-    case AK_DTYPE_BF16 * 4 + AK_DTYPE_F16: return ak_mha_page_convert_kernel<AK_DTYPE_BF16, AK_DTYPE_F16>;
-    case AK_DTYPE_F16 * 4 + AK_DTYPE_BF16: return ak_mha_page_convert_kernel<AK_DTYPE_F16, AK_DTYPE_BF16>;
-    case AK_DTYPE_E4M3 * 4 + AK_DTYPE_E4M3: return ak_mha_page_convert_kernel<AK_DTYPE_E4M3, AK_DTYPE_E4M3>;
-    default: return ak_mha_page_convert_kernel<AK_DTYPE_BF16, AK_DTYPE_BF16>;
+    case AK_DTYPE_BF16 * 4 + AK_DTYPE_E4M3: return ak_mha_page_cast_kernel<AK_DTYPE_BF16, AK_DTYPE_E4M3>;
+    case AK_DTYPE_F16 * 4 + AK_DTYPE_E4M3: return ak_mha_page_cast_kernel<AK_DTYPE_F16, AK_DTYPE_E4M3>;
+    case AK_DTYPE_E4M3 * 4 + AK_DTYPE_BF16: return ak_mha_page_cast_kernel<AK_DTYPE_E4M3, AK_DTYPE_BF16>;
+    case AK_DTYPE_E4M3 * 4 + AK_DTYPE_F16: return ak_mha_page_cast_kernel<AK_DTYPE_E4M3, AK_DTYPE_F16>;
+    case AK_DTYPE_BF16 * 4 + AK_DTYPE_F16: return ak_mha_page_cast_kernel<AK_DTYPE_BF16, AK_DTYPE_F16>;
+    default: return ak_mha_page_cast_kernel<AK_DTYPE_F16, AK_DTYPE_BF16>;
     }
+}
+
+/* Runs one pool (K or V) of a page-kernel convert. */
+static ak_status ak_mha_page_convert(ak_context *ctx, const ak_cache *src, const ak_cache *dst, int kind,
+                                     const ak_mha_pool &s, const ak_mha_pool &d, const int32_t *pg,
+                                     int64_t pstride, int64_t npages) {
+    const int sd = kind / 4, dd = kind % 4;
+    /* elements per piece: 16 bytes of a copy; ak_mha_cast's E for a type change */
+    const int32_t e = sd == dd ? 16 / ak_dtype_size((ak_dtype)sd) : sd == AK_DTYPE_E4M3 ? 8 : 16;
+    const int32_t ppp = (int32_t)((int64_t)src->page_size * src->h_kv * s.dim / e);
+    const ak_mha_remap m = ak_mha_remap_of(src, dst, s.dim, e);
+    cudaStream_t st = ak_stream(ctx);
+    if (sd == dd) {
+        const int grid = ak_grid_for(ctx, (npages * ppp + AK_MHA_PU - 1) / AK_MHA_PU, 256);
+        ak_mha_page_copy_kernel<<<grid, 256, 0, st>>>(s, d, m, pg, pstride, npages, ppp);
+        AK_CUDA_CHECK_LAUNCH("ak_mha_page_copy_kernel");
+        return AK_OK;
+    }
+    ak_mha_page_cast_of(kind)<<<ak_grid_for(ctx, npages * 256, 256), 256, 0, st>>>(s, d, m, pg, pstride, npages, ppp);
+    AK_CUDA_CHECK_LAUNCH("ak_mha_page_cast_kernel");
+    return AK_OK;
 }
 
 /* ---- same-layout byte copies for the indexer layouts ----------------------------------------- */
@@ -1901,19 +2146,21 @@ struct ak_pad_geo {
 
 __global__ void ak_pad_kernel(ak_pad_geo g, const int32_t *pages, int64_t pstride, int64_t items,
                               int32_t sps, uint32_t src_pages, int64_t span, int64_t maxpad) {
-    const int64_t per = span * maxpad;
-    const int64_t total = items * per;
-    for (int64_t it = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; it < total;
-         it += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t item = it / per, r = it - item * per;
-        const int64_t j = r / maxpad, b = r - j * maxpad;
+    /* a warp per (item, destination page of its span): the divisions once per warp, the lanes
+       over the padding bytes */
+    const int lane = threadIdx.x & 31;
+    const int64_t nw = ((int64_t)gridDim.x * blockDim.x) >> 5;
+    for (int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; w < items * span; w += nw) {
+        const int64_t item = w / span, j = w - item * span;
         const int32_t p = pages ? pages[item * pstride] : (int32_t)item;
         if ((uint32_t)p >= src_pages) continue;
         const int64_t s0 = (int64_t)p * sps, s1 = s0 + sps;
         const int64_t q = (s0 + g.dps - 1) / g.dps + j;
         if (q * g.dps >= s1 || q >= g.dpages) continue;
-        if (g.kpay + b < g.kstride) g.k[q * g.kstride + g.kpay + b] = 0;
-        if (g.v != NULL && g.vpay + b < g.vstride) g.v[q * g.vstride + g.vpay + b] = 0;
+        for (int64_t b = lane; b < maxpad; b += 32) {
+            if (g.kpay + b < g.kstride) g.k[q * g.kstride + g.kpay + b] = 0;
+            if (g.v != NULL && g.vpay + b < g.vstride) g.v[q * g.vstride + g.vpay + b] = 0;
+        }
     }
 }
 
@@ -1947,7 +2194,7 @@ static ak_status ak_zero_padding(ak_context *ctx, const ak_cache *src, const ak_
     if (mha && g.vstride - g.vpay > maxpad) maxpad = g.vstride - g.vpay;
     if (maxpad <= 0 || items == 0) return AK_OK;
     const int64_t span = src->page_size / dst->page_size + 2;
-    ak_pad_kernel<<<ak_grid_for(ctx, items * span * maxpad, 256), 256, 0, ak_stream(ctx)>>>(
+    ak_pad_kernel<<<ak_grid_for(ctx, items * span * 32, 256), 256, 0, ak_stream(ctx)>>>(
         g, pg, pstride, items, src->page_size, (uint32_t)src->num_pages, span, maxpad);
     AK_CUDA_CHECK_LAUNCH("ak_pad_kernel");
     return AK_OK;
@@ -2093,10 +2340,7 @@ extern "C" ak_status ak_cuda_cache_convert(ak_context *ctx, const ak_cache *src,
             ak_mha_pool s = ak_mha_pool_of(src, is_v), d = ak_mha_pool_of(dst, is_v);
             const int kind = ak_mha_page_convert_kind(src, dst, s, d);
             if (kind >= 0) {
-                const int32_t runs = (int32_t)((int64_t)src->page_size * src->h_kv * s.dim / 16);
-                const int grid = ak_grid_for(ctx, npages * 256, 256);
-                ak_mha_page_convert_of(kind)<<<grid, 256, 0, st>>>(s, d, pg, pstride, npages, runs);
-                AK_CUDA_CHECK_LAUNCH("ak_mha_page_convert_kernel");
+                AK_TRY(ak_mha_page_convert(ctx, src, dst, kind, s, d, pg, pstride, npages));
                 continue;
             }
             int w = ak_mha_width(src, is_v);
