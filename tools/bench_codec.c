@@ -6,8 +6,9 @@
  * pool of >= 1 GiB (about 32 MiB with --quick): C1, C2, C3, C5, FP8-PT -> BF16, 656 -> FP8-PT
  * (the FP8-PT writers also with a non-power-of-two k_scale), C8 (V4 256 -> 64 pages, touched-pages form with a random page permutation), C13 (656 re-page
  * into padded pages), C11 (MHA NHD -> HND) and C12 (MHA bf16 -> e4m3 and back).
- * write / gather: 262144 random slots over a 1M-token pool (C2/C9 writers; C3, C6 and C10
- * gathers). Pools and input rows are filled with random normal values on the device.
+ * write / gather: 262144 slots over a 1M-token pool (C2/C9/IDX132 writers; C3, C6 and C10
+ * gathers), random distinct slots, and for the writers also whole pages in random page order.
+ * Pools and input rows are filled with random normal values on the device.
  *
  * A case's pools are allocated and filled by its first (warm-up) call and freed by destroy; the
  * framework destroys each case after timing it, so only one case's pools exist at a time.
@@ -35,6 +36,7 @@ typedef struct bstate {
     ak_dtype mha_dt;            /* MHA source element type */
     int64_t n;                  /* write / gather rows */
     int32_t raw;                /* gather: INDEXER_FP8 raw bytes + scales */
+    int32_t page_runs;          /* write: slots fill whole pages, pages in random order */
     /* device buffers */
     void *mem[6];
     ak_tensor nope, rope, slots, out, out_scale, pages;
@@ -134,6 +136,34 @@ static ak_status upload_perm(ak_context *ctx, bstate *s, int slot, int64_t n, in
     return AK_OK;
 }
 
+/* Slots of n tokens (a multiple of P) filling n / P whole pages of `pages`, the pages in random
+   order: how a prefill's new tokens land in a paged pool. */
+static ak_status upload_page_runs(ak_context *ctx, bstate *s, int slot, int64_t n, int64_t pages, int32_t P,
+                                  ak_tensor *t) {
+    int32_t *perm = (int32_t *)malloc((size_t)pages * 4), *h = (int32_t *)malloc((size_t)n * 4);
+    if (perm == NULL || h == NULL) {
+        free(perm);
+        free(h);
+        return AK_ERR_OUT_OF_MEMORY;
+    }
+    uint64_t x = s->seed | 1;
+    for (int64_t i = 0; i < pages; i++) perm[i] = (int32_t)i;
+    for (int64_t i = pages - 1; i > 0; i--) {
+        x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+        int64_t j = (int64_t)(x % (uint64_t)(i + 1));
+        int32_t tmp = perm[i]; perm[i] = perm[j]; perm[j] = tmp;
+    }
+    for (int64_t i = 0; i < n; i++) h[i] = perm[i / P] * P + (int32_t)(i % P);
+    void *d = ak_dev_clone(ctx, h, (size_t)n * 4);
+    free(perm);
+    free(h);
+    if (d == NULL) return AK_ERR_OUT_OF_MEMORY;
+    s->mem[slot] = d;
+    int64_t sh[1] = {n};
+    *t = ak_dev_tensor(ctx, d, AK_DTYPE_I32, 1, sh);
+    return AK_OK;
+}
+
 static ak_status setup(ak_context *ctx, bstate *s) {
     int64_t kb, vb;
     kb = pool_bytes(&s->src, &vb);
@@ -157,7 +187,8 @@ static ak_status setup(ak_context *ctx, bstate *s) {
         return AK_OK;
     }
     int64_t cap = (int64_t)s->src.num_pages * s->src.page_size;
-    AK_TRY(upload_perm(ctx, s, 4, s->n, cap, &s->slots));
+    if (s->page_runs) AK_TRY(upload_page_runs(ctx, s, 4, s->n, s->src.num_pages, s->src.page_size, &s->slots));
+    else AK_TRY(upload_perm(ctx, s, 4, s->n, cap, &s->slots));
     int64_t wn, wr;
     row_widths(&s->src, &wn, &wr);
     if (s->kind == BK_WRITE) {
@@ -324,18 +355,24 @@ ak_status ak_bench_codec(ak_context *ctx, const ak_bench_opts *o, const char *op
             AK_TRY(add_case(out, &s, "convert", shape, (double)(sb + sv + db + dv)));
         }
     }
-    /* 1M-token pools (issue 5), n random distinct slots per call */
+    /* 1M-token pools (issue 5), n slots per call */
     int64_t n = o->quick ? 8192 : 262144, pool_tok = o->quick ? 4 * 8192 : 1048576;
-    const struct { const char *name; ak_layout l; int32_t P; ak_quant_rule rule; int raw; } rows[] = {
-        {"C2 bf16 rows->656", AK_LAYOUT_DSA_FP8_BLOCKSCALE, 64, AK_QUANT_DEFAULT, 0},
-        {"C9 bf16 rows->V4", AK_LAYOUT_DSV4_FP8_UE8M0, 64, AK_QUANT_DEFAULT, 0},
-        {"bf16 rows->IDX132", AK_LAYOUT_INDEXER_FP8, 64, AK_QUANT_DEFAULT, 0},
-        {"C3 656->bf16 rows", AK_LAYOUT_DSA_FP8_BLOCKSCALE, 64, AK_QUANT_DEFAULT, 0},
-        {"C6 V4->bf16 rows", AK_LAYOUT_DSV4_FP8_UE8M0, 256, AK_QUANT_DEFAULT, 0},
-        {"C10 IDX132->e4m3+scale", AK_LAYOUT_INDEXER_FP8, 64, AK_QUANT_DEFAULT, 1},
+    /* writes twice: random distinct slots (every token its own page, the worst case), and page
+       runs (a prefill's tokens filling whole pages in random page order, how an engine's page
+       allocator places them) */
+    const struct { const char *name; ak_layout l; int32_t P; ak_quant_rule rule; int raw, runs; } rows[] = {
+        {"C2 bf16 rows->656", AK_LAYOUT_DSA_FP8_BLOCKSCALE, 64, AK_QUANT_DEFAULT, 0, 0},
+        {"C9 bf16 rows->V4", AK_LAYOUT_DSV4_FP8_UE8M0, 64, AK_QUANT_DEFAULT, 0, 0},
+        {"bf16 rows->IDX132", AK_LAYOUT_INDEXER_FP8, 64, AK_QUANT_DEFAULT, 0, 0},
+        {"C2 bf16 rows->656", AK_LAYOUT_DSA_FP8_BLOCKSCALE, 64, AK_QUANT_DEFAULT, 0, 1},
+        {"C9 bf16 rows->V4", AK_LAYOUT_DSV4_FP8_UE8M0, 64, AK_QUANT_DEFAULT, 0, 1},
+        {"bf16 rows->IDX132", AK_LAYOUT_INDEXER_FP8, 64, AK_QUANT_DEFAULT, 0, 1},
+        {"C3 656->bf16 rows", AK_LAYOUT_DSA_FP8_BLOCKSCALE, 64, AK_QUANT_DEFAULT, 0, 0},
+        {"C6 V4->bf16 rows", AK_LAYOUT_DSV4_FP8_UE8M0, 256, AK_QUANT_DEFAULT, 0, 0},
+        {"C10 IDX132->e4m3+scale", AK_LAYOUT_INDEXER_FP8, 64, AK_QUANT_DEFAULT, 1, 0},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
-        bkind k = i < 3 ? BK_WRITE : BK_GATHER;
+        bkind k = i < 6 ? BK_WRITE : BK_GATHER;
         if (!ak_bench_wants(op, k == BK_WRITE ? "write" : "gather")) continue;
         bstate s;
         memset(&s, 0, sizeof s);
@@ -343,14 +380,15 @@ ak_status ak_bench_codec(ak_context *ctx, const ak_bench_opts *o, const char *op
         s.seed = seed + 200 + i;
         s.n = n;
         s.raw = rows[i].raw;
+        s.page_runs = rows[i].runs;
         s.rule = rows[i].rule;
-        /* random slots scatter over a pool far larger than the caches */
+        /* the slots scatter over a pool far larger than the caches */
         s.src = mla_desc(ctx, rows[i].l, (int32_t)(pool_tok / rows[i].P), rows[i].P, 0);
         ak_layout_traits t;
         ak_layout_traits_get(rows[i].l, &t);
         int64_t row = (int64_t)t.d_qk * (s.raw ? 1 : 2) + (s.raw ? 4 : 0);
-        snprintf(shape, sizeof shape, "%s n %lld random slots of %lld", rows[i].name, (long long)n,
-                 (long long)pool_tok);
+        snprintf(shape, sizeof shape, "%s n %lld %s of %lld", rows[i].name, (long long)n,
+                 s.page_runs ? "in random whole pages" : "random slots", (long long)pool_tok);
         AK_TRY(add_case(out, &s, k == BK_WRITE ? "write" : "gather", shape,
                         (double)n * (double)(token_bytes(&s.src) + row + 4)));
     }
