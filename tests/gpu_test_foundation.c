@@ -282,10 +282,13 @@ static void midpoint_rows(ak_rng *r, float *x, int64_t n, int64_t stride, int64_
 
 /* ---- codecs -------------------------------------------------------------------------------------- */
 
+/* Pages of write_case's cache. */
+static int32_t g_write_pages = 8;
+
 static void write_case(ak_rng *r, ak_layout l, int32_t P, int64_t extra_stride, ak_quant_rule rule,
                        ak_dtype in_dt, int64_t n) {
     ak_cache c;
-    CHECK_STATUS(ak_cache_init(&c, l, (void *)16, 8, P), AK_OK);
+    CHECK_STATUS(ak_cache_init(&c, l, (void *)16, g_write_pages, P), AK_OK);
     c.page_stride = ak_cache_stride_min(&c) + extra_stride;
     if (l == AK_LAYOUT_MLA_FP8_PERTENSOR) c.k_scale = g_pt_scale;
     pair p;
@@ -370,6 +373,20 @@ AK_TEST(cuda_cache_write_every_layout) {
         write_case(&r, AK_LAYOUT_INDEXER_FP8, 64, 8, AK_QUANT_POW2, dt, n);
         write_case(&r, AK_LAYOUT_INDEXER_FP4, 64, 0, AK_QUANT_DEFAULT, dt, n);
     }
+}
+
+/* Enough tokens that every warp of the resident-grid indexer writer (3 blocks of 8 warps per SM,
+   8 tokens a step) runs several steps, so the next step's loads overlap the current one. */
+AK_TEST(cuda_cache_write_long) {
+    if (!gpu()) return;
+    ak_rng r;
+    ak_rng_init(&r, ak_test_seed() + 10);
+    g_write_pages = g_quick ? 600 : 1600; /* 64-token pages: 38k or 102k slots */
+    const int64_t n = g_quick ? 36000 : 100000;
+    write_case(&r, AK_LAYOUT_INDEXER_FP8, 64, 0, AK_QUANT_DEFAULT, AK_DTYPE_BF16, n);
+    write_case(&r, AK_LAYOUT_INDEXER_FP8, 64, 16, AK_QUANT_POW2, AK_DTYPE_BF16, n);
+    write_case(&r, AK_LAYOUT_DSA_FP8_BLOCKSCALE, 64, 0, AK_QUANT_DEFAULT, AK_DTYPE_BF16, n);
+    g_write_pages = 8;
 }
 
 /* The quantizers with a non-power-of-two scale on inputs at e4m3 rounding midpoints: bytes equal

@@ -1474,6 +1474,25 @@ static ak_idx_geo ak_idx_geo_of(const ak_cache *c) {
     return g;
 }
 
+/* One lane's 16 values (sub: which 16 of the 128) of an FP8 indexer token at row t of page pg:
+   the token's scale from the 8 lanes' amax (every lane of the warp calls it: shuffles), then, for
+   a valid slot (ok), the e4m3 bytes and, by lane sub 0, the scale at the page tail. */
+__device__ __forceinline__ void ak_idx_store_fp8(const ak_idx_geo &g, uint8_t *pg, uint32_t t, bool ok, int sub,
+                                                 float amax, float *v, int rule) {
+    amax = ak_group_max(amax, 8);
+    if (!ok) return;
+    float a = amax >= 1e-4f ? amax : 1e-4f;
+    float s = __fdiv_rn(a, 448.0f);
+    if (rule == AK_QUANT_POW2) s = ak_pow2_f32(ak_ceil_log2_f32(s));
+    /* s >= 2^-23 (power of two or not): the correction applies */
+    const float rs = __fdiv_rn(1.0f, s), sr = rs == 0.0f ? 0.0f : s;
+    for (int k = 0; k < 16; k++) v[k] = ak_div_fast(v[k], sr, rs);
+    uint8_t qb[16];
+    ak_dev_e4m3x16(v, qb);
+    ak_st16(pg + t * 128 + sub * 16, qb, g.vec);
+    if (sub == 0) ((float *)(pg + 8192))[t] = s;
+}
+
 __global__ void ak_idx_write_kernel(ak_idx_geo g, ak_rows in, const int32_t *slots,
                                     int64_t slot_stride, int64_t n, int rule) {
     const int sub = threadIdx.x & 7, q = (threadIdx.x >> 3) & 3; /* chunk of 16 dims, token */
@@ -1504,18 +1523,7 @@ __global__ void ak_idx_write_kernel(ak_idx_geo g, ak_rows in, const int32_t *slo
             uint32_t page = ok ? slot[u] / 64u : 0, t = ok ? slot[u] % 64u : 0;
             uint8_t *pg = g.data + (int64_t)page * g.stride;
             if (!g.fp4) {
-                amax = ak_group_max(amax, 8);
-                if (!ok) continue;
-                float a = amax >= 1e-4f ? amax : 1e-4f;
-                float s = __fdiv_rn(a, 448.0f);
-                if (rule == AK_QUANT_POW2) s = ak_pow2_f32(ak_ceil_log2_f32(s));
-                /* s >= 2^-23 (power of two or not): the correction applies */
-                const float rs = __fdiv_rn(1.0f, s), sr = rs == 0.0f ? 0.0f : s;
-                for (int k = 0; k < 16; k++) v[u][k] = ak_div_fast(v[u][k], sr, rs);
-                uint8_t qb[16];
-                ak_dev_e4m3x16(v[u], qb);
-                ak_st16(pg + t * 128 + sub * 16, qb, g.vec);
-                if (sub == 0) ((float *)(pg + 8192))[t] = s;
+                ak_idx_store_fp8(g, pg, t, ok, sub, amax, v[u], rule);
             } else {
                 amax = ak_group_max(amax, 2); /* 32-value scale group = 2 lanes */
                 if (!ok) continue;
@@ -1538,6 +1546,59 @@ __global__ void ak_idx_write_kernel(ak_idx_geo g, ak_rows in, const int32_t *slo
                 }
                 if ((sub & 1) == 0) pg[4096 + t * 4 + (sub >> 1)] = (uint8_t)e;
             }
+        }
+    }
+}
+
+/* FP8 indexer writes from 16-byte aligned bf16 rows (the common case): a grid of resident blocks
+   whose warps take steps of 4 AK_IDX_WU tokens, the next step's slot ids and row bytes (two
+   16-byte loads per lane and token) loaded before this step's quantization, so one step's loads
+   are in flight through the previous one's arithmetic. The generic kernel above loads, converts
+   and stores one step per warp (55-62% of the copy bandwidth, run s52). */
+__device__ __forceinline__ void ak_idx_load_step(const ak_rows &in, const int32_t *slots, int64_t slot_stride,
+                                                 int64_t n, int64_t b, int q, int sub, uint32_t cap,
+                                                 uint4 (*raw)[2], uint32_t *slot) {
+#pragma unroll
+    for (int u = 0; u < AK_IDX_WU; u++) {
+        const int64_t i = b + 4 * u + q;
+        slot[u] = i < n ? (uint32_t)slots[i * slot_stride] : 0xffffffffu;
+        raw[u][0] = raw[u][1] = make_uint4(0, 0, 0, 0);
+        if (slot[u] < cap) {
+            const uint4 *r = (const uint4 *)((const uint16_t *)in.data + i * in.rs + sub * 16);
+            raw[u][0] = r[0];
+            raw[u][1] = r[1];
+        }
+    }
+}
+
+__global__ void __launch_bounds__(256, 3) ak_idx_write_bf16_kernel(ak_idx_geo g, ak_rows in, const int32_t *slots,
+                                                                   int64_t slot_stride, int64_t n, int rule) {
+    const int sub = threadIdx.x & 7, q = (threadIdx.x >> 3) & 3; /* chunk of 16 dims, token */
+    const int64_t step = (((int64_t)gridDim.x * blockDim.x) >> 5) * 4 * AK_IDX_WU;
+    int64_t b = (((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5) * 4 * AK_IDX_WU;
+    if (b >= n) return; /* whole warps: the shuffles below need every lane */
+    uint4 raw[AK_IDX_WU][2];
+    uint32_t slot[AK_IDX_WU];
+    ak_idx_load_step(in, slots, slot_stride, n, b, q, sub, g.cap, raw, slot);
+    for (; b < n; b += step) {
+        uint4 nraw[AK_IDX_WU][2];
+        uint32_t nslot[AK_IDX_WU];
+        const bool more = b + step < n;
+        if (more) ak_idx_load_step(in, slots, slot_stride, n, b + step, q, sub, g.cap, nraw, nslot);
+#pragma unroll
+        for (int u = 0; u < AK_IDX_WU; u++) {
+            float v[16];
+            ak_bf16x8_to_f32(raw[u][0], v);
+            ak_bf16x8_to_f32(raw[u][1], v + 8);
+            float amax = 0.0f;
+            for (int k = 0; k < 16; k++) amax = fmaxf(amax, fabsf(v[k]));
+            const bool ok = slot[u] < g.cap;
+            const uint32_t page = ok ? slot[u] / 64u : 0, t = ok ? slot[u] % 64u : 0;
+            ak_idx_store_fp8(g, g.data + (int64_t)page * g.stride, t, ok, sub, amax, v, rule);
+        }
+        if (more) {
+#pragma unroll
+            for (int u = 0; u < AK_IDX_WU; u++) raw[u][0] = nraw[u][0], raw[u][1] = nraw[u][1], slot[u] = nslot[u];
         }
     }
 }
@@ -2216,9 +2277,17 @@ extern "C" ak_status ak_cuda_cache_write(ak_context *ctx, const ak_cache *cache,
     cudaStream_t st = ak_stream(ctx);
     if (ak_is_indexer(cache->layout)) {
         ak_idx_geo g = ak_idx_geo_of(cache);
+        const ak_rows in = ak_rows_of(nope);
         int grid = ak_grid_for(ctx, (n + 4 * AK_IDX_WU - 1) / (4 * AK_IDX_WU) * 32, 256);
-        ak_idx_write_kernel<<<grid, 256, 0, st>>>(g, ak_rows_of(nope), (const int32_t *)slots->data,
-                                                  slots->strides[0], n, (int)rule);
+        if (!g.fp4 && in.dtype == AK_DTYPE_BF16 && in.vec) {
+            const int resident = (ctx->info.sm_count > 0 ? ctx->info.sm_count : 132) * 3; /* 3 blocks per SM */
+            ak_idx_write_bf16_kernel<<<grid < resident ? grid : resident, 256, 0, st>>>(
+                g, in, (const int32_t *)slots->data, slots->strides[0], n, (int)rule);
+            AK_CUDA_CHECK_LAUNCH("ak_idx_write_bf16_kernel");
+            return AK_OK;
+        }
+        ak_idx_write_kernel<<<grid, 256, 0, st>>>(g, in, (const int32_t *)slots->data, slots->strides[0], n,
+                                                  (int)rule);
         AK_CUDA_CHECK_LAUNCH("ak_idx_write_kernel");
         return AK_OK;
     }
