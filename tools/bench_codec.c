@@ -115,18 +115,18 @@ static int64_t pool_bytes(const ak_cache *c, int64_t *v) {
     return c->page_stride * c->num_pages;
 }
 
-/* Random permutation of [0, n) uploaded as an int32 tensor into mem[slot]. */
-static ak_status upload_perm(ak_context *ctx, bstate *s, int slot, int64_t n, int64_t range,
-                             ak_tensor *t) {
-    int32_t *h = (int32_t *)malloc((size_t)range * 4);
-    if (h == NULL) return AK_ERR_OUT_OF_MEMORY;
-    uint64_t x = s->seed | 1;
-    for (int64_t i = 0; i < range; i++) h[i] = (int32_t)i;
-    for (int64_t i = range - 1; i > 0; i--) {
+/* Fisher-Yates shuffle of h[0, n) from a xorshift stream seeded with seed. */
+static void shuffle_i32(int32_t *h, int64_t n, uint64_t seed) {
+    uint64_t x = seed | 1;
+    for (int64_t i = n - 1; i > 0; i--) {
         x ^= x << 13; x ^= x >> 7; x ^= x << 17;
         int64_t j = (int64_t)(x % (uint64_t)(i + 1));
         int32_t tmp = h[i]; h[i] = h[j]; h[j] = tmp;
     }
+}
+
+/* h[0, n) uploaded as an int32 tensor into mem[slot]; frees h. */
+static ak_status upload_i32(ak_context *ctx, bstate *s, int slot, int32_t *h, int64_t n, ak_tensor *t) {
     void *d = ak_dev_clone(ctx, h, (size_t)n * 4);
     free(h);
     if (d == NULL) return AK_ERR_OUT_OF_MEMORY;
@@ -134,6 +134,16 @@ static ak_status upload_perm(ak_context *ctx, bstate *s, int slot, int64_t n, in
     int64_t sh[1] = {n};
     *t = ak_dev_tensor(ctx, d, AK_DTYPE_I32, 1, sh);
     return AK_OK;
+}
+
+/* The first n of a random permutation of [0, range). */
+static ak_status upload_perm(ak_context *ctx, bstate *s, int slot, int64_t n, int64_t range,
+                             ak_tensor *t) {
+    int32_t *h = (int32_t *)malloc((size_t)range * 4);
+    if (h == NULL) return AK_ERR_OUT_OF_MEMORY;
+    for (int64_t i = 0; i < range; i++) h[i] = (int32_t)i;
+    shuffle_i32(h, range, s->seed);
+    return upload_i32(ctx, s, slot, h, n, t);
 }
 
 /* Slots of n tokens (a multiple of P) filling n / P whole pages of `pages`, the pages in random
@@ -146,22 +156,11 @@ static ak_status upload_page_runs(ak_context *ctx, bstate *s, int slot, int64_t 
         free(h);
         return AK_ERR_OUT_OF_MEMORY;
     }
-    uint64_t x = s->seed | 1;
     for (int64_t i = 0; i < pages; i++) perm[i] = (int32_t)i;
-    for (int64_t i = pages - 1; i > 0; i--) {
-        x ^= x << 13; x ^= x >> 7; x ^= x << 17;
-        int64_t j = (int64_t)(x % (uint64_t)(i + 1));
-        int32_t tmp = perm[i]; perm[i] = perm[j]; perm[j] = tmp;
-    }
+    shuffle_i32(perm, pages, s->seed);
     for (int64_t i = 0; i < n; i++) h[i] = perm[i / P] * P + (int32_t)(i % P);
-    void *d = ak_dev_clone(ctx, h, (size_t)n * 4);
     free(perm);
-    free(h);
-    if (d == NULL) return AK_ERR_OUT_OF_MEMORY;
-    s->mem[slot] = d;
-    int64_t sh[1] = {n};
-    *t = ak_dev_tensor(ctx, d, AK_DTYPE_I32, 1, sh);
-    return AK_OK;
+    return upload_i32(ctx, s, slot, h, n, t);
 }
 
 static ak_status setup(ak_context *ctx, bstate *s) {

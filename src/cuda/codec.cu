@@ -1247,6 +1247,33 @@ struct ak_run_job {
     int32_t rec;          /* bytes per token, a multiple of 16 */
 };
 
+/* A warp's place in a flat sequence of units (runs, pages) of `per` 16-byte pieces that the grid
+   walks in strides: its step's first piece as (unit u, piece e), advanced without divisions (a
+   64-bit division per step cost the quantizing MHA converts a fifth of their speed, run s49). */
+struct ak_flat_pos {
+    int64_t c0, total, stride; /* first piece of the step, pieces in all, pieces per grid step */
+    int64_t u, du;
+    int32_t e, de, per;
+};
+__device__ __forceinline__ ak_flat_pos ak_flat_begin(int64_t total, int32_t per, int pu) {
+    ak_flat_pos f;
+    f.total = total;
+    f.per = per;
+    f.stride = (((int64_t)gridDim.x * blockDim.x) >> 5) * 32 * pu;
+    f.du = f.stride / per;
+    f.de = (int32_t)(f.stride - f.du * per);
+    f.c0 = (((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5) * 32 * pu;
+    f.u = f.c0 / per;
+    f.e = (int32_t)(f.c0 - f.u * per);
+    return f;
+}
+__device__ __forceinline__ void ak_flat_next(ak_flat_pos &f) {
+    f.c0 += f.stride;
+    f.u += f.du;
+    f.e += f.de;
+    if (f.e >= f.per) f.e -= f.per, f.u++;
+}
+
 /* Source and destination of run w's first piece, or false when the run is skipped (rule I1 on
    the listed page, or past the destination capacity: runs never straddle it, L divides dps). */
 __device__ __forceinline__ bool ak_run_at(const ak_run_job &j, int64_t w, const uint4 *&sp, uint4 *&dp) {
@@ -1265,14 +1292,9 @@ __device__ __forceinline__ bool ak_run_at(const ak_run_job &j, int64_t w, const 
 __global__ void __launch_bounds__(256) ak_run_copy_kernel(ak_run_job j) {
     const int lane = threadIdx.x & 31;
     const int32_t np = j.L * (j.rec / 16); /* pieces per run */
-    const int64_t total = j.nruns * np, wstep = (((int64_t)gridDim.x * blockDim.x) >> 5) * 32 * AK_RUN_U;
-    /* the step's first piece as (run w0, piece e0), advanced without divisions */
-    const int64_t ww = wstep / np;
-    const int32_t we = (int32_t)(wstep - ww * np);
-    int64_t c0 = (((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5) * 32 * AK_RUN_U;
-    int64_t w0 = c0 / np;
-    int32_t e0 = (int32_t)(c0 - w0 * np);
-    for (; c0 < total; c0 += wstep) {
+    for (ak_flat_pos f = ak_flat_begin(j.nruns * np, np, AK_RUN_U); f.c0 < f.total; ak_flat_next(f)) {
+        const int64_t w0 = f.u;
+        const int32_t e0 = f.e;
         const uint4 *sp0 = NULL;
         uint4 *dp0 = NULL;
         const bool ok0 = ak_run_at(j, w0, sp0, dp0);
@@ -1282,7 +1304,7 @@ __global__ void __launch_bounds__(256) ak_run_copy_kernel(ak_run_job j) {
         for (int u = 0; u < AK_RUN_U; u++) {
             o[u] = NULL;
             int32_t e = e0 + u * 32 + lane;
-            if (c0 + u * 32 + lane >= total) continue;
+            if (f.c0 + u * 32 + lane >= f.total) continue;
             const uint4 *sp = sp0;
             uint4 *dp = dp0;
             bool ok = ok0;
@@ -1298,9 +1320,6 @@ __global__ void __launch_bounds__(256) ak_run_copy_kernel(ak_run_job j) {
 #pragma unroll
         for (int u = 0; u < AK_RUN_U; u++)
             if (o[u] != NULL) *o[u] = v[u];
-        w0 += ww;
-        e0 += we;
-        if (e0 >= np) e0 -= np, w0++;
     }
 }
 
@@ -1960,22 +1979,18 @@ __device__ __forceinline__ int32_t ak_mha_remap_piece(const ak_mha_remap &m, int
 #define AK_MHA_PU 4
 
 /* Same element type (C11): the listed pages' 16-byte pieces form one flat sequence that the grid
-   streams like a memcpy; lane l of a warp step takes pieces c0 + 32 u + l, u < AK_MHA_PU, all
-   loads before any store, the step's (page, piece) advanced without divisions. Run s48: 75 -> 84-91%
+   streams like a memcpy (ak_flat_pos); lane l of a warp step takes pieces c0 + 32 u + l, u <
+   AK_MHA_PU, all loads before any store. Run s48: 75 -> 84-91%
    of the copy bandwidth against a block per page with 32-byte runs per thread. */
 __global__ void __launch_bounds__(256) ak_mha_page_copy_kernel(ak_mha_pool s, ak_mha_pool d, ak_mha_remap m,
                                                               const int32_t *pages, int64_t pstride,
                                                               int64_t npages, int32_t ppp) {
     const int lane = threadIdx.x & 31;
-    const int64_t total = npages * ppp, wstep = (((int64_t)gridDim.x * blockDim.x) >> 5) * 32 * AK_MHA_PU;
-    const int64_t wk = wstep / ppp;
-    const int32_t wc = (int32_t)(wstep - wk * ppp);
-    int64_t c0 = (((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5) * 32 * AK_MHA_PU;
-    int64_t k0 = c0 / ppp;
-    int32_t cs = (int32_t)(c0 - k0 * ppp);
-    for (; c0 < total; c0 += wstep) {
+    for (ak_flat_pos f = ak_flat_begin(npages * ppp, ppp, AK_MHA_PU); f.c0 < f.total; ak_flat_next(f)) {
+        const int64_t k0 = f.u;
+        const int32_t cs = f.e;
         const int32_t pg0 = pages != NULL ? pages[k0 * pstride] : (int32_t)k0;
-        const int32_t left = total - c0 < 32 * AK_MHA_PU ? (int32_t)(total - c0) : 32 * AK_MHA_PU;
+        const int32_t left = f.total - f.c0 < 32 * AK_MHA_PU ? (int32_t)(f.total - f.c0) : 32 * AK_MHA_PU;
         uint4 in[AK_MHA_PU];
         uint4 *o[AK_MHA_PU];
 #pragma unroll
@@ -1996,9 +2011,6 @@ __global__ void __launch_bounds__(256) ak_mha_page_copy_kernel(ak_mha_pool s, ak
 #pragma unroll
         for (int u = 0; u < AK_MHA_PU; u++)
             if (o[u] != NULL) *o[u] = in[u];
-        k0 += wk;
-        cs += wc;
-        if (cs >= ppp) cs -= ppp, k0++;
     }
 }
 
