@@ -839,6 +839,22 @@ __device__ __forceinline__ bool ak_e4m3x16_rescale(uint4 w, float s, float k, ui
     return true;
 }
 
+/* ak_dev_pow2_exp without its fp32 division, for an amax that is a bf16 value (low 16 bits zero:
+   the lean kernels quantize bf16 rows). amax / 448 = 2^(E-8) (1.f / 1.75): with 8 significant
+   bits, 1.f / 1.75 is either exactly 1 or at least 2^-8 away from every power of two, so rounding
+   the quotient never moves ceil(log2) and it is E - 8 + (f > 0.75). The default rule floors the
+   quotient at 1e-4, i.e. the result at ceil(log2(1e-4)) = -13; the amax-floor rule floors amax
+   at 1e-4, giving -22 below it. Zero, subnormal, inf and NaN amax, or one that is not bf16, take
+   the exact functions. Checked against both on every positive normal bf16 value; saves the
+   division (~10 instructions per lane and token, run s54). */
+__device__ __forceinline__ int32_t ak_lean_pow2_exp(float amax, int rule) {
+    const uint32_t u = ak_f32_bits(amax), ef = (u >> 23) & 0xffu;
+    if ((u & 0x8000ffffu) != 0 || ef == 0 || ef == 255) return ak_dev_pow2_exp(amax, rule);
+    const int32_t k = (int32_t)ef - 135 + ((u & 0x7fffffu) > 0x600000u ? 1 : 0);
+    if (rule == AK_QUANT_POW2_AMAX_FLOOR) return amax >= 1e-4f ? k : -22;
+    return k > -13 ? k : -13;
+}
+
 /* Encodes NoPE chunk ch of a destination record from v (tile amax already reduced). */
 template <int DL>
 __device__ __forceinline__ void ak_lean_enc_nope(uint8_t *rec, uint8_t *srow, int ch, float v[16],
@@ -860,7 +876,7 @@ __device__ __forceinline__ void ak_lean_enc_nope(uint8_t *rec, uint8_t *srow, in
             const float rs = __fdiv_rn(1.0f, sc), sr = rs == 0.0f ? 0.0f : sc;
             for (int i = 0; i < 16; i++) v[i] = ak_div_fast(v[i], sr, rs);
         } else { /* x / 2^k == x * 2^-k exactly */
-            const int32_t k = ak_scale_pow2_exp(amax);
+            const int32_t k = ak_lean_pow2_exp(amax, AK_QUANT_DEFAULT);
             sc = ak_pow2_f32(k);
             const float rs = ak_pow2_f32(-k);
             for (int i = 0; i < 16; i++) v[i] = __fmul_rn(v[i], rs);
@@ -868,9 +884,10 @@ __device__ __forceinline__ void ak_lean_enc_nope(uint8_t *rec, uint8_t *srow, in
         *(uint4 *)(rec + ch * 16) = ak_e4m3x16_pack(v);
         if ((ch & 7) == 0) *(float *)(rec + 512 + 4 * (ch >> 3)) = sc;
     } else { /* DSV4_FP8_UE8M0 */
-        int32_t e = 127 + ak_dev_pow2_exp(amax, rule);
+        int32_t e = 127 + ak_lean_pow2_exp(amax, rule);
         e = e < 1 ? 1 : e > 254 ? 254 : e;
-        const float rs = __fdiv_rn(1.0f, ak_ue8m0_to_f32((uint8_t)e));
+        /* 1 / 2^(e - 127), exactly (2^-127 is an fp32 subnormal) */
+        const float rs = e < 254 ? ak_pow2_f32(127 - e) : ak_f32_from_bits(0x00400000u);
         for (int i = 0; i < 16; i++) v[i] = __fmul_rn(v[i], rs);
         *(uint4 *)(rec + ch * 16) = ak_e4m3x16_pack(v);
         if ((ch & 3) == 0) srow[ch >> 2] = (uint8_t)e;
