@@ -1105,6 +1105,22 @@ __device__ __forceinline__ void ak_lean_step(const ak_mla_job &j, int64_t i0, in
             if (SL == AK_LAYOUT_DSA_FP8_BLOCKSCALE && !BF16DST)
                 for (int i = 0; i < 16; i++) v[i] = ak_bf16_round_f32(v[i]);
         }
+        if (MODE == AK_MLA_GATHER && DT == AK_DTYPE_BF16) {
+            /* lane l holds dims [16 l, 16 l + 16) as halves h0, h1; lane l ^ 16 takes this lane's h1,
+               so each 16-byte store instruction covers 512 contiguous bytes (dims [0, 256), then
+               [256, 512)) instead of half of every sector in a 1 KB span (run s58) */
+            uint4 o[2];
+            ak_f32_to_bf16x16(v, o);
+            const uint4 ph = make_uint4(__shfl_xor_sync(0xffffffffu, o[1].x, 16), __shfl_xor_sync(0xffffffffu, o[1].y, 16),
+                                        __shfl_xor_sync(0xffffffffu, o[1].z, 16), __shfl_xor_sync(0xffffffffu, o[1].w, 16));
+            uint4 *row = (uint4 *)((uint16_t *)j.out.data + (i0 + k) * j.out.rs); /* 8 dims per uint4 */
+            /* selects, not a branch: both halves of the warp must store in the same instruction */
+            const bool lo = lane < 16;
+            const int own = 2 * lane, other = 2 * (lane ^ 16) + 1; /* own h0, partner's h1 */
+            row[lo ? own : other] = lo ? o[0] : ph; /* dims [0, 256) */
+            row[lo ? other : own] = lo ? ph : o[0]; /* dims [256, 512) */
+            continue;
+        }
         if (MODE == AK_MLA_GATHER) {
             ak_lean_out<DT>(j.out.data, (i0 + k) * j.out.rs + lane * 16, v);
             continue;
