@@ -1442,11 +1442,9 @@ static ak_status ak_mla_lean(ak_context *ctx, const ak_mla_job *j, bool *done) {
     if (!(j->src.vec && j->dst.vec)) return AK_OK;
     const int sl = j->src.c.layout, dl = j->dst.c.layout;
     *done = true;
-    const int grid = ak_lean_grid(ctx, j->n, AK_LEAN_U);
-    cudaStream_t st = ak_stream(ctx);
     if (sl == dl) {
         if (sl != AK_LAYOUT_DSV4_FP8_UE8M0) return ak_run_copy(ctx, j);
-        ak_mla_copy_kernel<<<grid, AK_LEAN_THREADS, 0, st>>>(*j);
+        ak_mla_copy_kernel<<<ak_lean_grid(ctx, j->n, AK_LEAN_U), AK_LEAN_THREADS, 0, ak_stream(ctx)>>>(*j);
         AK_CUDA_CHECK_LAUNCH("ak_mla_copy_kernel");
         return AK_OK;
     }
