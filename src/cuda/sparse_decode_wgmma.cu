@@ -1,8 +1,9 @@
 /*
- * sparse_decode_wgmma.cu -- sparse MLA decode on Hopper tensor cores (wgmma) with 64-head tiles,
- * same semantics, split rule and partial-row format as sparse_decode.cu (see its header comment).
- * Two kernels: the pipelined ak_sdw_main below (V4 and MLA_BF16, h_q > 32) and the
- * warp-specialized ak_sdx_main further down (656 and per-tensor fp8, h_q > 16).
+ * sparse_decode_wgmma.cu -- sparse MLA decode on Hopper tensor cores (wgmma), same semantics, split
+ * rule and partial-row format as sparse_decode.cu (see its header comment). Three kernels: the
+ * pipelined ak_sdw_main below (V4 and MLA_BF16, h_q > 32, 64-head tiles), the warp-specialized
+ * ak_sdx_main further down (656 and per-tensor fp8, h_q > 32, 64-head tiles) and the swap-AB
+ * ak_sdt_main after it (656 and per-tensor fp8, h_q <= 32, 16- or 32-head tiles).
  *
  * ak_sdw_main: one CTA = (request r, query token i, 64-head tile, KV split), two warpgroups (256
  * threads).
@@ -494,9 +495,10 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
 #define AK_SDX_PREG 104
 #define AK_SDX_CREG 200
 
-/* Byte offset of the 16-byte chunk holding dims d..d+7 of row n in a 32-row swizzled K buffer. */
-__device__ __forceinline__ uint32_t ak_sdx_off(int n, int d) {
-    return (uint32_t)((d >> 6) * (AK_SDX_UNIT * 128) + n * 128 + ((((d >> 3) & 7) ^ (n & 7)) << 4));
+/* Byte offset of the 16-byte chunk holding dims d..d+7 of row n in a swizzled K buffer of BR rows
+   (column blocks of BR rows x 128 bytes). */
+template <int BR> __device__ __forceinline__ uint32_t ak_sdx_off(int n, int d) {
+    return (uint32_t)((d >> 6) * (BR * 128) + n * 128 + ((((d >> 3) & 7) ^ (n & 7)) << 4));
 }
 
 /* Shared-memory map (bytes from the 1024-aligned base); 222 KB for 656. */
@@ -554,14 +556,14 @@ __device__ __forceinline__ uint32_t ak_sdx_copy(const ak_sd_list &l, int32_t slo
     return vm;
 }
 
-/* Producer warp w: its 8 staged records -> rows 8 w .. 8 w + 7 of K buffer kb (layouts.md 4); an
+/* Producer warp: its 8 staged records -> rows n0 .. n0 + 7 of K buffer kb (layouts.md 4); an
    invalid key (bit clear in vm; its stage bytes are stale) becomes a zero row. In step i lane l
    converts fp8 chunk l (16 dims) of key (i + l / 4) % 8, so the 32 lanes of a store write four
    rows' worth of distinct banks (one row per step put 8 lanes on the same 16-byte bank group); every
    shared load is issued before the first conversion. The 64 RoPE dims are copied (656: bf16) or
    dequantized (per-tensor: fp8). */
-template <int LAYOUT>
-__device__ __forceinline__ void ak_sdx_convert(const uint8_t *stg, uint8_t *kb, int w, int lane, float kscale,
+template <int LAYOUT, int BR>
+__device__ __forceinline__ void ak_sdx_convert(const uint8_t *stg, uint8_t *kb, int n0, int lane, float kscale,
                                                uint32_t vm) {
     typedef ak_sdx_map<LAYOUT> M;
     uint4 f[8], rp[2];
@@ -589,19 +591,19 @@ __device__ __forceinline__ void ak_sdx_convert(const uint8_t *stg, uint8_t *kb, 
         if (!ok) raw = make_uint4(0, 0, 0, 0), s = 0.0f;
         uint4 lo, hi;
         ak_sd_dequant16(raw, s, lo, hi);
-        *reinterpret_cast<uint4 *>(kb + ak_sdx_off(8 * w + k, lane * 16)) = lo;
-        *reinterpret_cast<uint4 *>(kb + ak_sdx_off(8 * w + k, lane * 16 + 8)) = hi;
+        *reinterpret_cast<uint4 *>(kb + ak_sdx_off<BR>(n0 + k, lane * 16)) = lo;
+        *reinterpret_cast<uint4 *>(kb + ak_sdx_off<BR>(n0 + k, lane * 16 + 8)) = hi;
     }
     if (M::PT) {
         uint4 lo, hi;
         ak_sd_dequant16((vm >> rk0) & 1u ? rp[0] : make_uint4(0, 0, 0, 0), kscale, lo, hi);
-        const int n = 8 * w + rk0, d = 512 + 16 * (lane & 3);
-        *reinterpret_cast<uint4 *>(kb + ak_sdx_off(n, d)) = lo;
-        *reinterpret_cast<uint4 *>(kb + ak_sdx_off(n, d + 8)) = hi;
+        const int n = n0 + rk0, d = 512 + 16 * (lane & 3);
+        *reinterpret_cast<uint4 *>(kb + ak_sdx_off<BR>(n, d)) = lo;
+        *reinterpret_cast<uint4 *>(kb + ak_sdx_off<BR>(n, d + 8)) = hi;
     } else {
 #pragma unroll
         for (int g = 0; g < 2; g++)
-            *reinterpret_cast<uint4 *>(kb + ak_sdx_off(8 * w + 4 * g + rk0, 512 + (lane & 7) * 8)) =
+            *reinterpret_cast<uint4 *>(kb + ak_sdx_off<BR>(n0 + 4 * g + rk0, 512 + (lane & 7) * 8)) =
                 (vm >> (4 * g + rk0)) & 1u ? rp[g] : make_uint4(0, 0, 0, 0);
     }
 }
@@ -736,7 +738,7 @@ __device__ __forceinline__ void ak_sdx_produce(const ak_sd_params &p, uint8_t *s
         const int b = j % NBUF;
         ak_mbar_wait(bar + 8 * (NBUF + b), ((j / NBUF) & 1) ^ 1); /* EMPTY[b] */
         uint8_t *kb = smem + M::K + b * M::KB * M::KT;
-        ak_sdx_convert<LAYOUT>(stage_p + (j % NST) * 8 * M::STG, kb, w, lane,
+        ak_sdx_convert<LAYOUT, AK_SDX_UNIT>(stage_p + (j % NST) * 8 * M::STG, kb, 8 * w, lane,
                                (ua >> 1) >= p.list[0].tiles ? ks1 : ks0, va);
         if (lane == 0) smem[M::VALID + 4 * b + w] = (uint8_t)va; /* byte w of the unit's mask */
         ak_fence_proxy_async(); /* K buffer writes -> the consumers' wgmma reads; stage reads -> refill */
@@ -849,39 +851,402 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
     ak_sdw_write_rows(p, o, m_run, l_run, r, i, h0, split, wg, wr, g, c4);
 }
 
+/* ---- swap-AB kernel for h_q <= 32 (656 and per-tensor fp8) --------------------------------------
+ *
+ * ak_sdt_main<LAYOUT, NH>: one CTA = (request r, query token i, NH-head tile (16 or 32), KV split);
+ * 256 threads. Warpgroup 0 produces as in ak_sdx_main (a warp's 8 records by bulk copy into its
+ * stage ring, dequantized into a bf16 K buffer), here into 64-key buffers filled in two 32-key
+ * halves. Warpgroup 1 computes the transposed products, so the heads are the N dimension of every
+ * wgmma and no MMA row is padding: S^T = K Q^T (m64nNHk16: M = the 64 keys of the buffer, both
+ * operands K-major from shared memory) and O^T += V^T P^T (M = 64 value dims per instruction, A =
+ * the K buffer read MN-major, B = P^T [heads][keys] bf16 in shared memory, written by the softmax).
+ * The softmax runs down the columns of S^T: a head's 64 keys span the four warps, so the column max
+ * goes through shared memory (one named barrier); the column sums stay per thread until the end.
+ * O^T needs NH / 2 x 8 registers (64 or 128 per thread). The output is written through shared
+ * memory (the K buffer, free at the end) so that rows leave in 16-byte pieces.
+ */
+#define AK_SDT_THREADS 256
+
+template <int LAYOUT, int NH> struct ak_sdt_map {
+    enum {
+        DQK = ak_sd_geo<LAYOUT>::DQK,
+        KB = DQK / 64,
+        STG = ak_sd_geo<LAYOUT>::REC,
+        NST = 2,                             /* stages per producer warp */
+        Q = 0,                               /* [KB][NH heads][128 B] bf16 swizzled */
+        K = Q + KB * NH * 128,               /* [2][KB][64 keys][128 B] bf16 swizzled */
+        PT = K + 2 * KB * AK_SDW_TILE,       /* [NH heads][128 B] bf16 P^T swizzled */
+        RED = PT + NH * 128,                 /* [4 warps][NH] f32 column max, then column sums */
+        STAGE = RED + 4 * NH * 4,            /* [4 warps][NST][8 keys][STG] raw records */
+        VALID = STAGE + 4 * NST * 8 * STG,   /* [2] u64: bit k = key k of the buffer is valid */
+        BAR = VALID + 16,                    /* FULL[2], EMPTY[2], stage[4][NST] mbarriers */
+        BYTES = BAR + (4 + 4 * NST) * 8,
+        OSTR = AK_SD_DV + 4                  /* f32 row stride of the output staging (in K) */
+    };
+};
+
+/* The half-unit after u (32-key halves: u = 2 t + half; both halves of every tile that starts
+   before its row's length), or u_end. */
+__device__ __forceinline__ int ak_sdt_nextu(const ak_sd_params &p, int u, int t_end, int32_t len0, int32_t len1) {
+    if ((u & 1) == 0) return u + 1;
+    return 2 * ak_sdw_next(p, (u >> 1) + 1, t_end, len0, len1);
+}
+
+template <int LAYOUT, int NH>
+__device__ __forceinline__ void ak_sdt_produce(const ak_sd_params &p, uint8_t *smem, int64_t r, int64_t i,
+                                               int32_t len0, int32_t len1, int t_begin, int t_end) {
+    typedef ak_sdt_map<LAYOUT, NH> M;
+    enum { NST = M::NST };
+    const int w = (int)threadIdx.x >> 5, lane = (int)threadIdx.x & 31;
+    const uint32_t bar = ak_smem_addr(smem + M::BAR);
+    const uint32_t sbar = bar + 8 * (4 + w * NST);
+    const uint32_t stage = ak_smem_addr(smem + M::STAGE) + (uint32_t)(w * NST * 8 * M::STG);
+    const uint8_t *stage_p = smem + M::STAGE + w * NST * 8 * M::STG;
+    const float ks0 = ak_sdx_kscale<LAYOUT>(p.list[0]);
+    const float ks1 = p.list[1].tiles > 0 ? ak_sdx_kscale<LAYOUT>(p.list[1]) : ks0;
+    const int key = 8 * w + (lane & 7);
+    const int u_end = 2 * t_end;
+    /* half-units a (being converted, records in stage j % 2) and b (slot ids in cslot); unit j + 1's
+       copies are issued in step j */
+    int ua = 2 * ak_sdw_next(p, t_begin, t_end, len0, len1);
+    if (ua >= u_end) return;
+    int ub = ak_sdt_nextu(p, ua, t_end, len0, len1);
+    bool ok;
+    uint32_t va;
+    {
+        const int32_t sl = ak_sdx_slot(p, r, i, ua, key, len0, len1, ok);
+        va = ak_sdx_copy<LAYOUT>(p.list[(ua >> 1) >= p.list[0].tiles], ok ? sl : -1, lane, stage, sbar);
+    }
+    bool cok = false;
+    int32_t cslot = ak_sdx_slot(p, r, i, ub < u_end ? ub : ua, key, len0, len1, cok);
+    cok = cok && ub < u_end;
+    for (int j = 0; ua < u_end; j++) {
+        uint32_t vn = 0u;
+        if (ub < u_end)
+            vn = ak_sdx_copy<LAYOUT>(p.list[(ub >> 1) >= p.list[0].tiles], cok ? cslot : -1, lane,
+                                     stage + (uint32_t)(((j + 1) % NST) * 8 * M::STG), sbar + 8 * ((j + 1) % NST));
+        const int ud = ub < u_end ? ak_sdt_nextu(p, ub, t_end, len0, len1) : u_end;
+        cslot = ak_sdx_slot(p, r, i, ud < u_end ? ud : ua, key, len0, len1, cok);
+        cok = cok && ud < u_end;
+        ak_mbar_wait(sbar + 8 * (j % NST), (j / NST) & 1); /* unit a's records landed */
+        const int n = j >> 1, b = n & 1, half = j & 1;   /* tile n of this CTA, its buffer, this half */
+        if (half == 0) ak_mbar_wait(bar + 8 * (2 + b), ((n >> 1) & 1) ^ 1); /* EMPTY[b] */
+        uint8_t *kb = smem + M::K + b * M::KB * AK_SDW_TILE;
+        ak_sdx_convert<LAYOUT, AK_SD_KEYS>(stage_p + (j % NST) * 8 * M::STG, kb, 32 * half + 8 * w, lane,
+                                           (ua >> 1) >= p.list[0].tiles ? ks1 : ks0, va);
+        if (lane == 0) smem[M::VALID + 8 * b + 4 * half + w] = (uint8_t)va;
+        ak_fence_proxy_async(); /* K buffer writes -> the consumer's wgmma reads; stage reads -> refill */
+        ak_mbar_arrive(bar + 8 * b); /* FULL[b] (both halves: 256 arrivals) */
+        __syncwarp();
+        ua = ub;
+        ub = ud;
+        va = vn;
+    }
+}
+
+/* Q tile [NH heads x DQK] of token (r, i), heads h0 .., -> swizzled qs (zero rows past h_q), by the
+   128 consumer threads (t). */
+template <int DQK, int NH>
+__device__ __forceinline__ void ak_sdt_load_q(const ak_sd_params &p, uint8_t *qs, int64_t r, int64_t i, int h0,
+                                              int t) {
+    enum { QCH = DQK / 8, QN = NH * QCH / 128 };
+    const uint16_t *qb = p.q + r * p.q_s0 + i * p.q_s1;
+    uint4 qv[QN];
+#pragma unroll
+    for (int k = 0; k < QN; k++) {
+        const int it = k * 128 + t, row = it / QCH, c = it % QCH;
+        qv[k] = make_uint4(0, 0, 0, 0);
+        if (h0 + row < p.h_q) {
+            const uint16_t *src = qb + (int64_t)(h0 + row) * p.q_s2 + c * 8;
+            if (p.q_vec) {
+                qv[k] = ak_ldg_nc_v4(src);
+            } else {
+                uint32_t w[4];
+                for (int e = 0; e < 4; e++) w[e] = (uint32_t)src[2 * e] | ((uint32_t)src[2 * e + 1] << 16);
+                qv[k] = make_uint4(w[0], w[1], w[2], w[3]);
+            }
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < QN; k++) {
+        const int it = k * 128 + t, row = it / QCH, c = it % QCH;
+        *reinterpret_cast<uint4 *>(qs + ak_sdx_off<NH>(row, c * 8)) = qv[k];
+    }
+}
+
+/* S^T = K Q^T for the 64 keys of a K buffer: descriptors of the first k16 step of the K buffer (A)
+   and of Q (B); a step adds its byte offset >> 4. */
+template <int NH, int KSTEPS>
+__device__ __forceinline__ void ak_sdt_qk(float *s, uint64_t dk0, uint64_t dq0) {
+    ak_wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < KSTEPS; kk++) {
+        const uint32_t ko = (kk >> 2) * AK_SDW_TILE + (kk & 3) * 32, qo = (kk >> 2) * (NH * 128) + (kk & 3) * 32;
+        if (NH == 16) ak_wgmma_m64n16k16_ss(s, dk0 + (ko >> 4), dq0 + (qo >> 4), kk > 0);
+        else ak_wgmma_m64n32k16_ss(s, dk0 + (ko >> 4), dq0 + (qo >> 4), kk > 0);
+    }
+    ak_wgmma_commit();
+}
+
+template <int LAYOUT, int NH>
+__global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_params p) {
+    typedef ak_sdt_map<LAYOUT, NH> M;
+    enum { DQK = M::DQK, KSTEPS = DQK / 16, NS = NH / 2, /* S^T and per-block O^T registers */
+           NC = NH / 4 /* head columns per thread: 8 j + 2 c4 + e */ };
+    extern __shared__ __align__(16) uint8_t smem_raw[];
+    uint8_t *smem = smem_raw + ((1024u - (ak_smem_addr(smem_raw) & 1023u)) & 1023u);
+    const uint32_t bar = ak_smem_addr(smem + M::BAR);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+
+    int64_t cta = blockIdx.x;
+    const int split = (int)(cta % p.splits);
+    cta /= p.splits;
+    const int h0 = (int)(cta % p.htiles) * NH;
+    const int64_t ri = cta / p.htiles, r = ri / p.s_q, i = ri % p.s_q;
+    const int32_t len0 = ak_sd_len(p.list[0], r, i), len1 = ak_sd_len(p.list[1], r, i);
+    int t_begin, t_end;
+    ak_sd_split_range(split, p.list[0].tiles + p.list[1].tiles, p.splits, t_begin, t_end);
+
+    if (tid == 0) {
+        for (int b = 0; b < 2; b++) {
+            ak_mbar_init(bar + 8 * b, 256);       /* FULL: every producer thread, both halves */
+            ak_mbar_init(bar + 8 * (2 + b), 128); /* EMPTY: every consumer thread */
+        }
+        for (int k = 0; k < 4 * M::NST; k++) ak_mbar_init(bar + 8 * (4 + k), 1);
+    }
+    __syncthreads();
+    if (warp < 4) {
+        ak_sdt_produce<LAYOUT, NH>(p, smem, r, i, len0, len1, t_begin, t_end);
+        return;
+    }
+    const int ct = tid - 128, w = warp - 4, g = lane >> 2, c4 = lane & 3;
+    uint8_t *qs = smem + M::Q;
+    float *red = reinterpret_cast<float *>(smem + M::RED);
+    ak_sdt_load_q<DQK, NH>(p, qs, r, i, h0, ct);
+    ak_fence_proxy_async(); /* Q writes -> the wgmma (async proxy) reads */
+    ak_bar_sync(1, 128);
+
+    float o[8][NS]; /* O^T: o[mb][4 j + 2 hr + e] = dim 64 mb + 16 w + g + 8 hr, head 8 j + 2 c4 + e */
+#pragma unroll
+    for (int mb = 0; mb < 8; mb++)
+#pragma unroll
+        for (int k = 0; k < NS; k++) o[mb][k] = 0.0f;
+    float m_run[NC], l_part[NC]; /* per head column; l_part sums this thread's keys only */
+#pragma unroll
+    for (int c = 0; c < NC; c++) m_run[c] = -INFINITY, l_part[c] = 0.0f;
+    const uint32_t ka = ak_smem_addr(smem + M::K), pta = ak_smem_addr(smem + M::PT);
+    const uint64_t dk0 = ak_wgmma_desc_sw128(ka, 16, 1024);
+    const uint64_t dq0 = ak_wgmma_desc_sw128(ak_smem_addr(qs), 16, 1024);
+    const uint64_t dv0 = ak_wgmma_desc_sw128(ka, AK_SDW_TILE, 1024); /* V^T: MN-major, 8 keys per 1024 B */
+    const uint64_t dp0 = ak_wgmma_desc_sw128(pta, 16, 1024);
+    enum { KBUF = M::KB * AK_SDW_TILE >> 4 };
+    uint8_t *pt = smem + M::PT;
+
+    int n = 0;
+    for (int t = ak_sdw_next(p, t_begin, t_end, len0, len1); t < t_end; t = ak_sdw_next(p, t + 1, t_end, len0, len1), n++) {
+        const int b = n & 1;
+        ak_mbar_wait(bar + 8 * b, (n >> 1) & 1); /* FULL[b] */
+        float s[NS];
+        ak_sdt_qk<NH, KSTEPS>(s, dk0 + b * KBUF, dq0);
+        ak_wgmma_wait0();
+#pragma unroll
+        for (int k = 0; k < NS; k++) ak_reg_fence(s[k]);
+        const uint64_t kv = *reinterpret_cast<const uint64_t *>(smem + M::VALID + 8 * b);
+        /* column max over this warp's 16 keys, then over the four warps */
+#pragma unroll
+        for (int j = 0; j < NH / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                float m = -INFINITY;
+#pragma unroll
+                for (int hr = 0; hr < 2; hr++) {
+                    const int key = 16 * w + g + 8 * hr;
+                    const float v = (kv >> key) & 1u ? s[4 * j + 2 * hr + e] * p.scale_log2 : -INFINITY;
+                    s[4 * j + 2 * hr + e] = v;
+                    m = fmaxf(m, v);
+                }
+                m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 4));
+                m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 8));
+                m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 16));
+                if (g == 0) red[w * NH + 8 * j + 2 * c4 + e] = m;
+            }
+        ak_bar_sync(1, 128);
+        bool rescale = false;
+        float alpha[NC], m_use[NC];
+#pragma unroll
+        for (int j = 0; j < NH / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int c = 2 * j + e, h = 8 * j + 2 * c4 + e;
+                const float m = fmaxf(fmaxf(red[h], red[NH + h]), fmaxf(red[2 * NH + h], red[3 * NH + h]));
+                /* lazy rescaling per head, as in ak_sdw_main */
+                const bool keep = m <= m_run[c] + 8.0f;
+                const float m_new = keep ? m_run[c] : fmaxf(m_run[c], m);
+                m_use[c] = m_new == -INFINITY ? 0.0f : m_new;
+                alpha[c] = keep ? 1.0f : ak_ex2(m_run[c] - m_use[c]);
+                rescale |= !keep;
+                m_run[c] = m_new;
+            }
+        /* P = 2^(s - m) rounded to bf16 into P^T [head][key] (swizzled); this thread's key sums */
+#pragma unroll
+        for (int j = 0; j < NH / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int c = 2 * j + e, h = 8 * j + 2 * c4 + e;
+                float sum = 0.0f;
+#pragma unroll
+                for (int hr = 0; hr < 2; hr++) {
+                    const int key = 16 * w + g + 8 * hr;
+                    const float pv = ak_ex2(s[4 * j + 2 * hr + e] - m_use[c]);
+                    sum += pv;
+                    const __nv_bfloat16 pb = __float2bfloat16_rn(pv);
+                    *reinterpret_cast<__nv_bfloat16 *>(pt + h * 128 + ((((key >> 3) ^ (h & 7))) << 4) + (key & 7) * 2) = pb;
+                }
+                l_part[c] = l_part[c] * alpha[c] + sum;
+            }
+        if (__any_sync(0xffffffffu, rescale)) {
+#pragma unroll
+            for (int mb = 0; mb < 8; mb++)
+#pragma unroll
+                for (int k = 0; k < NS; k++) o[mb][k] *= alpha[(k >> 2) * 2 + (k & 1)];
+        }
+        ak_fence_proxy_async(); /* P^T writes -> the wgmma reads */
+        ak_bar_sync(2, 128);     /* P^T complete; every thread has read the column maxima */
+        /* O^T[64 mb ..] += V^T P^T: A = dims 64 mb .. of K buffer b (MN-major), B = P^T */
+#pragma unroll
+        for (int mb = 0; mb < 8; mb++)
+#pragma unroll
+            for (int k = 0; k < NS; k++) ak_reg_fence(o[mb][k]);
+        ak_wgmma_fence();
+#pragma unroll
+        for (int mb = 0; mb < 8; mb++)
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) {
+                const uint64_t da = dv0 + b * KBUF + ((mb * AK_SDW_TILE + kk * 2048) >> 4), db = dp0 + (kk * 32 >> 4);
+                if (NH == 16) ak_wgmma_m64n16k16_ss_ta(o[mb], da, db);
+                else ak_wgmma_m64n32k16_ss_ta(o[mb], da, db);
+            }
+        ak_wgmma_commit();
+        ak_wgmma_wait0();
+#pragma unroll
+        for (int mb = 0; mb < 8; mb++)
+#pragma unroll
+            for (int k = 0; k < NS; k++) ak_reg_fence(o[mb][k]);
+        ak_mbar_arrive(bar + 8 * (2 + b)); /* EMPTY[b] */
+    }
+
+    /* Column sums: over the g lanes, then the four warps (fixed order: the same bits every run). */
+#pragma unroll
+    for (int c = 0; c < NC; c++) {
+        l_part[c] += __shfl_xor_sync(0xffffffffu, l_part[c], 4);
+        l_part[c] += __shfl_xor_sync(0xffffffffu, l_part[c], 8);
+        l_part[c] += __shfl_xor_sync(0xffffffffu, l_part[c], 16);
+    }
+    if (g == 0) { /* the last column maxima were read before the last tile's second barrier */
+#pragma unroll
+        for (int j = 0; j < NH / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) red[w * NH + 8 * j + 2 * c4 + e] = l_part[2 * j + e];
+    }
+    ak_bar_sync(1, 128);
+    /* Per head: the factor of its O^T column and its lse; O^T * factor -> shared [head][dim] f32 in
+       K buffer 0 (every product that read it has completed), then rows out in 16-byte pieces. */
+    float *os = reinterpret_cast<float *>(smem + M::K);
+    const int64_t rows = (int64_t)p.b * p.s_q * p.h_q;
+#pragma unroll
+    for (int j = 0; j < NH / 8; j++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int c = 2 * j + e, hl = 8 * j + 2 * c4 + e, h = h0 + hl;
+            const float lsum = (red[hl] + red[NH + hl]) + (red[2 * NH + hl] + red[3 * NH + hl]);
+            const float lse2 = lsum > 0.0f ? m_run[c] + log2f(lsum) : -INFINITY;
+            float f;
+            if (p.splits == 1) {
+                float lse_e = INFINITY;
+                f = 0.0f;
+                if (lsum > 0.0f) {
+                    lse_e = lse2 * 0.69314718055994531f;
+                    f = 1.0f / lsum;
+                    if (p.sink != NULL && h < p.h_q) f = f / (1.0f + expf(p.sink[h] - lse_e));
+                }
+                if (p.lse != NULL && w == 0 && g == 0 && h < p.h_q) p.lse[r * p.l_s0 + i * p.l_s1 + h * p.l_s2] = lse_e;
+            } else {
+                f = lsum > 0.0f ? 1.0f / lsum : 0.0f;
+                if (w == 0 && g == 0 && h < p.h_q) p.lacc[split * rows + (r * p.s_q + i) * p.h_q + h] = lse2;
+            }
+#pragma unroll
+            for (int mb = 0; mb < 8; mb++)
+#pragma unroll
+                for (int hr = 0; hr < 2; hr++)
+                    os[hl * M::OSTR + 64 * mb + 16 * w + g + 8 * hr] = o[mb][4 * j + 2 * hr + e] * f;
+        }
+    ak_bar_sync(1, 128);
+    for (int it = ct; it < NH * (AK_SD_DV / 4); it += 128) {
+        const int hl = it / (AK_SD_DV / 4), d = (it % (AK_SD_DV / 4)) * 4, h = h0 + hl;
+        if (h >= p.h_q) continue;
+        const float4 v = *reinterpret_cast<const float4 *>(os + hl * M::OSTR + d);
+        if (p.splits > 1) {
+            *reinterpret_cast<float4 *>(p.oacc + ((int64_t)split * rows + (r * p.s_q + i) * p.h_q + h) * AK_SD_DV + d) = v;
+        } else {
+            const int64_t ob = r * p.o_s0 + i * p.o_s1 + h * p.o_s2 + d;
+            if (p.out_f32) {
+                float *dst = (float *)p.out + ob;
+                dst[0] = v.x, dst[1] = v.y, dst[2] = v.z, dst[3] = v.w;
+            } else {
+                uint16_t *dst = (uint16_t *)p.out + ob;
+                *reinterpret_cast<uint32_t *>(dst) = ak_sd_pack_bf16(v.x, v.y);
+                *reinterpret_cast<uint32_t *>(dst + 2) = ak_sd_pack_bf16(v.z, v.w);
+            }
+        }
+    }
+}
+
 /* ---- host side ----------------------------------------------------------------------------- */
 
-/* Serves sparse decode on Hopper tensor cores with 64-head tiles: 656 and per-tensor fp8 for
-   h_q > 16 on the warp-specialized kernel (kernel 2; h_q 17..32 pays for 64 rows of MMA, which
-   still beats the mma.sync kernel's 32-row tiles there, 133 against 163 us at b 128 and 44 against
-   50 us at b 32, because the conversion, not the MMA, bounds both), V4 and MLA_BF16 for h_q > 32
-   on the pipelined kernel
+/* Serves sparse decode on Hopper tensor cores. 656 and per-tensor fp8: h_q <= 32 on the swap-AB
+   kernel (kernel 3, 16- or 32-head tiles; at b 128 s_q 1 h_q 32 111 us against 135 for the
+   64-row warp-specialized kernel and 163 for the 32-row mma.sync tiles, h_q 16 103 against 108 on
+   mma.sync: docs/perf.md run x13) from 32 (token, head tile) units, h_q > 32 on the
+   warp-specialized kernel (kernel 2); V4 and MLA_BF16 for h_q > 32 on the pipelined kernel
    (kernel 1). Splits from shapes and the SM count only (one CTA per SM): the fewest splits
    minimising waves x (tiles per CTA + 2), the 2 standing for a CTA's fixed work (Q tile, row
    writes). Without it b 128 h_q 128 took 32 splits (63 waves of one tile each, then a combine of
    1 GB of partial rows: 1140 us in device run w1) over one split (2 waves of 32 tiles). Declines
-   fewer than 8 (token, 64-head tile) units: there the 16-head mma.sync tiles fill the SMs with
-   fewer splits (b 1 h_q 128: 16.6 us against 24.5 here; b 8 h_q 128, 16 units: 38.7 here against
-   42.7), and h_q 17..32 below b s_q 32, where the narrower mma.sync tiles were not measured
-   against it. */
+   fewer than 8 (token, 64-head tile) units, and fewer than 32 (token, 16- or 32-head tile) units
+   for the swap-AB kernel: there the 16-head mma.sync tiles fill the SMs with fewer splits and
+   less fixed work per CTA (b 1 h_q 128: 16.6 us against 24.5 on kernel 2; b 8 h_q 128, 16 units:
+   38.7 on kernel 2 against 42.7; b 8 h_q 16: 14.7 on mma.sync against 15.6 on kernel 3). */
 int ak_sdw_plan(const ak_context *ctx, const ak_mla_decode_args *a, ak_sd_plan *pl) {
     const int layout = (int)a->cache->layout;
     const int64_t b = a->q->shape[0], s_q = a->q->shape[1], h_q = a->q->shape[2];
     const int ws = layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE || layout == AK_LAYOUT_MLA_FP8_PERTENSOR;
-    if (a->block_table != NULL || h_q <= 16 || (h_q <= 32 && (!ws || b * s_q < 32))) return 0;
-    if (!ws && layout != AK_LAYOUT_DSV4_FP8_UE8M0 && layout != AK_LAYOUT_MLA_BF16) return 0;
+    if (a->block_table != NULL) return 0;
+    if (ws && h_q <= 32) { /* the swap-AB kernel: 16- or 32-head tiles, nothing padded to 64 rows */
+        const int nh = h_q <= 16 ? 16 : 32;
+        if (b * s_q * ((h_q + nh - 1) / nh) < 32) return 0;
+        pl->kernel = 3;
+        pl->mw = nh / 16;
+        pl->htiles = (int)((h_q + nh - 1) / nh);
+        pl->smem = 1024 + (layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE
+                               ? (nh == 16 ? (size_t)ak_sdt_map<AK_LAYOUT_DSA_FP8_BLOCKSCALE, 16>::BYTES
+                                           : (size_t)ak_sdt_map<AK_LAYOUT_DSA_FP8_BLOCKSCALE, 32>::BYTES)
+                               : (nh == 16 ? (size_t)ak_sdt_map<AK_LAYOUT_MLA_FP8_PERTENSOR, 16>::BYTES
+                                           : (size_t)ak_sdt_map<AK_LAYOUT_MLA_FP8_PERTENSOR, 32>::BYTES));
+    } else {
+        if (h_q <= 32 || (!ws && layout != AK_LAYOUT_DSV4_FP8_UE8M0 && layout != AK_LAYOUT_MLA_BF16)) return 0;
+        if (b * s_q * ((h_q + AK_SDW_HEADS - 1) / AK_SDW_HEADS) < 8) return 0;
+        pl->kernel = ws ? 2 : 1;
+        pl->mw = 4;
+        pl->htiles = (int)((h_q + AK_SDW_HEADS - 1) / AK_SDW_HEADS);
+        pl->smem = 1024 /* alignment slack */ +
+                   (layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE  ? (size_t)ak_sdx_map<AK_LAYOUT_DSA_FP8_BLOCKSCALE>::BYTES
+                    : layout == AK_LAYOUT_MLA_FP8_PERTENSOR ? (size_t)ak_sdx_map<AK_LAYOUT_MLA_FP8_PERTENSOR>::BYTES
+                    : layout == AK_LAYOUT_MLA_BF16          ? (size_t)ak_sdw_smem_map<AK_LAYOUT_MLA_BF16>::BYTES
+                                                            : (size_t)ak_sdw_smem_map<AK_LAYOUT_DSV4_FP8_UE8M0>::BYTES);
+    }
     const int64_t topk = a->indices->shape[2];
     const int64_t etopk = a->extra_indices != NULL ? a->extra_indices->shape[2] : 0;
-    if (b * s_q * ((h_q + AK_SDW_HEADS - 1) / AK_SDW_HEADS) < 8) return 0;
-    pl->kernel = ws ? 2 : 1;
-    pl->mw = 4;
-    pl->htiles = (int)((h_q + AK_SDW_HEADS - 1) / AK_SDW_HEADS);
     pl->n_tiles = (int)((topk + AK_SD_KEYS - 1) / AK_SD_KEYS + (etopk + AK_SD_KEYS - 1) / AK_SD_KEYS);
-    pl->smem = 1024 /* alignment slack */ +
-               (layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE    ? (size_t)ak_sdx_map<AK_LAYOUT_DSA_FP8_BLOCKSCALE>::BYTES
-                : layout == AK_LAYOUT_MLA_FP8_PERTENSOR   ? (size_t)ak_sdx_map<AK_LAYOUT_MLA_FP8_PERTENSOR>::BYTES
-                : layout == AK_LAYOUT_MLA_BF16            ? (size_t)ak_sdw_smem_map<AK_LAYOUT_MLA_BF16>::BYTES
-                                                          : (size_t)ak_sdw_smem_map<AK_LAYOUT_DSV4_FP8_UE8M0>::BYTES);
     const int64_t slots = ctx->cuda != NULL ? ctx->cuda->prop.multiProcessorCount : 132;
     const int64_t base = b * s_q * pl->htiles;
     int64_t splits = 1, best = INT64_MAX;
@@ -905,6 +1270,16 @@ static ak_status ak_sdx_launch_t(ak_context *ctx, const ak_sd_params &p, const a
     return AK_OK;
 }
 
+template <int LAYOUT, int NH>
+static ak_status ak_sdt_launch_t(ak_context *ctx, const ak_sd_params &p, const ak_sd_plan &pl) {
+    static_assert(1024 + ak_sdt_map<LAYOUT, NH>::BYTES <= 232448, "shared memory of ak_sdt_main (227 KB per block)");
+    AK_CUDA_TRY(cudaFuncSetAttribute(ak_sdt_main<LAYOUT, NH>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl.smem));
+    const int64_t grid = (int64_t)p.b * p.s_q * pl.htiles * pl.splits;
+    ak_sdt_main<LAYOUT, NH><<<(unsigned)grid, AK_SDT_THREADS, pl.smem, ak_stream(ctx)>>>(p);
+    AK_CUDA_CHECK_LAUNCH("ak_sdt_main");
+    return AK_OK;
+}
+
 template <int LAYOUT>
 static ak_status ak_sdw_launch_t(ak_context *ctx, const ak_sd_params &p, const ak_sd_plan &pl) {
     AK_CUDA_TRY(cudaFuncSetAttribute(ak_sdw_main<LAYOUT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -916,6 +1291,13 @@ static ak_status ak_sdw_launch_t(ak_context *ctx, const ak_sd_params &p, const a
 }
 
 ak_status ak_sdw_launch(ak_context *ctx, const ak_sd_params &p, const ak_sd_plan &pl, int layout) {
+    if (pl.kernel == 3) {
+        if (layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE)
+            return pl.mw == 1 ? ak_sdt_launch_t<AK_LAYOUT_DSA_FP8_BLOCKSCALE, 16>(ctx, p, pl)
+                              : ak_sdt_launch_t<AK_LAYOUT_DSA_FP8_BLOCKSCALE, 32>(ctx, p, pl);
+        return pl.mw == 1 ? ak_sdt_launch_t<AK_LAYOUT_MLA_FP8_PERTENSOR, 16>(ctx, p, pl)
+                          : ak_sdt_launch_t<AK_LAYOUT_MLA_FP8_PERTENSOR, 32>(ctx, p, pl);
+    }
     switch (layout) {
     case AK_LAYOUT_MLA_BF16: return ak_sdw_launch_t<AK_LAYOUT_MLA_BF16>(ctx, p, pl);
     case AK_LAYOUT_DSV4_FP8_UE8M0: return ak_sdw_launch_t<AK_LAYOUT_DSV4_FP8_UE8M0>(ctx, p, pl);
