@@ -541,50 +541,52 @@ __device__ __forceinline__ int32_t ak_sdx_slot(const ak_sd_params &p, int64_t r,
     return l.idx[r * l.idx_s0 + i * l.idx_s1 + min(pos, l.topk - 1)];
 }
 
-/* Producer warp: lane k < 8 copies its key's record (slot `slot`; -1 or out of range: rule I1, never
-   read) into the stage at `dst` with one bulk copy completing on `sbar`. Returns the warp's validity
-   bits (bit k: key k). */
-template <int LAYOUT>
+/* Producer warp: lane k < KPW copies its key's record (slot `slot`; -1 or out of range: rule I1,
+   never read) into the stage at `dst` with one bulk copy completing on `sbar`. Returns the warp's
+   validity bits (bit k: key k). */
+template <int LAYOUT, int KPW>
 __device__ __forceinline__ uint32_t ak_sdx_copy(const ak_sd_list &l, int32_t slot, int lane, uint32_t dst,
                                                 uint32_t sbar) {
     typedef ak_sdx_map<LAYOUT> M;
     int64_t ro = -1, so = -1;
-    if (lane < 8) ak_sdw_locate<LAYOUT>(l, slot, ro, so);
+    if (lane < KPW) ak_sdw_locate<LAYOUT>(l, slot, ro, so);
     const uint32_t vm = __ballot_sync(0xffffffffu, ro >= 0);
     if (lane == 0) ak_mbar_arrive_tx(sbar, (uint32_t)__popc(vm) * M::STG);
     if (ro >= 0) ak_bulk_g2s(dst + (uint32_t)(lane * M::STG), l.pool + ro, M::STG, sbar);
     return vm;
 }
 
-/* Producer warp: its 8 staged records -> rows n0 .. n0 + 7 of K buffer kb (layouts.md 4); an
-   invalid key (bit clear in vm; its stage bytes are stale) becomes a zero row. In step i lane l
-   converts fp8 chunk l (16 dims) of key (i + l / 4) % 8, so the 32 lanes of a store write four
-   rows' worth of distinct banks (one row per step put 8 lanes on the same 16-byte bank group); every
-   shared load is issued before the first conversion. The 64 RoPE dims are copied (656: bf16) or
-   dequantized (per-tensor: fp8). */
-template <int LAYOUT, int BR>
+/* Producer warp: its KPW (8 or 4) staged records -> rows n0 .. n0 + KPW - 1 of K buffer kb
+   (layouts.md 4); an invalid key (bit clear in vm; its stage bytes are stale) becomes a zero row. In
+   step i lane l converts fp8 chunk l (16 dims) of key (i + l / (32 / KPW)) % KPW, so the 32 lanes of
+   a store write four rows' worth of distinct banks (one row per step put 8 lanes on the same 16-byte
+   bank group); every shared load is issued before the first conversion. The 64 RoPE dims are
+   copied (656: bf16) or dequantized (per-tensor: fp8). */
+template <int LAYOUT, int BR, int KPW>
 __device__ __forceinline__ void ak_sdx_convert(const uint8_t *stg, uint8_t *kb, int n0, int lane, float kscale,
                                                uint32_t vm) {
     typedef ak_sdx_map<LAYOUT> M;
-    uint4 f[8], rp[2];
-    uint32_t sc[8];
+    enum { SH = KPW == 8 ? 2 : 3 };
+    uint4 f[KPW], rp[2];
+    uint32_t sc[KPW];
 #pragma unroll
-    for (int i = 0; i < 8; i++) {
-        const int k = (i + (lane >> 2)) & 7;
+    for (int i = 0; i < KPW; i++) {
+        const int k = (i + (lane >> SH)) & (KPW - 1);
         f[i] = *reinterpret_cast<const uint4 *>(stg + k * M::STG + 16 * lane);
         sc[i] = M::PT ? 0u : *reinterpret_cast<const uint32_t *>(stg + k * M::STG + 512 + 4 * (lane >> 3));
     }
     const int rk0 = M::PT ? lane >> 2 : lane >> 3; /* RoPE keys of this lane: rk0 (+ 4) */
+    const bool rlane = !M::PT || KPW == 8 || lane < 16; /* per-tensor at 4 keys: lanes 0..15 */
     if (M::PT) {
-        rp[0] = *reinterpret_cast<const uint4 *>(stg + rk0 * M::STG + 512 + 16 * (lane & 3));
+        if (rlane) rp[0] = *reinterpret_cast<const uint4 *>(stg + rk0 * M::STG + 512 + 16 * (lane & 3));
     } else {
 #pragma unroll
-        for (int g = 0; g < 2; g++)
+        for (int g = 0; g < KPW / 4; g++)
             rp[g] = *reinterpret_cast<const uint4 *>(stg + (4 * g + rk0) * M::STG + 528 + 16 * (lane & 7));
     }
 #pragma unroll
-    for (int i = 0; i < 8; i++) {
-        const int k = (i + (lane >> 2)) & 7;
+    for (int i = 0; i < KPW; i++) {
+        const int k = (i + (lane >> SH)) & (KPW - 1);
         const bool ok = (vm >> k) & 1u;
         float s = M::PT ? kscale : __uint_as_float(sc[i]);
         uint4 raw = f[i];
@@ -594,15 +596,15 @@ __device__ __forceinline__ void ak_sdx_convert(const uint8_t *stg, uint8_t *kb, 
         *reinterpret_cast<uint4 *>(kb + ak_sdx_off<BR>(n0 + k, lane * 16)) = lo;
         *reinterpret_cast<uint4 *>(kb + ak_sdx_off<BR>(n0 + k, lane * 16 + 8)) = hi;
     }
-    if (M::PT) {
+    if (M::PT && rlane) {
         uint4 lo, hi;
         ak_sd_dequant16((vm >> rk0) & 1u ? rp[0] : make_uint4(0, 0, 0, 0), kscale, lo, hi);
         const int n = n0 + rk0, d = 512 + 16 * (lane & 3);
         *reinterpret_cast<uint4 *>(kb + ak_sdx_off<BR>(n, d)) = lo;
         *reinterpret_cast<uint4 *>(kb + ak_sdx_off<BR>(n, d + 8)) = hi;
-    } else {
+    } else if (!M::PT) {
 #pragma unroll
-        for (int g = 0; g < 2; g++)
+        for (int g = 0; g < KPW / 4; g++)
             *reinterpret_cast<uint4 *>(kb + ak_sdx_off<BR>(n0 + 4 * g + rk0, 512 + (lane & 7) * 8)) =
                 (vm >> (4 * g + rk0)) & 1u ? rp[g] : make_uint4(0, 0, 0, 0);
     }
@@ -691,7 +693,7 @@ template <int LAYOUT>
 __device__ __forceinline__ void ak_sdx_produce(const ak_sd_params &p, uint8_t *smem, int64_t r, int64_t i,
                                                int32_t len0, int32_t len1, int u_begin, int u_end) {
     typedef ak_sdx_map<LAYOUT> M;
-    enum { NBUF = M::NBUF, NST = M::NST };
+    enum { NBUF = M::NBUF, NST = M::NST, KPW = 8 };
     const int w = (int)threadIdx.x >> 5, lane = (int)threadIdx.x & 31;
     const uint32_t bar = ak_smem_addr(smem + M::BAR);
     const uint32_t sbar = bar + 8 * (2 * NBUF + w * NST); /* this warp's stage barriers */
@@ -710,11 +712,11 @@ __device__ __forceinline__ void ak_sdx_produce(const ak_sd_params &p, uint8_t *s
     bool ok;
     {
         const int32_t sl = ak_sdx_slot(p, r, i, ua, key, len0, len1, ok);
-        va = ak_sdx_copy<LAYOUT>(p.list[(ua >> 1) >= p.list[0].tiles], ok ? sl : -1, lane, stage, sbar);
+        va = ak_sdx_copy<LAYOUT, KPW>(p.list[(ua >> 1) >= p.list[0].tiles], ok ? sl : -1, lane, stage, sbar);
     }
     if (NST == 3 && ub < u_end) {
         const int32_t sl = ak_sdx_slot(p, r, i, ub, key, len0, len1, ok);
-        vb = ak_sdx_copy<LAYOUT>(p.list[(ub >> 1) >= p.list[0].tiles], ok ? sl : -1, lane,
+        vb = ak_sdx_copy<LAYOUT, KPW>(p.list[(ub >> 1) >= p.list[0].tiles], ok ? sl : -1, lane,
                                  stage + 8 * M::STG, sbar + 8);
     }
     const int u_slot = NST == 3 ? uc : ub; /* the unit whose slot ids cslot holds */
@@ -728,7 +730,7 @@ __device__ __forceinline__ void ak_sdx_produce(const ak_sd_params &p, uint8_t *s
         uint32_t vn = 0u;
         if (un < u_end) {
             const int st = (j + NST - 1) % NST;
-            vn = ak_sdx_copy<LAYOUT>(p.list[(un >> 1) >= p.list[0].tiles], cok ? cslot : -1, lane,
+            vn = ak_sdx_copy<LAYOUT, KPW>(p.list[(un >> 1) >= p.list[0].tiles], cok ? cslot : -1, lane,
                                      stage + (uint32_t)(st * 8 * M::STG), sbar + 8 * st);
         }
         const int ud = un < u_end ? ak_sdx_next(p, un + 1, u_end, len0, len1) : u_end;
@@ -738,7 +740,7 @@ __device__ __forceinline__ void ak_sdx_produce(const ak_sd_params &p, uint8_t *s
         const int b = j % NBUF;
         ak_mbar_wait(bar + 8 * (NBUF + b), ((j / NBUF) & 1) ^ 1); /* EMPTY[b] */
         uint8_t *kb = smem + M::K + b * M::KB * M::KT;
-        ak_sdx_convert<LAYOUT, AK_SDX_UNIT>(stage_p + (j % NST) * 8 * M::STG, kb, 8 * w, lane,
+        ak_sdx_convert<LAYOUT, AK_SDX_UNIT, KPW>(stage_p + (j % NST) * 8 * M::STG, kb, 8 * w, lane,
                                (ua >> 1) >= p.list[0].tiles ? ks1 : ks0, va);
         if (lane == 0) smem[M::VALID + 4 * b + w] = (uint8_t)va; /* byte w of the unit's mask */
         ak_fence_proxy_async(); /* K buffer writes -> the consumers' wgmma reads; stage reads -> refill */
@@ -854,9 +856,10 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
 /* ---- swap-AB kernel for h_q <= 32 (656 and per-tensor fp8) --------------------------------------
  *
  * ak_sdt_main<LAYOUT, NH>: one CTA = (request r, query token i, NH-head tile (16 or 32), KV split);
- * 256 threads. Warpgroup 0 produces as in ak_sdx_main (a warp's 8 records by bulk copy into its
- * stage ring, dequantized into a bf16 K buffer), here into 64-key buffers filled in two 32-key
- * halves. Warpgroup 1 computes the transposed products, so the heads are the N dimension of every
+ * 384 threads. Warpgroups 0 and 1 produce as in ak_sdx_main (a warp's records by bulk copy into its
+ * stage ring, dequantized into a bf16 K buffer), here eight warps of four keys each into 64-key
+ * buffers filled in two 32-key halves (four warps of eight keys left the consumer waiting half of
+ * its time: the bulk copies issue one lane at a time). Warpgroup 2 computes the transposed products, so the heads are the N dimension of every
  * wgmma and no MMA row is padding: S^T = K Q^T (m64nNHk16: M = the 64 keys of the buffer, both
  * operands K-major from shared memory) and O^T += V^T P^T (M = 64 value dims per instruction, A =
  * the K buffer read MN-major, B = P^T [heads][keys] bf16 in shared memory, written by the softmax).
@@ -865,7 +868,11 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
  * O^T needs NH / 2 x 8 registers (64 or 128 per thread). The output is written through shared
  * memory (the K buffer, free at the end) so that rows leave in 16-byte pieces.
  */
-#define AK_SDT_THREADS 256
+#define AK_SDT_THREADS 384
+#define AK_SDT_PW 8    /* producer warps */
+#define AK_SDT_KPW 4   /* keys per producer warp and 32-key half-unit */
+#define AK_SDT_PREG 96 /* registers after setmaxnreg: producers, consumers */
+#define AK_SDT_CREG 240
 
 template <int LAYOUT, int NH> struct ak_sdt_map {
     enum {
@@ -877,10 +884,10 @@ template <int LAYOUT, int NH> struct ak_sdt_map {
         K = Q + KB * NH * 128,               /* [2][KB][64 keys][128 B] bf16 swizzled */
         PT = K + 2 * KB * AK_SDW_TILE,       /* [NH heads][128 B] bf16 P^T swizzled */
         RED = PT + NH * 128,                 /* [4 warps][NH] f32 column max, then column sums */
-        STAGE = RED + 4 * NH * 4,            /* [4 warps][NST][8 keys][STG] raw records */
-        VALID = STAGE + 4 * NST * 8 * STG,   /* [2] u64: bit k = key k of the buffer is valid */
-        BAR = VALID + 16,                    /* FULL[2], EMPTY[2], stage[4][NST] mbarriers */
-        BYTES = BAR + (4 + 4 * NST) * 8,
+        STAGE = RED + 4 * NH * 4,            /* [8 warps][NST][4 keys][STG] raw records */
+        VALID = STAGE + AK_SDT_PW * NST * AK_SDT_KPW * STG, /* [2][16] u8: bits of keys 4 v .. 4 v + 3 */
+        BAR = VALID + 32,                    /* FULL[2], EMPTY[2], stage[8][NST] mbarriers */
+        BYTES = BAR + (4 + AK_SDT_PW * NST) * 8,
         OSTR = AK_SD_DV + 4                  /* f32 row stride of the output staging (in K) */
     };
 };
@@ -896,15 +903,15 @@ template <int LAYOUT, int NH>
 __device__ __forceinline__ void ak_sdt_produce(const ak_sd_params &p, uint8_t *smem, int64_t r, int64_t i,
                                                int32_t len0, int32_t len1, int t_begin, int t_end) {
     typedef ak_sdt_map<LAYOUT, NH> M;
-    enum { NST = M::NST };
+    enum { NST = M::NST, KPW = AK_SDT_KPW, SB = KPW * M::STG /* bytes of one stage */ };
     const int w = (int)threadIdx.x >> 5, lane = (int)threadIdx.x & 31;
     const uint32_t bar = ak_smem_addr(smem + M::BAR);
     const uint32_t sbar = bar + 8 * (4 + w * NST);
-    const uint32_t stage = ak_smem_addr(smem + M::STAGE) + (uint32_t)(w * NST * 8 * M::STG);
-    const uint8_t *stage_p = smem + M::STAGE + w * NST * 8 * M::STG;
+    const uint32_t stage = ak_smem_addr(smem + M::STAGE) + (uint32_t)(w * NST * SB);
+    const uint8_t *stage_p = smem + M::STAGE + w * NST * SB;
     const float ks0 = ak_sdx_kscale<LAYOUT>(p.list[0]);
     const float ks1 = p.list[1].tiles > 0 ? ak_sdx_kscale<LAYOUT>(p.list[1]) : ks0;
-    const int key = 8 * w + (lane & 7);
+    const int key = KPW * w + (lane & (KPW - 1)); /* lanes KPW.. mirror lanes 0.. (unused slot ids) */
     const int u_end = 2 * t_end;
     /* half-units a (being converted, records in stage j % 2) and b (slot ids in cslot); unit j + 1's
        copies are issued in step j */
@@ -915,7 +922,7 @@ __device__ __forceinline__ void ak_sdt_produce(const ak_sd_params &p, uint8_t *s
     uint32_t va;
     {
         const int32_t sl = ak_sdx_slot(p, r, i, ua, key, len0, len1, ok);
-        va = ak_sdx_copy<LAYOUT>(p.list[(ua >> 1) >= p.list[0].tiles], ok ? sl : -1, lane, stage, sbar);
+        va = ak_sdx_copy<LAYOUT, KPW>(p.list[(ua >> 1) >= p.list[0].tiles], ok ? sl : -1, lane, stage, sbar);
     }
     bool cok = false;
     int32_t cslot = ak_sdx_slot(p, r, i, ub < u_end ? ub : ua, key, len0, len1, cok);
@@ -923,8 +930,8 @@ __device__ __forceinline__ void ak_sdt_produce(const ak_sd_params &p, uint8_t *s
     for (int j = 0; ua < u_end; j++) {
         uint32_t vn = 0u;
         if (ub < u_end)
-            vn = ak_sdx_copy<LAYOUT>(p.list[(ub >> 1) >= p.list[0].tiles], cok ? cslot : -1, lane,
-                                     stage + (uint32_t)(((j + 1) % NST) * 8 * M::STG), sbar + 8 * ((j + 1) % NST));
+            vn = ak_sdx_copy<LAYOUT, KPW>(p.list[(ub >> 1) >= p.list[0].tiles], cok ? cslot : -1, lane,
+                                     stage + (uint32_t)(((j + 1) % NST) * SB), sbar + 8 * ((j + 1) % NST));
         const int ud = ub < u_end ? ak_sdt_nextu(p, ub, t_end, len0, len1) : u_end;
         cslot = ak_sdx_slot(p, r, i, ud < u_end ? ud : ua, key, len0, len1, cok);
         cok = cok && ud < u_end;
@@ -932,11 +939,11 @@ __device__ __forceinline__ void ak_sdt_produce(const ak_sd_params &p, uint8_t *s
         const int n = j >> 1, b = n & 1, half = j & 1;   /* tile n of this CTA, its buffer, this half */
         if (half == 0) ak_mbar_wait(bar + 8 * (2 + b), ((n >> 1) & 1) ^ 1); /* EMPTY[b] */
         uint8_t *kb = smem + M::K + b * M::KB * AK_SDW_TILE;
-        ak_sdx_convert<LAYOUT, AK_SD_KEYS>(stage_p + (j % NST) * 8 * M::STG, kb, 32 * half + 8 * w, lane,
-                                           (ua >> 1) >= p.list[0].tiles ? ks1 : ks0, va);
-        if (lane == 0) smem[M::VALID + 8 * b + 4 * half + w] = (uint8_t)va;
+        ak_sdx_convert<LAYOUT, AK_SD_KEYS, KPW>(stage_p + (j % NST) * SB, kb, 32 * half + KPW * w, lane,
+                                                (ua >> 1) >= p.list[0].tiles ? ks1 : ks0, va);
+        if (lane == 0) smem[M::VALID + 16 * b + 8 * half + w] = (uint8_t)va;
         ak_fence_proxy_async(); /* K buffer writes -> the consumer's wgmma reads; stage reads -> refill */
-        ak_mbar_arrive(bar + 8 * b); /* FULL[b] (both halves: 256 arrivals) */
+        ak_mbar_arrive(bar + 8 * b); /* FULL[b] (both halves: 512 arrivals) */
         __syncwarp();
         ua = ub;
         ub = ud;
@@ -1009,17 +1016,19 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
 
     if (tid == 0) {
         for (int b = 0; b < 2; b++) {
-            ak_mbar_init(bar + 8 * b, 256);       /* FULL: every producer thread, both halves */
-            ak_mbar_init(bar + 8 * (2 + b), 128); /* EMPTY: every consumer thread */
+            ak_mbar_init(bar + 8 * b, 2 * 32 * AK_SDT_PW); /* FULL: every producer thread, both halves */
+            ak_mbar_init(bar + 8 * (2 + b), 128);          /* EMPTY: every consumer thread */
         }
-        for (int k = 0; k < 4 * M::NST; k++) ak_mbar_init(bar + 8 * (4 + k), 1);
+        for (int k = 0; k < AK_SDT_PW * M::NST; k++) ak_mbar_init(bar + 8 * (4 + k), 1);
     }
     __syncthreads();
-    if (warp < 4) {
+    if (warp < AK_SDT_PW) {
+        ak_setmaxnreg_dec<AK_SDT_PREG>();
         ak_sdt_produce<LAYOUT, NH>(p, smem, r, i, len0, len1, t_begin, t_end);
         return;
     }
-    const int ct = tid - 128, w = warp - 4, g = lane >> 2, c4 = lane & 3;
+    ak_setmaxnreg_inc<AK_SDT_CREG>();
+    const int ct = tid - 32 * AK_SDT_PW, w = warp - AK_SDT_PW, g = lane >> 2, c4 = lane & 3;
     uint8_t *qs = smem + M::Q;
     float *red = reinterpret_cast<float *>(smem + M::RED);
     ak_sdt_load_q<DQK, NH>(p, qs, r, i, h0, ct);
@@ -1051,7 +1060,8 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
         ak_wgmma_wait0();
 #pragma unroll
         for (int k = 0; k < NS; k++) ak_reg_fence(s[k]);
-        const uint64_t kv = *reinterpret_cast<const uint64_t *>(smem + M::VALID + 8 * b);
+        /* validity of this thread's keys 16 w + g (+ 8): bit k & 3 of byte k / 4 of the buffer's flags */
+        const uint32_t kv = *reinterpret_cast<const uint32_t *>(smem + M::VALID + 16 * b + 4 * w);
         /* column max over this warp's 16 keys, then over the four warps */
 #pragma unroll
         for (int j = 0; j < NH / 8; j++)
@@ -1060,8 +1070,8 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
                 float m = -INFINITY;
 #pragma unroll
                 for (int hr = 0; hr < 2; hr++) {
-                    const int key = 16 * w + g + 8 * hr;
-                    const float v = (kv >> key) & 1u ? s[4 * j + 2 * hr + e] * p.scale_log2 : -INFINITY;
+                    const int kw = g + 8 * hr; /* key 16 w + kw */
+                    const float v = (kv >> (8 * (kw >> 2) + (kw & 3))) & 1u ? s[4 * j + 2 * hr + e] * p.scale_log2 : -INFINITY;
                     s[4 * j + 2 * hr + e] = v;
                     m = fmaxf(m, v);
                 }
@@ -1204,9 +1214,9 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
 /* ---- host side ----------------------------------------------------------------------------- */
 
 /* Serves sparse decode on Hopper tensor cores. 656 and per-tensor fp8: h_q <= 32 on the swap-AB
-   kernel (kernel 3, 16- or 32-head tiles; at b 128 s_q 1 h_q 32 111 us against 135 for the
-   64-row warp-specialized kernel and 163 for the 32-row mma.sync tiles, h_q 16 103 against 108 on
-   mma.sync: docs/perf.md run x13) from 32 (token, head tile) units, h_q > 32 on the
+   kernel (kernel 3, 16- or 32-head tiles; at b 128 s_q 1 h_q 32 91 us against 135 for the
+   64-row warp-specialized kernel and 163 for the 32-row mma.sync tiles, h_q 16 79 against 108 on
+   mma.sync: docs/perf.md runs x13, x15) from 32 (token, head tile) units, h_q > 32 on the
    warp-specialized kernel (kernel 2); V4 and MLA_BF16 for h_q > 32 on the pipelined kernel
    (kernel 1). Splits from shapes and the SM count only (one CTA per SM): the fewest splits
    minimising waves x (tiles per CTA + 2), the 2 standing for a CTA's fixed work (Q tile, row
