@@ -556,7 +556,7 @@ __device__ __forceinline__ uint32_t ak_sdx_copy(const ak_sd_list &l, int32_t slo
     return vm;
 }
 
-/* Producer warp: its KPW (8 or 4) staged records -> rows n0 .. n0 + KPW - 1 of K buffer kb
+/* Producer warp: its KPW (8, 4 or 2) staged records -> rows n0 .. n0 + KPW - 1 of K buffer kb
    (layouts.md 4); an invalid key (bit clear in vm; its stage bytes are stale) becomes a zero row. In
    step i lane l converts fp8 chunk l (16 dims) of key (i + l / (32 / KPW)) % KPW, so the 32 lanes of
    a store write four rows' worth of distinct banks (one row per step put 8 lanes on the same 16-byte
@@ -566,7 +566,7 @@ template <int LAYOUT, int BR, int KPW>
 __device__ __forceinline__ void ak_sdx_convert(const uint8_t *stg, uint8_t *kb, int n0, int lane, float kscale,
                                                uint32_t vm) {
     typedef ak_sdx_map<LAYOUT> M;
-    enum { SH = KPW == 8 ? 2 : 3 };
+    enum { SH = KPW == 8 ? 2 : KPW == 4 ? 3 : 4, RP = KPW >= 4 ? KPW / 4 : 1 };
     uint4 f[KPW], rp[2];
     uint32_t sc[KPW];
 #pragma unroll
@@ -576,12 +576,12 @@ __device__ __forceinline__ void ak_sdx_convert(const uint8_t *stg, uint8_t *kb, 
         sc[i] = M::PT ? 0u : *reinterpret_cast<const uint32_t *>(stg + k * M::STG + 512 + 4 * (lane >> 3));
     }
     const int rk0 = M::PT ? lane >> 2 : lane >> 3; /* RoPE keys of this lane: rk0 (+ 4) */
-    const bool rlane = !M::PT || KPW == 8 || lane < 16; /* per-tensor at 4 keys: lanes 0..15 */
+    const bool rlane = rk0 < KPW;
     if (M::PT) {
         if (rlane) rp[0] = *reinterpret_cast<const uint4 *>(stg + rk0 * M::STG + 512 + 16 * (lane & 3));
-    } else {
+    } else if (rlane) {
 #pragma unroll
-        for (int g = 0; g < KPW / 4; g++)
+        for (int g = 0; g < RP; g++)
             rp[g] = *reinterpret_cast<const uint4 *>(stg + (4 * g + rk0) * M::STG + 528 + 16 * (lane & 7));
     }
 #pragma unroll
@@ -602,9 +602,9 @@ __device__ __forceinline__ void ak_sdx_convert(const uint8_t *stg, uint8_t *kb, 
         const int n = n0 + rk0, d = 512 + 16 * (lane & 3);
         *reinterpret_cast<uint4 *>(kb + ak_sdx_off<BR>(n, d)) = lo;
         *reinterpret_cast<uint4 *>(kb + ak_sdx_off<BR>(n, d + 8)) = hi;
-    } else if (!M::PT) {
+    } else if (!M::PT && rlane) {
 #pragma unroll
-        for (int g = 0; g < KPW / 4; g++)
+        for (int g = 0; g < RP; g++)
             *reinterpret_cast<uint4 *>(kb + ak_sdx_off<BR>(n0 + 4 * g + rk0, 512 + (lane & 7) * 8)) =
                 (vm >> (4 * g + rk0)) & 1u ? rp[g] : make_uint4(0, 0, 0, 0);
     }
@@ -868,10 +868,10 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
  * O^T needs NH / 2 x 8 registers (64 or 128 per thread). The output is written through shared
  * memory (the K buffer, free at the end) so that rows leave in 16-byte pieces.
  */
-#define AK_SDT_THREADS 384
-#define AK_SDT_PW 8    /* producer warps */
-#define AK_SDT_KPW 4   /* keys per producer warp and 32-key half-unit */
-#define AK_SDT_PREG 96 /* registers after setmaxnreg: producers, consumers */
+#define AK_SDT_KPW 4                  /* keys per producer warp and 32-key half-unit */
+#define AK_SDT_PW (32 / AK_SDT_KPW)   /* producer warps */
+#define AK_SDT_THREADS (32 * AK_SDT_PW + 128)
+#define AK_SDT_PREG 96 /* registers after setmaxnreg: producers, consumers (within 168 each at launch) */
 #define AK_SDT_CREG 240
 
 template <int LAYOUT, int NH> struct ak_sdt_map {
@@ -884,9 +884,10 @@ template <int LAYOUT, int NH> struct ak_sdt_map {
         K = Q + KB * NH * 128,               /* [2][KB][64 keys][128 B] bf16 swizzled */
         PT = K + 2 * KB * AK_SDW_TILE,       /* [NH heads][128 B] bf16 P^T swizzled */
         RED = PT + NH * 128,                 /* [4 warps][NH] f32 column max, then column sums */
-        STAGE = RED + 4 * NH * 4,            /* [8 warps][NST][4 keys][STG] raw records */
-        VALID = STAGE + AK_SDT_PW * NST * AK_SDT_KPW * STG, /* [2][16] u8: bits of keys 4 v .. 4 v + 3 */
-        BAR = VALID + 32,                    /* FULL[2], EMPTY[2], stage[8][NST] mbarriers */
+        STAGE = RED + 4 * NH * 4,            /* [PW warps][NST][KPW keys][STG] raw records */
+        VF = 64 / AK_SDT_KPW,                /* validity bytes per K buffer */
+        VALID = STAGE + AK_SDT_PW * NST * AK_SDT_KPW * STG, /* [2][VF] u8: byte v = keys KPW v .. */
+        BAR = (VALID + 2 * VF + 7) & ~7,     /* FULL[2], EMPTY[2], stage[PW][NST] mbarriers */
         BYTES = BAR + (4 + AK_SDT_PW * NST) * 8,
         OSTR = AK_SD_DV + 4                  /* f32 row stride of the output staging (in K) */
     };
@@ -941,7 +942,7 @@ __device__ __forceinline__ void ak_sdt_produce(const ak_sd_params &p, uint8_t *s
         uint8_t *kb = smem + M::K + b * M::KB * AK_SDW_TILE;
         ak_sdx_convert<LAYOUT, AK_SD_KEYS, KPW>(stage_p + (j % NST) * SB, kb, 32 * half + KPW * w, lane,
                                                 (ua >> 1) >= p.list[0].tiles ? ks1 : ks0, va);
-        if (lane == 0) smem[M::VALID + 16 * b + 8 * half + w] = (uint8_t)va;
+        if (lane == 0) smem[M::VALID + M::VF * b + (32 / KPW) * half + w] = (uint8_t)va;
         ak_fence_proxy_async(); /* K buffer writes -> the consumer's wgmma reads; stage reads -> refill */
         ak_mbar_arrive(bar + 8 * b); /* FULL[b] (both halves: 512 arrivals) */
         __syncwarp();
@@ -1060,8 +1061,8 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
         ak_wgmma_wait0();
 #pragma unroll
         for (int k = 0; k < NS; k++) ak_reg_fence(s[k]);
-        /* validity of this thread's keys 16 w + g (+ 8): bit k & 3 of byte k / 4 of the buffer's flags */
-        const uint32_t kv = *reinterpret_cast<const uint32_t *>(smem + M::VALID + 16 * b + 4 * w);
+        /* validity of this thread's keys 16 w + g (+ 8): bit k % KPW of byte k / KPW of the flags */
+        const uint8_t *kv = smem + M::VALID + M::VF * b;
         /* column max over this warp's 16 keys, then over the four warps */
 #pragma unroll
         for (int j = 0; j < NH / 8; j++)
@@ -1070,8 +1071,8 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
                 float m = -INFINITY;
 #pragma unroll
                 for (int hr = 0; hr < 2; hr++) {
-                    const int kw = g + 8 * hr; /* key 16 w + kw */
-                    const float v = (kv >> (8 * (kw >> 2) + (kw & 3))) & 1u ? s[4 * j + 2 * hr + e] * p.scale_log2 : -INFINITY;
+                    const int key = 16 * w + g + 8 * hr;
+                    const float v = (kv[key / AK_SDT_KPW] >> (key % AK_SDT_KPW)) & 1u ? s[4 * j + 2 * hr + e] * p.scale_log2 : -INFINITY;
                     s[4 * j + 2 * hr + e] = v;
                     m = fmaxf(m, v);
                 }
