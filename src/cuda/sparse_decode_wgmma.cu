@@ -576,7 +576,7 @@ __device__ __forceinline__ void ak_sdx_convert(const uint8_t *stg, uint8_t *kb, 
         sc[i] = M::PT ? 0u : *reinterpret_cast<const uint32_t *>(stg + k * M::STG + 512 + 4 * (lane >> 3));
     }
     const int rk0 = M::PT ? lane >> 2 : lane >> 3; /* RoPE keys of this lane: rk0 (+ 4) */
-    const bool rlane = rk0 < KPW;
+    const bool rlane = KPW == 8 || (!M::PT && KPW == 4) || rk0 < KPW; /* compile-time true where it can be */
     if (M::PT) {
         if (rlane) rp[0] = *reinterpret_cast<const uint4 *>(stg + rk0 * M::STG + 512 + 16 * (lane & 3));
     } else if (rlane) {
@@ -1061,8 +1061,11 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
         ak_wgmma_wait0();
 #pragma unroll
         for (int k = 0; k < NS; k++) ak_reg_fence(s[k]);
-        /* validity of this thread's keys 16 w + g (+ 8): bit k % KPW of byte k / KPW of the flags */
-        const uint8_t *kv = smem + M::VALID + M::VF * b;
+        /* validity of this thread's keys 16 w + g (+ 8): bit k % KPW of byte k / KPW of the flags,
+           read once per tile */
+        const uint8_t *kvb = smem + M::VALID + M::VF * b;
+        const uint32_t kv[2] = {(uint32_t)(kvb[(16 * w + g) / AK_SDT_KPW] >> ((16 * w + g) % AK_SDT_KPW)) & 1u,
+                                (uint32_t)(kvb[(16 * w + g + 8) / AK_SDT_KPW] >> ((16 * w + g + 8) % AK_SDT_KPW)) & 1u};
         /* column max over this warp's 16 keys, then over the four warps */
 #pragma unroll
         for (int j = 0; j < NH / 8; j++)
@@ -1071,8 +1074,7 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
                 float m = -INFINITY;
 #pragma unroll
                 for (int hr = 0; hr < 2; hr++) {
-                    const int key = 16 * w + g + 8 * hr;
-                    const float v = (kv[key / AK_SDT_KPW] >> (key % AK_SDT_KPW)) & 1u ? s[4 * j + 2 * hr + e] * p.scale_log2 : -INFINITY;
+                    const float v = kv[hr] ? s[4 * j + 2 * hr + e] * p.scale_log2 : -INFINITY;
                     s[4 * j + 2 * hr + e] = v;
                     m = fmaxf(m, v);
                 }
@@ -1223,10 +1225,10 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
    minimising waves x (tiles per CTA + 2), the 2 standing for a CTA's fixed work (Q tile, row
    writes). Without it b 128 h_q 128 took 32 splits (63 waves of one tile each, then a combine of
    1 GB of partial rows: 1140 us in device run w1) over one split (2 waves of 32 tiles). Declines
-   fewer than 8 (token, 64-head tile) units, and fewer than 32 (token, 16- or 32-head tile) units
-   for the swap-AB kernel: there the 16-head mma.sync tiles fill the SMs with fewer splits and
-   less fixed work per CTA (b 1 h_q 128: 16.6 us against 24.5 on kernel 2; b 8 h_q 128, 16 units:
-   38.7 on kernel 2 against 42.7; b 8 h_q 16: 14.7 on mma.sync against 15.6 on kernel 3). */
+   fewer than 8 (token, head tile) units: there the 16-head mma.sync tiles fill the SMs with fewer
+   splits and less fixed work per CTA (b 1 h_q 128: 16.6 us against 24.5 on kernel 2; b 8 h_q 128,
+   16 units: 38.7 on kernel 2 against 42.7; b 1 h_q 16: 12.1 on mma.sync against 13.1 on kernel 3,
+   b 8 h_q 16: 14.4 on kernel 3 against 14.7). */
 int ak_sdw_plan(const ak_context *ctx, const ak_mla_decode_args *a, ak_sd_plan *pl) {
     const int layout = (int)a->cache->layout;
     const int64_t b = a->q->shape[0], s_q = a->q->shape[1], h_q = a->q->shape[2];
@@ -1234,7 +1236,7 @@ int ak_sdw_plan(const ak_context *ctx, const ak_mla_decode_args *a, ak_sd_plan *
     if (a->block_table != NULL) return 0;
     if (ws && h_q <= 32) { /* the swap-AB kernel: 16- or 32-head tiles, nothing padded to 64 rows */
         const int nh = h_q <= 16 ? 16 : 32;
-        if (b * s_q * ((h_q + nh - 1) / nh) < 32) return 0;
+        if (b * s_q * ((h_q + nh - 1) / nh) < 8) return 0;
         pl->kernel = 3;
         pl->mw = nh / 16;
         pl->htiles = (int)((h_q + nh - 1) / nh);
