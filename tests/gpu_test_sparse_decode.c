@@ -522,10 +522,11 @@ AK_TEST(sparse_decode_long) {
     ak_context_destroy(gpu);
 }
 
-/* Batches large enough that the plan (on a ~132-SM GPU) picks the 32- and 64-row head tiles, with
-   one split and with several, on every record path: the warp-specialized kernel (656, per-tensor
-   fp8; h_q 20..128), the pipelined one (V4, MLA_BF16 double-buffered and at 64 rows). The small
-   cases above mostly run 16-row tiles. */
+/* Batches large enough that the plan (on a ~132-SM GPU) picks the wgmma kernels, with one split
+   and with several, on every record path: the warp-specialized kernel (656, per-tensor fp8; h_q
+   40..128), the swap-AB kernel (656, per-tensor fp8; h_q <= 32 from 8 (token, head tile) units:
+   16- and 32-head tiles, padded columns at h_q 8 and 20), the pipelined one (V4, MLA_BF16
+   double-buffered and at 64 rows). The small cases above mostly run the mma.sync kernel. */
 AK_TEST(sparse_decode_wide) {
     ak_context *cpu = NULL, *gpu = NULL;
     if (!sd_contexts(&cpu, &gpu)) return;
@@ -538,6 +539,8 @@ AK_TEST(sparse_decode_wide) {
         {AK_LAYOUT_DSV4_FP8_UE8M0, 64, 2, 64, 128, 128},
         /* the warp-specialized kernel at head counts off the 16-row grid, with an extra list */
         {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 16, 2, 40, 192, 64}, {AK_LAYOUT_MLA_FP8_PERTENSOR, 48, 1, 20, 128, 0},
+        /* the swap-AB kernel at 8 padded heads and s_q 4, and at 16 heads with an extra list */
+        {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 4, 4, 8, 128, 0}, {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 32, 1, 16, 256, 64},
     };
     for (size_t n = 0; n < sizeof k / sizeof k[0]; n++) {
         if (sd_quick() && n % 2 == 1) continue;
@@ -558,14 +561,15 @@ AK_TEST(sparse_decode_graph) {
     if (!sd_contexts(&cpu, &gpu)) return;
     ak_rng r;
     ak_rng_init(&r, ak_test_seed() + 2);
-    /* every layout at 16 heads (mma.sync kernel) and 128 (the wgmma kernels: 12 units) */
-    for (int n = 0; n < 8; n++) {
-        const int li = n / 2, wide = n % 2;
-        if (sd_quick() && (li + wide) % 2 == 1) continue;
+    /* every layout at 16 heads (mma.sync kernel) and 128 (the wgmma kernels: 12 units); 656 at 32
+       heads and b 4 (the swap-AB kernel: 8 units) */
+    for (int n = 0; n < 9; n++) {
+        const int li = n < 8 ? n / 2 : 0, wide = n % 2;
+        if (sd_quick() && n < 8 && (li + wide) % 2 == 1) continue;
         sd_case c;
         memset(&c, 0, sizeof c);
         c.layout = k_layouts[li];
-        c.b = 3, c.s_q = 2, c.h_q = wide ? 128 : 16, c.topk = 256, c.len_mode = 1 + n % 2;
+        c.b = n < 8 ? 3 : 4, c.s_q = 2, c.h_q = n < 8 ? (wide ? 128 : 16) : 32, c.topk = 256, c.len_mode = 1 + n % 2;
         c.etopk = li >= 2 ? 128 : 0;
         c.bad = 1, c.sink = 1;
         sd_run_case(cpu, gpu, &c, &r, 1);
