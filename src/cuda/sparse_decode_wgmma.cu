@@ -47,6 +47,12 @@ __device__ __forceinline__ uint32_t ak_sdw_off(int n, int d) {
     return (uint32_t)((d >> 6) * AK_SDW_TILE + n * 128 + ((((d >> 3) & 7) ^ (n & 7)) << 4));
 }
 
+/* Byte offset of the 16-byte chunk holding dims d..d+7 of row n in a swizzled tile of BR rows (column
+   blocks of BR rows x 128 bytes: Q, the K buffers). */
+template <int BR> __device__ __forceinline__ uint32_t ak_sdx_off(int n, int d) {
+    return (uint32_t)((d >> 6) * (BR * 128) + n * 128 + ((((d >> 3) & 7) ^ (n & 7)) << 4));
+}
+
 /* Shared-memory map (bytes from the 1024-aligned base). Two K tiles: the tensor cores read tile t
    from one while the warps dequantize tile t + 1 into the other (221 KB for d_qk 576). */
 template <int LAYOUT> struct ak_sdw_smem_map {
@@ -240,19 +246,20 @@ __device__ __forceinline__ void ak_sdw_cta(const ak_sd_params &p, int &split, in
     ri = cta / p.htiles;
 }
 
-/* Q tile [64 heads x DQK] of token (r, i), heads h0 .., -> swizzled shared memory qs, zero rows past
-   h_q; t = this thread's index among the 256 that load it, 9 loads in flight per batch. */
-template <int DQK>
+/* Q tile [NH heads x DQK] of token (r, i), heads h0 .., -> swizzled shared memory qs (column blocks
+   of NH rows x 128 bytes), zero rows past h_q; t = this thread's index among the NT that load it, 9
+   loads in flight per batch. */
+template <int DQK, int NH, int NT>
 __device__ __forceinline__ void ak_sdw_load_q(const ak_sd_params &p, uint8_t *qs, int64_t r, int64_t i, int h0,
                                               int t) {
-    enum { QCH = DQK / 8, QITEMS = AK_SDW_HEADS * QCH, QN = QITEMS / 256, QB = 9 };
+    enum { QCH = DQK / 8, QITEMS = NH * QCH, QN = QITEMS / NT, QB = 9 };
     const uint16_t *qb = p.q + r * p.q_s0 + i * p.q_s1;
 #pragma unroll
     for (int k0 = 0; k0 < QN; k0 += QB) {
         uint4 qv[QB];
 #pragma unroll
         for (int k = 0; k < QB; k++) {
-            const int it = (k0 + k) * 256 + t, row = it / QCH, c = it % QCH;
+            const int it = (k0 + k) * NT + t, row = it / QCH, c = it % QCH;
             qv[k] = make_uint4(0, 0, 0, 0);
             if (k0 + k < QN && h0 + row < p.h_q) {
                 const uint16_t *src = qb + (int64_t)(h0 + row) * p.q_s2 + c * 8;
@@ -267,8 +274,8 @@ __device__ __forceinline__ void ak_sdw_load_q(const ak_sd_params &p, uint8_t *qs
         }
 #pragma unroll
         for (int k = 0; k < QB; k++) {
-            const int it = (k0 + k) * 256 + t, row = it / QCH, c = it % QCH;
-            if (k0 + k < QN) *reinterpret_cast<uint4 *>(qs + ak_sdw_off(row, c * 8)) = qv[k];
+            const int it = (k0 + k) * NT + t, row = it / QCH, c = it % QCH;
+            if (k0 + k < QN) *reinterpret_cast<uint4 *>(qs + ak_sdx_off<NH>(row, c * 8)) = qv[k];
         }
     }
 }
@@ -335,7 +342,7 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
         sok = ok && tn < t_end;
     }
 
-    ak_sdw_load_q<DQK>(p, qs, r, i, h0, tid);
+    ak_sdw_load_q<DQK, AK_SDW_HEADS, 256>(p, qs, r, i, h0, tid);
     if (t < t_end) {
         ak_sdw_stage<LAYOUT>(p, r, i, len0, len1, t, tn, tnn, t, t_end, tok, q4, smem + M::K, valid, x, xro, sraw, sok);
         if (BF16) ak_cp_async_wait_all();
@@ -494,12 +501,6 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
 #define AK_SDX_NBUF 2  /* bf16 K buffers */
 #define AK_SDX_PREG 104
 #define AK_SDX_CREG 200
-
-/* Byte offset of the 16-byte chunk holding dims d..d+7 of row n in a swizzled K buffer of BR rows
-   (column blocks of BR rows x 128 bytes). */
-template <int BR> __device__ __forceinline__ uint32_t ak_sdx_off(int n, int d) {
-    return (uint32_t)((d >> 6) * (BR * 128) + n * 128 + ((((d >> 3) & 7) ^ (n & 7)) << 4));
-}
 
 /* Shared-memory map (bytes from the 1024-aligned base); 222 KB for 656. */
 template <int LAYOUT> struct ak_sdx_map {
@@ -799,7 +800,7 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
     const int g = lane >> 2, c4 = lane & 3;
     uint8_t *qs = smem + M::Q;
 
-    ak_sdw_load_q<DQK>(p, qs, r, i, h0, ctid);
+    ak_sdw_load_q<DQK, AK_SDW_HEADS, 256>(p, qs, r, i, h0, ctid);
     ak_fence_proxy_async(); /* Q tile writes -> the wgmma (async proxy) reads */
     ak_bar_sync(1, 256);
 
@@ -952,36 +953,6 @@ __device__ __forceinline__ void ak_sdt_produce(const ak_sd_params &p, uint8_t *s
     }
 }
 
-/* Q tile [NH heads x DQK] of token (r, i), heads h0 .., -> swizzled qs (zero rows past h_q), by the
-   128 consumer threads (t). */
-template <int DQK, int NH>
-__device__ __forceinline__ void ak_sdt_load_q(const ak_sd_params &p, uint8_t *qs, int64_t r, int64_t i, int h0,
-                                              int t) {
-    enum { QCH = DQK / 8, QN = NH * QCH / 128 };
-    const uint16_t *qb = p.q + r * p.q_s0 + i * p.q_s1;
-    uint4 qv[QN];
-#pragma unroll
-    for (int k = 0; k < QN; k++) {
-        const int it = k * 128 + t, row = it / QCH, c = it % QCH;
-        qv[k] = make_uint4(0, 0, 0, 0);
-        if (h0 + row < p.h_q) {
-            const uint16_t *src = qb + (int64_t)(h0 + row) * p.q_s2 + c * 8;
-            if (p.q_vec) {
-                qv[k] = ak_ldg_nc_v4(src);
-            } else {
-                uint32_t w[4];
-                for (int e = 0; e < 4; e++) w[e] = (uint32_t)src[2 * e] | ((uint32_t)src[2 * e + 1] << 16);
-                qv[k] = make_uint4(w[0], w[1], w[2], w[3]);
-            }
-        }
-    }
-#pragma unroll
-    for (int k = 0; k < QN; k++) {
-        const int it = k * 128 + t, row = it / QCH, c = it % QCH;
-        *reinterpret_cast<uint4 *>(qs + ak_sdx_off<NH>(row, c * 8)) = qv[k];
-    }
-}
-
 /* S^T = K Q^T for the 64 keys of a K buffer: descriptors of the first k16 step of the K buffer (A)
    and of Q (B); a step adds its byte offset >> 4. */
 template <int NH, int KSTEPS>
@@ -1032,7 +1003,7 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
     const int ct = tid - 32 * AK_SDT_PW, w = warp - AK_SDT_PW, g = lane >> 2, c4 = lane & 3;
     uint8_t *qs = smem + M::Q;
     float *red = reinterpret_cast<float *>(smem + M::RED);
-    ak_sdt_load_q<DQK, NH>(p, qs, r, i, h0, ct);
+    ak_sdw_load_q<DQK, NH, 128>(p, qs, r, i, h0, ct);
     ak_fence_proxy_async(); /* Q writes -> the wgmma (async proxy) reads */
     ak_bar_sync(1, 128);
 
