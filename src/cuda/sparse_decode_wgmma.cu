@@ -42,13 +42,8 @@
 #define AK_SDW_HEADS 64
 #define AK_SDW_TILE 8192 /* bytes of one 64-row x 64-dim bf16 swizzled column block */
 
-/* Byte offset of the 16-byte chunk holding dims d..d+7 (d % 8 == 0) of row n in a swizzled tile. */
-__device__ __forceinline__ uint32_t ak_sdw_off(int n, int d) {
-    return (uint32_t)((d >> 6) * AK_SDW_TILE + n * 128 + ((((d >> 3) & 7) ^ (n & 7)) << 4));
-}
-
-/* Byte offset of the 16-byte chunk holding dims d..d+7 of row n in a swizzled tile of BR rows (column
-   blocks of BR rows x 128 bytes: Q, the K buffers). */
+/* Byte offset of the 16-byte chunk holding dims d..d+7 (d % 8 == 0) of row n in a swizzled tile of
+   BR rows (column blocks of BR rows x 128 bytes: Q, the K tiles and buffers; BR 64: AK_SDW_TILE). */
 template <int BR> __device__ __forceinline__ uint32_t ak_sdx_off(int n, int d) {
     return (uint32_t)((d >> 6) * (BR * 128) + n * 128 + ((((d >> 3) & 7) ^ (n & 7)) << 4));
 }
@@ -156,13 +151,13 @@ __device__ __forceinline__ void ak_sdw_dequant(const ak_sdw_raw<LAYOUT> &x, int 
         if (lane < R::NQL) {
             uint4 lo, hi;
             ak_sd_dequant16(x.f[i], ak_sd_ue8m0(x.s[i]), lo, hi);
-            *reinterpret_cast<uint4 *>(ks + ak_sdw_off(w + 8 * i, lane * 16)) = lo;
-            *reinterpret_cast<uint4 *>(ks + ak_sdw_off(w + 8 * i, lane * 16 + 8)) = hi;
+            *reinterpret_cast<uint4 *>(ks + ak_sdx_off<AK_SD_KEYS>(w + 8 * i, lane * 16)) = lo;
+            *reinterpret_cast<uint4 *>(ks + ak_sdx_off<AK_SD_KEYS>(w + 8 * i, lane * 16 + 8)) = hi;
         }
     }
 #pragma unroll
     for (int g = 0; g < 2; g++)
-        *reinterpret_cast<uint4 *>(ks + ak_sdw_off(w + 8 * (4 * g + (lane >> 3)), R::NQL * 16 + (lane & 7) * 8)) = x.r[g];
+        *reinterpret_cast<uint4 *>(ks + ak_sdx_off<AK_SD_KEYS>(w + 8 * (4 * g + (lane >> 3)), R::NQL * 16 + (lane & 7) * 8)) = x.r[g];
 }
 
 /* The per-tensor fp8 scale of list l (1 for the other layouts). */
@@ -179,7 +174,7 @@ __device__ __forceinline__ void ak_sdw_copy_bf16(const uint8_t *pool, int64_t ro
 #pragma unroll
     for (int u = 0; u < 18; u++) {
         const int c = j + 4 * u;
-        ak_cp_async16(base + ak_sdw_off(tok, c * 8), src + 16 * c, n);
+        ak_cp_async16(base + ak_sdx_off<AK_SD_KEYS>(tok, c * 8), src + 16 * c, n);
     }
     ak_cp_async_commit();
 }
@@ -557,7 +552,7 @@ __device__ __forceinline__ uint32_t ak_sdx_copy(const ak_sd_list &l, int32_t slo
     return vm;
 }
 
-/* Producer warp: its KPW (8, 4 or 2) staged records -> rows n0 .. n0 + KPW - 1 of K buffer kb
+/* Producer warp: its KPW (8 or 4) staged records -> rows n0 .. n0 + KPW - 1 of K buffer kb
    (layouts.md 4); an invalid key (bit clear in vm; its stage bytes are stale) becomes a zero row. In
    step i lane l converts fp8 chunk l (16 dims) of key (i + l / (32 / KPW)) % KPW, so the 32 lanes of
    a store write four rows' worth of distinct banks (one row per step put 8 lanes on the same 16-byte
@@ -567,7 +562,7 @@ template <int LAYOUT, int BR, int KPW>
 __device__ __forceinline__ void ak_sdx_convert(const uint8_t *stg, uint8_t *kb, int n0, int lane, float kscale,
                                                uint32_t vm) {
     typedef ak_sdx_map<LAYOUT> M;
-    enum { SH = KPW == 8 ? 2 : KPW == 4 ? 3 : 4, RP = KPW >= 4 ? KPW / 4 : 1 };
+    enum { SH = KPW == 8 ? 2 : 3 };
     uint4 f[KPW], rp[2];
     uint32_t sc[KPW];
 #pragma unroll
@@ -577,12 +572,12 @@ __device__ __forceinline__ void ak_sdx_convert(const uint8_t *stg, uint8_t *kb, 
         sc[i] = M::PT ? 0u : *reinterpret_cast<const uint32_t *>(stg + k * M::STG + 512 + 4 * (lane >> 3));
     }
     const int rk0 = M::PT ? lane >> 2 : lane >> 3; /* RoPE keys of this lane: rk0 (+ 4) */
-    const bool rlane = KPW == 8 || (!M::PT && KPW == 4) || rk0 < KPW; /* compile-time true where it can be */
+    const bool rlane = !M::PT || KPW == 8 || lane < 16; /* per-tensor at 4 keys: lanes 0..15 */
     if (M::PT) {
         if (rlane) rp[0] = *reinterpret_cast<const uint4 *>(stg + rk0 * M::STG + 512 + 16 * (lane & 3));
-    } else if (rlane) {
+    } else {
 #pragma unroll
-        for (int g = 0; g < RP; g++)
+        for (int g = 0; g < KPW / 4; g++)
             rp[g] = *reinterpret_cast<const uint4 *>(stg + (4 * g + rk0) * M::STG + 528 + 16 * (lane & 7));
     }
 #pragma unroll
@@ -603,9 +598,9 @@ __device__ __forceinline__ void ak_sdx_convert(const uint8_t *stg, uint8_t *kb, 
         const int n = n0 + rk0, d = 512 + 16 * (lane & 3);
         *reinterpret_cast<uint4 *>(kb + ak_sdx_off<BR>(n, d)) = lo;
         *reinterpret_cast<uint4 *>(kb + ak_sdx_off<BR>(n, d + 8)) = hi;
-    } else if (!M::PT && rlane) {
+    } else if (!M::PT) {
 #pragma unroll
-        for (int g = 0; g < RP; g++)
+        for (int g = 0; g < KPW / 4; g++)
             *reinterpret_cast<uint4 *>(kb + ak_sdx_off<BR>(n0 + 4 * g + rk0, 512 + (lane & 7) * 8)) =
                 (vm >> (4 * g + rk0)) & 1u ? rp[g] : make_uint4(0, 0, 0, 0);
     }
@@ -860,16 +855,17 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
  * 384 threads. Warpgroups 0 and 1 produce as in ak_sdx_main (a warp's records by bulk copy into its
  * stage ring, dequantized into a bf16 K buffer), here eight warps of four keys each into 64-key
  * buffers filled in two 32-key halves (four warps of eight keys left the consumer waiting half of
- * its time: the bulk copies issue one lane at a time). Warpgroup 2 computes the transposed products, so the heads are the N dimension of every
- * wgmma and no MMA row is padding: S^T = K Q^T (m64nNHk16: M = the 64 keys of the buffer, both
- * operands K-major from shared memory) and O^T += V^T P^T (M = 64 value dims per instruction, A =
- * the K buffer read MN-major, B = P^T [heads][keys] bf16 in shared memory, written by the softmax).
+ * its time: the bulk copies issue one lane at a time). Warpgroup 2 computes the transposed
+ * products, so the heads are the N dimension of every wgmma and no MMA row is padding:
+ * S^T = K Q^T (m64nNHk16: M = the 64 keys of the buffer, both operands K-major from shared memory)
+ * and O^T += V^T P^T (M = 64 value dims per instruction, A = the K buffer read MN-major, B = P^T
+ * [heads][keys] bf16 in shared memory, written by the softmax).
  * The softmax runs down the columns of S^T: a head's 64 keys span the four warps, so the column max
  * goes through shared memory (one named barrier); the column sums stay per thread until the end.
  * O^T needs NH / 2 x 8 registers (64 or 128 per thread). The output is written through shared
  * memory (the K buffer, free at the end) so that rows leave in 16-byte pieces.
  */
-#define AK_SDT_KPW 4                  /* keys per producer warp and 32-key half-unit */
+#define AK_SDT_KPW 4                  /* keys per producer warp and 32-key half-unit (8 or 4) */
 #define AK_SDT_PW (32 / AK_SDT_KPW)   /* producer warps */
 #define AK_SDT_THREADS (32 * AK_SDT_PW + 128)
 #define AK_SDT_PREG 96 /* registers after setmaxnreg: producers, consumers (within 168 each at launch) */
@@ -1190,7 +1186,7 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
 /* Serves sparse decode on Hopper tensor cores. 656 and per-tensor fp8: h_q <= 32 on the swap-AB
    kernel (kernel 3, 16- or 32-head tiles; at b 128 s_q 1 h_q 32 91 us against 135 for the
    64-row warp-specialized kernel and 163 for the 32-row mma.sync tiles, h_q 16 79 against 108 on
-   mma.sync: docs/perf.md runs x13, x15) from 32 (token, head tile) units, h_q > 32 on the
+   mma.sync: docs/perf.md runs x13, x15) from 8 (token, head tile) units, h_q > 32 on the
    warp-specialized kernel (kernel 2); V4 and MLA_BF16 for h_q > 32 on the pipelined kernel
    (kernel 1). Splits from shapes and the SM count only (one CTA per SM): the fewest splits
    minimising waves x (tiles per CTA + 2), the 2 standing for a CTA's fixed work (Q tile, row
