@@ -4,9 +4,10 @@
 # mla_decode`, compute-sanitizer memcheck and racecheck on the quick sparse decode test, and the
 # mla_decode_sparse benchmark once per value of AB (space-separated settings of the variable ABVAR,
 # for an A/B of two kernels in one run; default: one bench). Logs go to $OUT (default /tmp/out).
-# Environment: SANITIZE=0, BENCH_TIMEOUT, ABVAR, AB, PROFILE="NAME FILTER KERNEL_REGEX";
-# BASE=DIR (a `git archive` of the base commit, untracked in the tree): also builds DIR as
-# build-base and runs its benchmark before each of this tree's, for a same-run A/B of two commits.
+# Environment: SANITIZE=0, BENCH_TIMEOUT, TEST_TIMEOUT, ABVAR, AB, PROFILE="NAME FILTER KERNEL_REGEX";
+# BASE="DIR ..." (each a `git archive` of a base commit or variant, untracked in the tree): also
+# builds each DIR as build-$(basename DIR) and runs its benchmark before each of this tree's, for a
+# same-run A/B of commits.
 set -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}
@@ -17,13 +18,13 @@ t0=$(date +%s)
 cmake -S . -B build-gpu -DAK_REQUIRE_CUDA=ON -DCMAKE_BUILD_TYPE=Release >/dev/null &&
   cmake --build build-gpu -j16 --target attnkit_cli gpu_test_sparse_decode gpu_test_wgmma 2>&1 |
   grep -E "error|warning" | grep -v "ak_sd_main" | head -20 | tee -a $OUT/log.txt
-if [ -n "${BASE:-}" ]; then
-  cmake -S "$BASE" -B build-base -DAK_REQUIRE_CUDA=ON -DCMAKE_BUILD_TYPE=Release >/dev/null &&
-    cmake --build build-base -j16 --target attnkit_cli 2>&1 | grep -E " error" | head -5 | tee -a $OUT/log.txt
-fi
+for d in ${BASE:-}; do
+  cmake -S "$d" -B "build-$(basename "$d")" -DAK_REQUIRE_CUDA=ON -DCMAKE_BUILD_TYPE=Release >/dev/null &&
+    cmake --build "build-$(basename "$d")" -j16 --target attnkit_cli 2>&1 | grep -E " error" | head -5 | tee -a $OUT/log.txt
+done
 echo "build $(( $(date +%s) - t0 )) s" | tee -a $OUT/log.txt
 for t in gpu_test_wgmma gpu_test_sparse_decode; do
-  timeout 240 ./build-gpu/tests/$t > $OUT/$t.txt 2>&1; echo "$t rc $?" | tee -a $OUT/log.txt
+  timeout ${TEST_TIMEOUT:-240} ./build-gpu/tests/$t > $OUT/$t.txt 2>&1; echo "$t rc $?" | tee -a $OUT/log.txt
   grep -i -E "fail|seed|passed" $OUT/$t.txt | tail -12 | tee -a $OUT/log.txt
 done
 timeout 120 ./build-gpu/attnkit check --backend cuda --op mla_decode > $OUT/check.txt 2>&1; echo "check rc $?" | tee -a $OUT/log.txt
@@ -31,10 +32,10 @@ grep -i -E "fail|mismatch|error" $OUT/check.txt | head -10 | tee -a $OUT/log.txt
 tail -2 $OUT/check.txt | tee -a $OUT/log.txt
 for v in ${AB:-default}; do
   [ "$v" != default ] && export ${ABVAR}=$v
-  if [ -n "${BASE:-}" ]; then
-    echo "== bench base ${ABVAR:-}=$v" | tee -a $OUT/log.txt
-    timeout ${BENCH_TIMEOUT:-120} ./build-base/attnkit bench --backend cuda --op mla_decode_sparse 2>&1 | tee -a $OUT/log.txt
-  fi
+  for d in ${BASE:-}; do
+    echo "== bench $(basename "$d") ${ABVAR:-}=$v" | tee -a $OUT/log.txt
+    timeout ${BENCH_TIMEOUT:-120} "./build-$(basename "$d")/attnkit" bench --backend cuda --op mla_decode_sparse 2>&1 | tee -a $OUT/log.txt
+  done
   echo "== bench ${ABVAR:-}=$v" | tee -a $OUT/log.txt
   timeout ${BENCH_TIMEOUT:-120} ./build-gpu/attnkit bench --backend cuda --op mla_decode_sparse 2>&1 | tee -a $OUT/log.txt
 done
