@@ -93,45 +93,27 @@ __device__ __forceinline__ void ak_wgmma_m64n64k16_ss(float *d, uint64_t da, uin
                  : "l"(da), "l"(db), "r"(scale_d));
 }
 
-/* D[64x32] (+)= A[64x16] B[16x32]: as ak_wgmma_m64n64k16_ss with 32 columns (16 f32 per thread). */
+/* D[64x32] (+)= A[64x16] B[16x32]: as ak_wgmma_m64n64k16_ss with 32 columns (16 f32 per thread);
+   TA 1 reads A MN-major (transpose bit set: its 64 rows are contiguous in memory), B stays K-major. */
+template <int TA>
 __device__ __forceinline__ void ak_wgmma_m64n32k16_ss(float *d, uint64_t da, uint64_t db, int scale_d) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
                  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
-                 "}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+                 "}, %16, %17, p, 1, 1, %19, 0;\n}\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
                    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-                 : "l"(da), "l"(db), "r"(scale_d));
+                 : "l"(da), "l"(db), "r"(scale_d), "n"(TA));
 }
 
-/* D[64x16] (+)= A[64x16] B[16x16]: as ak_wgmma_m64n64k16_ss with 16 columns (8 f32 per thread). */
+/* D[64x16] (+)= A[64x16] B[16x16]: the same with 16 columns (8 f32 per thread). */
+template <int TA>
 __device__ __forceinline__ void ak_wgmma_m64n16k16_ss(float *d, uint64_t da, uint64_t db, int scale_d) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {"
-                 "%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, 0, 0;\n}\n"
+                 "%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, %11, 0;\n}\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-                 : "l"(da), "l"(db), "r"(scale_d));
-}
-
-/* D[64x16] += A[64x16] B[16x16] with A read MN-major from shared memory (transpose bit set: its 64
-   rows are contiguous in memory), B K-major; f32 accumulators. */
-__device__ __forceinline__ void ak_wgmma_m64n16k16_ss_ta(float *d, uint64_t da, uint64_t db) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {"
-                 "%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, 1, 0;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-                 : "l"(da), "l"(db));
-}
-
-/* D[64x32] += A[64x16] B[16x32], A MN-major as in ak_wgmma_m64n16k16_ss_ta. */
-__device__ __forceinline__ void ak_wgmma_m64n32k16_ss_ta(float *d, uint64_t da, uint64_t db) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
-                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
-                 "}, %16, %17, p, 1, 1, 1, 0;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-                 : "l"(da), "l"(db));
+                 : "l"(da), "l"(db), "r"(scale_d), "n"(TA));
 }
 
 /* Waits until at most N committed wgmma groups of this warpgroup are pending (groups complete in

@@ -680,7 +680,7 @@ __device__ __forceinline__ void ak_sdx_qk(float *s, uint64_t dq0, uint64_t dk0) 
     for (int kk = 0; kk < KSTEPS; kk++) {
         const uint32_t qo = (kk >> 2) * AK_SDW_TILE + (kk & 3) * 32;
         const uint32_t ko = (kk >> 2) * (AK_SDX_UNIT * 128) + (kk & 3) * 32;
-        ak_wgmma_m64n32k16_ss(s, dq0 + (qo >> 4), dk0 + (ko >> 4), kk > 0);
+        ak_wgmma_m64n32k16_ss<0>(s, dq0 + (qo >> 4), dk0 + (ko >> 4), kk > 0);
     }
     ak_wgmma_commit();
 }
@@ -957,8 +957,8 @@ __device__ __forceinline__ void ak_sdt_qk(float *s, uint64_t dk0, uint64_t dq0) 
 #pragma unroll
     for (int kk = 0; kk < KSTEPS; kk++) {
         const uint32_t ko = (kk >> 2) * AK_SDW_TILE + (kk & 3) * 32, qo = (kk >> 2) * (NH * 128) + (kk & 3) * 32;
-        if (NH == 16) ak_wgmma_m64n16k16_ss(s, dk0 + (ko >> 4), dq0 + (qo >> 4), kk > 0);
-        else ak_wgmma_m64n32k16_ss(s, dk0 + (ko >> 4), dq0 + (qo >> 4), kk > 0);
+        if (NH == 16) ak_wgmma_m64n16k16_ss<0>(s, dk0 + (ko >> 4), dq0 + (qo >> 4), kk > 0);
+        else ak_wgmma_m64n32k16_ss<0>(s, dk0 + (ko >> 4), dq0 + (qo >> 4), kk > 0);
     }
     ak_wgmma_commit();
 }
@@ -1103,8 +1103,8 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
 #pragma unroll
             for (int kk = 0; kk < 4; kk++) {
                 const uint64_t da = dv0 + b * KBUF + ((mb * AK_SDW_TILE + kk * 2048) >> 4), db = dp0 + (kk * 32 >> 4);
-                if (NH == 16) ak_wgmma_m64n16k16_ss_ta(o[mb], da, db);
-                else ak_wgmma_m64n32k16_ss_ta(o[mb], da, db);
+                if (NH == 16) ak_wgmma_m64n16k16_ss<1>(o[mb], da, db, 1);
+                else ak_wgmma_m64n32k16_ss<1>(o[mb], da, db, 1);
             }
         ak_wgmma_commit();
         ak_wgmma_wait0();
