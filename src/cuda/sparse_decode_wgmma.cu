@@ -478,18 +478,21 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
  * bulk copy each (the copy engine moves the bytes and counts them on the stage's mbarrier, so no
  * copy sits in the warp's scoreboard), NST - 1 units ahead of the one being converted; the warp then
  * dequantizes its 8 keys into one of NBUF bf16 K buffers (32 keys, 128-byte swizzle) and arrives on
- * FULL. It keeps 104 registers. Warpgroups 1 and 2 consume (200 registers): each computes all of
- * S = Q K^T for the unit (m64n32k16) and O[:, 256 w ..] += P V (m64n256k16, P from registers),
- * issues S of the next unit right behind P V, and arrives on EMPTY once P V has read the buffer. So
- * the conversion runs on its own warps beside the products instead of between them. Units are the
+ * FULL. It keeps 104 registers. Warpgroups 1 and 2 consume (200 registers). Warpgroup 1 computes S =
+ * Q K^T for the unit (m64n32k16) and the softmax, writes P (bf16) and the rows' rescale factors to
+ * shared memory for warpgroup 2 (named barriers: P ready, P read), adds O[:, 0 .. 255] += P V
+ * (m64n256k16, P from registers) and issues S of the next unit right behind it; warpgroup 2 rescales
+ * its O rows and adds O[:, 256 .. 511] += P V with P from shared memory. Both arrive on EMPTY once
+ * their P V has read the buffer. So S is computed once per unit (as FlashMLA's Hopper kernel does)
+ * and the conversion runs on its own warps beside the products instead of between them. Units are the
  * halves of the 64-key tiles of the split rule (same splits, same partial rows); a unit wholly past
  * its row's length is skipped by both sides, which walk the same sequence.
  *
  * Measured against ak_sdw_main (docs/perf.md, session 5): 8-9% faster on 656 at h_q 64 / 128 and
  * s_q 2, 12-15% slower on V4 (which stays on ak_sdw_main). Three K buffers, a ping-pong of the two
- * consumers at the tensor pipe and a seesaw (S once per unit, P handed over in shared memory) did not
- * beat this form: shared memory (Q 72 KB, the K buffers and the stages fill 227 KB) leaves the
- * producer no deeper lookahead.
+ * consumers at the tensor pipe, a seesaw (S alternating between the warpgroups) and S split over d_qk
+ * did not beat the form with S in both warpgroups (shared memory, Q 72 KB, the K buffers and the
+ * stages, leaves the producer no deeper lookahead); S in one warpgroup (run x28) did, by 9-19%.
  */
 #define AK_SDX_THREADS 384
 #define AK_SDX_UNIT 32 /* keys per unit and K buffer */
@@ -507,12 +510,15 @@ template <int LAYOUT> struct ak_sdx_map {
         STG = ak_sd_geo<LAYOUT>::REC, /* bytes per key: one bulk copy of the record */
         KT = AK_SDX_UNIT * 128,       /* one 64-dim column block of a K buffer */
         /* raw stages per producer warp: three where they fit beside Q and the K buffers, else two */
-        NST = KB * AK_SDW_TILE + NBUF * KB * KT + 4 * 3 * 8 * STG + 1024 + 256 <= 232448 ? 3 : 2,
+        NST = KB * AK_SDW_TILE + NBUF * KB * KT + AK_SDW_TILE + 4 * 3 * 8 * STG + 1024 + 1024 <= 232448 ? 3 : 2,
         Q = 0,                              /* [KB][64 heads][128 B] bf16 swizzled */
         K = Q + KB * AK_SDW_TILE,           /* [NBUF][KB][32 keys][128 B] bf16 swizzled */
-        STAGE = K + NBUF * KB * KT,         /* [4 warps][NST][8 keys][STG] raw records */
+        PS = K + NBUF * KB * KT,            /* [64 heads][128 B] bf16 P of the unit (keys in bytes 0..63) */
+        STAGE = PS + AK_SDW_TILE,           /* [4 warps][NST][8 keys][STG] raw records */
         VALID = STAGE + 4 * NST * 8 * STG,  /* [NBUF] u32: bit k = key k of the unit is valid */
-        BAR = (VALID + NBUF * 4 + 7) & ~7,  /* FULL[NBUF], EMPTY[NBUF], stage[4][NST] mbarriers */
+        ALPHA = VALID + NBUF * 4,           /* [64] f32 O rescale factor of the unit, per head */
+        ML = ALPHA + 64 * 4,                /* [2][64] f32 final running max and row sum, per head */
+        BAR = (ML + 2 * 64 * 4 + 7) & ~7,   /* FULL[NBUF], EMPTY[NBUF], stage[4][NST] mbarriers */
         BYTES = BAR + (2 * NBUF + 4 * NST) * 8
     };
 };
@@ -610,13 +616,14 @@ __device__ __forceinline__ void ak_sdx_convert(const uint8_t *stg, uint8_t *kb, 
    and + 8 (hr 1); s[4 n + 2 hr + e] is key 8 n + 2 c4 + e, valid iff bit 8 n + 2 c4 + e of the
    unit's mask kv), in log2 units: updates the running max and sum, rescales this warpgroup's O
    accumulators (the 64 x 256 D fragment) and writes P rounded to bf16 as the A fragments of the two
-   k16 steps of P V (the D fragment of keys 16 kk .. 16 kk + 15 is the A fragment of step kk). Both
-   consumer warpgroups run it on the same S and get the same m, l and P. Lazy rescaling as in
+   k16 steps of P V (the D fragment of keys 16 kk .. 16 kk + 15 is the A fragment of step kk), and
+   the factor alpha[hr] its O rows were rescaled by (1 when kept). Consumer warpgroup 0 runs it and
+   hands P and alpha to warpgroup 1 through shared memory. Lazy rescaling as in
    ak_sdw_main. (ak_sdw_main keeps its own copy over 64 keys and byte flags: routed through this
    helper its V4 times rose 3-4% from a different register allocation.) A mask word read once per
    unit measured 1.5-3.5% faster here than a byte per key. */
 __device__ __forceinline__ void ak_sdx_softmax(const ak_sd_params &p, float *s, uint32_t kv, int c4, float *m_run,
-                                               float *l_run, uint32_t *pa, float *o) {
+                                               float *l_run, uint32_t *pa, float *o, float *alpha) {
     float mx[2];
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
@@ -634,7 +641,6 @@ __device__ __forceinline__ void ak_sdx_softmax(const ak_sd_params &p, float *s, 
         mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
     }
     const bool keep = __all_sync(0xffffffffu, mx[0] <= m_run[0] + 8.0f && mx[1] <= m_run[1] + 8.0f);
-    float alpha[2];
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
         const float m_new = keep ? m_run[hr] : fmaxf(m_run[hr], mx[hr]);
@@ -794,6 +800,7 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
     const int wg = cw >> 2, wr = cw & 3; /* consumer warpgroup, warp within it (rows 16 wr ..) */
     const int g = lane >> 2, c4 = lane & 3;
     uint8_t *qs = smem + M::Q;
+    float *alpha_s = reinterpret_cast<float *>(smem + M::ALPHA), *ml_s = reinterpret_cast<float *>(smem + M::ML);
 
     ak_sdw_load_q<DQK, AK_SDW_HEADS, 256>(p, qs, r, i, h0, ctid);
     ak_fence_proxy_async(); /* Q tile writes -> the wgmma (async proxy) reads */
@@ -804,47 +811,105 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
     for (int j = 0; j < 128; j++) o[j] = 0.0f;
     float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
     const uint32_t ka = ak_smem_addr(smem + M::K);
-    const uint64_t dq0 = ak_wgmma_desc_sw128(ak_smem_addr(qs), 16, 1024);
-    const uint64_t dk0 = ak_wgmma_desc_sw128(ka, 16, 1024);
     const uint64_t dv0 = ak_wgmma_desc_sw128(ka + wg * 4 * M::KT, M::KT, 1024);
     enum { KBUF = M::KB * M::KT >> 4 }; /* descriptor step between the K buffers */
+    const int rows[2] = {16 * wr + g, 16 * wr + g + 8};
 
-    float s[16];
     int u = ak_sdx_next(p, u_begin, u_end, len0, len1);
-    if (u < u_end) {
-        ak_mbar_wait(bar, 0);
-        ak_sdx_qk<KSTEPS>(s, dq0, dk0);
-        ak_wgmma_wait0();
-    }
-    for (int j = 0; u < u_end; j++) {
-        const int b = j % NBUF;
-#pragma unroll
-        for (int k = 0; k < 16; k++) ak_reg_fence(s[k]);
-        uint32_t pa[8];
-        ak_sdx_softmax(p, s, *reinterpret_cast<const uint32_t *>(smem + M::VALID + 4 * b), c4, m_run, l_run, pa, o);
-        /* P V of this unit and S of the next back to back (P V does not wait for the next unit);
-           then release this buffer once P V is done */
-        const int un = ak_sdx_next(p, u + 1, u_end, len0, len1);
-#pragma unroll
-        for (int k = 0; k < 128; k++) ak_reg_fence(o[k]);
-        ak_wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < 2; kk++)
-            ak_wgmma_m64n256k16_rs_tb(o, pa + 4 * kk, dv0 + b * KBUF + (kk * 2048 >> 4));
-        ak_wgmma_commit();
-        if (un < u_end) {
-            ak_mbar_wait(bar + 8 * ((j + 1) % NBUF), ((j + 1) / NBUF) & 1); /* FULL */
-            ak_sdx_qk<KSTEPS>(s, dq0, dk0 + ((j + 1) % NBUF) * KBUF);
-            ak_wgmma_wait<1>();
-        } else {
+    if (wg == 0) {
+        /* S, the softmax and O[:, 0 .. 255]; P (bf16) and alpha go to shared memory for warpgroup 1 */
+        const uint64_t dq0 = ak_wgmma_desc_sw128(ak_smem_addr(qs), 16, 1024);
+        const uint64_t dk0 = ak_wgmma_desc_sw128(ka, 16, 1024);
+        uint8_t *ps = smem + M::PS;
+        float s[16];
+        if (u < u_end) {
+            ak_mbar_wait(bar, 0);
+            ak_sdx_qk<KSTEPS>(s, dq0, dk0);
             ak_wgmma_wait0();
         }
-        ak_mbar_arrive(bar + 8 * (NBUF + b)); /* EMPTY[b] */
-        ak_wgmma_wait0();
+        for (int j = 0; u < u_end; j++) {
+            const int b = j % NBUF;
 #pragma unroll
-        for (int k = 0; k < 128; k++) ak_reg_fence(o[k]);
-        u = un;
+            for (int k = 0; k < 16; k++) ak_reg_fence(s[k]);
+            uint32_t pa[8];
+            float alpha[2];
+            ak_sdx_softmax(p, s, *reinterpret_cast<const uint32_t *>(smem + M::VALID + 4 * b), c4, m_run, l_run, pa,
+                           o, alpha);
+            if (j > 0) ak_bar_sync(3, 256); /* warpgroup 1's P V of the previous unit has read P and alpha */
+            /* the A fragment words -> [head][key] rows in the 128-byte swizzle (one 16-byte chunk per 8 keys) */
+#pragma unroll
+            for (int kk = 0; kk < 2; kk++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int n = rows[e & 1], key = 16 * kk + 8 * (e >> 1) + 2 * c4;
+                    *reinterpret_cast<uint32_t *>(ps + n * 128 + ((((key >> 3) ^ (n & 7))) << 4) + (key & 7) * 2) =
+                        pa[4 * kk + e];
+                }
+            if (c4 == 0) alpha_s[rows[0]] = alpha[0], alpha_s[rows[1]] = alpha[1];
+            ak_fence_proxy_async(); /* P writes -> warpgroup 1's wgmma reads */
+            ak_bar_arrive(2, 256);  /* P and alpha of this unit are ready */
+            /* P V of this unit and S of the next back to back (P V does not wait for the next unit);
+               then release this buffer once P V is done */
+            const int un = ak_sdx_next(p, u + 1, u_end, len0, len1);
+#pragma unroll
+            for (int k = 0; k < 128; k++) ak_reg_fence(o[k]);
+            ak_wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < 2; kk++)
+                ak_wgmma_m64n256k16_rs_tb(o, pa + 4 * kk, dv0 + b * KBUF + (kk * 2048 >> 4));
+            ak_wgmma_commit();
+            if (un < u_end) {
+                ak_mbar_wait(bar + 8 * ((j + 1) % NBUF), ((j + 1) / NBUF) & 1); /* FULL */
+                ak_sdx_qk<KSTEPS>(s, dq0, dk0 + ((j + 1) % NBUF) * KBUF);
+                ak_wgmma_wait<1>();
+            } else {
+                ak_wgmma_wait0();
+            }
+            ak_mbar_arrive(bar + 8 * (NBUF + b)); /* EMPTY[b] */
+            ak_wgmma_wait0();
+#pragma unroll
+            for (int k = 0; k < 128; k++) ak_reg_fence(o[k]);
+            u = un;
+        }
+        if (c4 == 0)
+#pragma unroll
+            for (int hr = 0; hr < 2; hr++) ml_s[rows[hr]] = m_run[hr], ml_s[64 + rows[hr]] = l_run[hr];
+    } else {
+        /* O[:, 256 .. 511] += P V with P from shared memory, after the same rescaling as warpgroup 0 */
+        const uint64_t dp0 = ak_wgmma_desc_sw128(ak_smem_addr(smem + M::PS), 16, 1024);
+        for (int j = 0; u < u_end; j++) {
+            const int b = j % NBUF;
+            const int un = ak_sdx_next(p, u + 1, u_end, len0, len1);
+            ak_bar_sync(2, 256); /* P and alpha of unit j */
+            const float a0 = alpha_s[rows[0]], a1 = alpha_s[rows[1]];
+            if (!__all_sync(0xffffffffu, a0 == 1.0f && a1 == 1.0f)) {
+#pragma unroll
+                for (int k = 0; k < 32; k++) {
+                    o[4 * k] *= a0;
+                    o[4 * k + 1] *= a0;
+                    o[4 * k + 2] *= a1;
+                    o[4 * k + 3] *= a1;
+                }
+            }
+#pragma unroll
+            for (int k = 0; k < 128; k++) ak_reg_fence(o[k]);
+            ak_wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < 2; kk++)
+                ak_wgmma_m64n256k16_ss_tb(o, dp0 + (kk * 32 >> 4), dv0 + b * KBUF + (kk * 2048 >> 4));
+            ak_wgmma_commit();
+            ak_wgmma_wait0();
+#pragma unroll
+            for (int k = 0; k < 128; k++) ak_reg_fence(o[k]);
+            if (un < u_end) ak_bar_arrive(3, 256); /* P and alpha may be overwritten */
+            ak_mbar_arrive(bar + 8 * (NBUF + b)); /* EMPTY[b] */
+            u = un;
+        }
     }
+    ak_bar_sync(1, 256); /* warpgroup 0's final m and l rows are in ml_s */
+    if (wg == 1)
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) m_run[hr] = ml_s[rows[hr]], l_run[hr] = ml_s[64 + rows[hr]];
 
     ak_sdw_write_rows(p, o, m_run, l_run, r, i, h0, split, wg, wr, g, c4);
 }
