@@ -161,11 +161,6 @@ __device__ __forceinline__ void ak_bar_sync(int id, int n) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
 }
 
-/* Arrives on barrier `id` without waiting (the other `n` - this warpgroup's threads bar_sync on it). */
-__device__ __forceinline__ void ak_bar_arrive(int id, int n) {
-    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
-}
-
 /* Shrinks / grows the registers of every warp of this warpgroup to N per thread. */
 template <int N> __device__ __forceinline__ void ak_setmaxnreg_dec(void) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));

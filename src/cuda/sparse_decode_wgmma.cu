@@ -480,8 +480,8 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
  * dequantizes its 8 keys into one of NBUF bf16 K buffers (32 keys, 128-byte swizzle) and arrives on
  * FULL. It keeps 104 registers. Warpgroups 1 and 2 consume (200 registers). Warpgroup 1 computes S =
  * Q K^T for the unit (m64n32k16) and the softmax, writes P (bf16) and the rows' rescale factors to
- * shared memory for warpgroup 2 (named barriers: P ready, P read), adds O[:, 0 .. 255] += P V
- * (m64n256k16, P from registers) and issues S of the next unit right behind it; warpgroup 2 rescales
+ * shared memory for warpgroup 2 (two named barriers per unit: P read, P ready), adds O[:, 0 .. 255] +=
+ * P V (m64n256k16, P from registers) and issues S of the next unit right behind it; warpgroup 2 rescales
  * its O rows and adds O[:, 256 .. 511] += P V with P from shared memory. Both arrive on EMPTY once
  * their P V has read the buffer. So S is computed once per unit (as FlashMLA's Hopper kernel does)
  * and the conversion runs on its own warps beside the products instead of between them. Units are the
@@ -835,7 +835,7 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
             float alpha[2];
             ak_sdx_softmax(p, s, *reinterpret_cast<const uint32_t *>(smem + M::VALID + 4 * b), c4, m_run, l_run, pa,
                            o, alpha);
-            if (j > 0) ak_bar_sync(3, 256); /* warpgroup 1's P V of the previous unit has read P and alpha */
+            if (j > 0) ak_bar_sync(3, 256); /* warpgroup 2's P V of unit j - 1 has read P and alpha */
             /* the A fragment words -> [head][key] rows in the 128-byte swizzle (one 16-byte chunk per 8 keys) */
 #pragma unroll
             for (int kk = 0; kk < 2; kk++)
@@ -846,8 +846,8 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
                         pa[4 * kk + e];
                 }
             if (c4 == 0) alpha_s[rows[0]] = alpha[0], alpha_s[rows[1]] = alpha[1];
-            ak_fence_proxy_async(); /* P writes -> warpgroup 1's wgmma reads */
-            ak_bar_arrive(2, 256);  /* P and alpha of this unit are ready */
+            ak_fence_proxy_async(); /* P writes -> warpgroup 2's wgmma reads */
+            ak_bar_sync(2, 256);    /* P and alpha of this unit are ready */
             /* P V of this unit and S of the next back to back (P V does not wait for the next unit);
                then release this buffer once P V is done */
             const int un = ak_sdx_next(p, u + 1, u_end, len0, len1);
@@ -901,8 +901,8 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
             ak_wgmma_wait0();
 #pragma unroll
             for (int k = 0; k < 128; k++) ak_reg_fence(o[k]);
-            if (un < u_end) ak_bar_arrive(3, 256); /* P and alpha may be overwritten */
             ak_mbar_arrive(bar + 8 * (NBUF + b)); /* EMPTY[b] */
+            if (un < u_end) ak_bar_sync(3, 256); /* P and alpha may be overwritten */
             u = un;
         }
     }
