@@ -478,7 +478,8 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
  * bulk copy each (the copy engine moves the bytes and counts them on the stage's mbarrier, so no
  * copy sits in the warp's scoreboard), NST - 1 units ahead of the one being converted; the warp then
  * dequantizes its 8 keys into one of NBUF bf16 K buffers (32 keys, 128-byte swizzle) and arrives on
- * FULL. It keeps 104 registers. Warpgroups 1 and 2 consume (200 registers). Warpgroup 1 computes S =
+ * FULL. It keeps 120 registers (at 104 a spilled slot id made every step wait for its load). Warpgroups
+ * 1 (216 registers) and 2 (the launch's 168) consume. Warpgroup 1 computes S =
  * Q K^T for the unit (m64n32k16) and the softmax, writes P (bf16) and the rows' rescale factors to
  * shared memory for warpgroup 2 (two named barriers per unit: P read, P ready), adds O[:, 0 .. 255] +=
  * P V (m64n256k16, P from registers) and issues S of the next unit right behind it; warpgroup 2 rescales
@@ -497,8 +498,8 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
 #define AK_SDX_THREADS 384
 #define AK_SDX_UNIT 32 /* keys per unit and K buffer */
 #define AK_SDX_NBUF 2  /* bf16 K buffers */
-#define AK_SDX_PREG 104
-#define AK_SDX_CREG 200
+#define AK_SDX_PREG 120 /* registers after setmaxnreg: producers, consumer warpgroup 1 (120 + 216 + 168 = 3 x 168) */
+#define AK_SDX_CREG 216
 
 /* Shared-memory map (bytes from the 1024-aligned base); 222 KB for 656. */
 template <int LAYOUT> struct ak_sdx_map {
@@ -795,7 +796,6 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
         ak_sdx_produce<LAYOUT>(p, smem, r, i, len0, len1, u_begin, u_end);
         return;
     }
-    ak_setmaxnreg_inc<AK_SDX_CREG>();
     const int ctid = tid - 128, cw = warp - 4;
     const int wg = cw >> 2, wr = cw & 3; /* consumer warpgroup, warp within it (rows 16 wr ..) */
     const int g = lane >> 2, c4 = lane & 3;
@@ -817,6 +817,7 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
 
     int u = ak_sdx_next(p, u_begin, u_end, len0, len1);
     if (wg == 0) {
+        ak_setmaxnreg_inc<AK_SDX_CREG>(); /* warpgroup 2 keeps the launch's 168 */
         /* S, the softmax and O[:, 0 .. 255]; P (bf16) and alpha go to shared memory for warpgroup 1 */
         const uint64_t dq0 = ak_wgmma_desc_sw128(ak_smem_addr(qs), 16, 1024);
         const uint64_t dk0 = ak_wgmma_desc_sw128(ka, 16, 1024);
