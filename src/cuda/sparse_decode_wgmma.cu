@@ -478,16 +478,16 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
  * bulk copy each (the copy engine moves the bytes and counts them on the stage's mbarrier, so no
  * copy sits in the warp's scoreboard), NST - 1 units ahead of the one being converted; the warp then
  * dequantizes its 8 keys into one of NBUF bf16 K buffers (32 keys, 128-byte swizzle) and arrives on
- * FULL. It keeps 120 registers (at 104 a spilled slot id made every step wait for its load). Warpgroups
- * 1 (216 registers) and 2 (the launch's 168) consume. Warpgroup 1 computes S =
- * Q K^T for the unit (m64n32k16) and the softmax, writes P (bf16) and the rows' rescale factors to
- * shared memory for warpgroup 2 (two named barriers per unit: P read, P ready), adds O[:, 0 .. 255] +=
- * P V (m64n256k16, P from registers) and issues S of the next unit right behind it; warpgroup 2 rescales
- * its O rows and adds O[:, 256 .. 511] += P V with P from shared memory. Both arrive on EMPTY once
- * their P V has read the buffer. So S is computed once per unit (as FlashMLA's Hopper kernel does)
- * and the conversion runs on its own warps beside the products instead of between them. Units are the
- * halves of the 64-key tiles of the split rule (same splits, same partial rows); a unit wholly past
- * its row's length is skipped by both sides, which walk the same sequence.
+ * FULL. It keeps 120 registers (at 104 a spilled slot id made every step wait for its load).
+ * Warpgroups 1 (216 registers) and 2 (the launch's 168) consume. Warpgroup 1 computes S = Q K^T for
+ * the unit (m64n32k16) and the softmax, writes P (bf16) and the rows' rescale factors to shared
+ * memory for warpgroup 2 (two named barriers per unit: P read, P ready), adds O[:, 0 .. 255] += P V
+ * (m64n256k16, P from registers) and issues S of the next unit right behind it; warpgroup 2
+ * rescales its O rows and adds O[:, 256 .. 511] += P V with P from shared memory. Both arrive on
+ * EMPTY once their P V has read the buffer. So S is computed once per unit (as FlashMLA's Hopper
+ * kernel does) and the conversion runs on its own warps beside the products instead of between
+ * them. Units are the halves of the 64-key tiles of the split rule (same splits, same partial rows);
+ * a unit wholly past its row's length is skipped by both sides, which walk the same sequence.
  *
  * Measured against ak_sdw_main (docs/perf.md, session 5): 8-9% faster on 656 at h_q 64 / 128 and
  * s_q 2, 12-15% slower on V4 (which stays on ak_sdw_main). Three K buffers, a ping-pong of the two
