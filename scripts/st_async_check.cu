@@ -8,8 +8,8 @@
  * Warpgroup 1 writes a 64 x 64 bf16 K tile (128-byte swizzle) with st.async and each thread arrives
  * with expect_tx of its bytes; warpgroup 0 waits on the mbarrier and computes D = A K^T over the
  * first 16 dims with wgmma m64n64k16 (A: ones written by generic stores + fence), so D[m][n] =
- * sum_k K[n][k] (K[n][k] = n % 8 + k / 16). A second launch times R rounds of the same writes, each waited for before the
- * next (a round's latency). Prints PASS / FAIL.
+ * sum_k K[n][k] (K[n][k] = n % 8 + k / 16). A second launch times rounds of 64 such tiles (512 KB)
+ * waited for together: the stores' throughput. Prints PASS / FAIL.
  * build: nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 -Isrc scripts/st_async_check.cu -o st_async_check */
 #include "cuda/ptx.cuh"
 #include <cstdio>
@@ -30,7 +30,7 @@ __device__ __forceinline__ void st_async16(uint32_t dst, uint4 v, uint32_t mbar)
 
 __device__ __forceinline__ uint16_t bf16_of(float f) { return (uint16_t)(__float_as_uint(f) >> 16); }
 
-__global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256, 1) check(float *out, long long *clk, int rounds) {
+__global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256, 1) check(float *out, long long *clk, int rounds, int generic) {
     __shared__ __align__(1024) uint8_t sm[8192 * 2 + 64];
     uint8_t *qa = sm, *kt = sm + 8192;
     const uint32_t bar = ak_smem_addr(sm + 16384);
@@ -40,19 +40,40 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256, 1) check(float 
     __syncthreads();
     if (wg == 1) {
         /* K[n][d] = n % 8 + d / 16 (exact in bf16), 16-byte chunk c of row n at the swizzled offset */
+        uint4 v[4];
+        uint32_t dst[4];
+        uint4 *gdst[4];
+        for (int q = 0; q < 4; q++) {
+            const int ch = 4 * t + q, n = ch >> 3, c = ch & 7;
+            uint32_t w[4];
+            for (int e = 0; e < 4; e++)
+                w[e] = (uint32_t)bf16_of((float)(n % 8) + (float)(8 * c + 2 * e) / 16.0f) |
+                       (uint32_t)bf16_of((float)(n % 8) + (float)(8 * c + 2 * e + 1) / 16.0f) << 16;
+            v[q] = make_uint4(w[0], w[1], w[2], w[3]);
+            dst[q] = own_cluster_addr(ak_smem_addr(kt + n * 128 + ((c ^ (n & 7)) << 4)));
+            gdst[q] = reinterpret_cast<uint4 *>(kt + n * 128 + ((c ^ (n & 7)) << 4));
+        }
+        const uint32_t cbar = own_cluster_addr(bar);
         const long long t0 = clock64();
         for (int rd = 0; rd < rounds; rd++) {
+            /* a round: 64 x 8 KB (512 KB, within the tx count) before one wait, so its time is the
+               stores' throughput; the check (rounds 1) writes the tile once */
+            const int reps = rounds > 1 ? 64 : 1;
             if (rd > 0) ak_mbar_wait(bar, (rd - 1) & 1); /* the previous round completed */
-            ak_mbar_arrive_tx(bar, 4 * 16);
-            for (int q = 0; q < 4; q++) {
-                const int ch = 4 * t + q, n = ch >> 3, c = ch & 7;
-                uint32_t w[4];
-                for (int e = 0; e < 4; e++)
-                    w[e] = (uint32_t)bf16_of((float)(n % 8) + (float)(8 * c + 2 * e) / 16.0f) |
-                           (uint32_t)bf16_of((float)(n % 8) + (float)(8 * c + 2 * e + 1) / 16.0f) << 16;
-                st_async16(own_cluster_addr(ak_smem_addr(kt + n * 128 + ((c ^ (n & 7)) << 4))),
-                           make_uint4(w[0], w[1], w[2], w[3]), own_cluster_addr(bar));
+            if (generic) { /* the same bytes by st.shared, for comparison */
+                for (int rep = 0; rep < reps; rep++)
+#pragma unroll
+                    for (int q = 0; q < 4; q++)
+                        asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(ak_smem_addr(gdst[q])), "r"(v[q].x),
+                                     "r"(v[q].y), "r"(v[q].z), "r"(v[q].w)
+                                     : "memory");
+                ak_mbar_arrive(bar);
+                continue;
             }
+            ak_mbar_arrive_tx(bar, reps * 4 * 16);
+            for (int rep = 0; rep < reps; rep++)
+#pragma unroll
+                for (int q = 0; q < 4; q++) st_async16(dst[q], v[q], cbar);
         }
         ak_mbar_wait(bar, (rounds - 1) & 1); /* no st.async in flight when the CTA exits */
         if (t == 0) clk[0] = clock64() - t0;
@@ -83,13 +104,18 @@ int main() {
     long long *dclk, hclk = 0;
     cudaMalloc(&dout, sizeof h);
     cudaMalloc(&dclk, 2 * sizeof(long long));
-    const int rounds = 1000;
-    check<<<2, 256>>>(dout, dclk, 1);
+    const int rounds = 100;
+    check<<<2, 256>>>(dout, dclk, 1, 0);
     cudaError_t e = cudaDeviceSynchronize();
     cudaMemcpy(h, dout, sizeof h, cudaMemcpyDeviceToHost);
-    check<<<2, 256>>>(dout, dclk, rounds);
+    check<<<2, 256>>>(dout, dclk, rounds, 1);
+    if (e == cudaSuccess) e = cudaDeviceSynchronize();
+    long long gclk = 0;
+    cudaMemcpy(&gclk, dclk, sizeof gclk, cudaMemcpyDeviceToHost);
+    check<<<2, 256>>>(dout, dclk, rounds, 0);
     if (e == cudaSuccess) e = cudaDeviceSynchronize();
     cudaMemcpy(&hclk, dclk, sizeof hclk, cudaMemcpyDeviceToHost);
+    printf("st.shared (generic): %.1f bytes per clk\n", 524288.0 * rounds / (double)gclk);
     int bad = 0;
     for (int c = 0; c < 2; c++)
         for (int m = 0; m < 64; m++)
@@ -98,7 +124,9 @@ int main() {
                 for (int k = 0; k < 16; k++) ref += (double)(n % 8) + k / 16.0;
                 if (h[c * 4096 + m * 64 + n] != (float)ref) bad++;
             }
-    printf("st.async -> wgmma: %s (%d of 8192 wrong; %s); %d rounds of 8 KB by 128 threads: %.1f clk per round\n",
-           bad ? "FAIL" : "PASS", bad, cudaGetErrorString(e), rounds, (double)hclk / rounds);
+    printf("st.async -> wgmma: %s (%d of 8192 wrong; %s); %d rounds of 512 KB by 128 threads: %.1f clk per round, "
+           "%.1f bytes per clk\n",
+           bad ? "FAIL" : "PASS", bad, cudaGetErrorString(e), rounds, (double)hclk / rounds,
+           524288.0 * rounds / (double)hclk);
     return bad != 0;
 }
