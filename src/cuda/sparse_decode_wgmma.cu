@@ -626,18 +626,21 @@ __device__ __forceinline__ void ak_sdx_convert(const uint8_t *stg, uint8_t *kb, 
 __device__ __forceinline__ void ak_sdx_softmax(const ak_sd_params &p, float *s, uint32_t kv, int c4, float *m_run,
                                                float *l_run, uint32_t *pa, float *o, float *alpha) {
     float mx[2];
+    const bool all = kv == 0xffffffffu; /* the common case: no key of the unit masked */
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
-        mx[hr] = -INFINITY;
+        float v[8];
 #pragma unroll
         for (int n = 0; n < 4; n++) {
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-                const float v = (kv >> (8 * n + 2 * c4 + e)) & 1u ? s[4 * n + 2 * hr + e] * p.scale_log2 : -INFINITY;
-                s[4 * n + 2 * hr + e] = v;
-                mx[hr] = fmaxf(mx[hr], v);
+                const float x = s[4 * n + 2 * hr + e] * p.scale_log2;
+                v[2 * n + e] = all || (kv >> (8 * n + 2 * c4 + e)) & 1u ? x : -INFINITY;
+                s[4 * n + 2 * hr + e] = v[2 * n + e];
             }
         }
+        /* a tree: three dependent steps instead of eight (max is exact in any order) */
+        mx[hr] = fmaxf(fmaxf(fmaxf(v[0], v[1]), fmaxf(v[2], v[3])), fmaxf(fmaxf(v[4], v[5]), fmaxf(v[6], v[7])));
         mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
         mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
     }
@@ -647,16 +650,16 @@ __device__ __forceinline__ void ak_sdx_softmax(const ak_sd_params &p, float *s, 
         const float m_new = keep ? m_run[hr] : fmaxf(m_run[hr], mx[hr]);
         const float m_use = m_new == -INFINITY ? 0.0f : m_new;
         alpha[hr] = keep ? 1.0f : ak_ex2(m_run[hr] - m_use);
-        float sum = 0.0f;
+        float v[8];
 #pragma unroll
         for (int n = 0; n < 4; n++) {
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-                const float v = ak_ex2(s[4 * n + 2 * hr + e] - m_use);
-                s[4 * n + 2 * hr + e] = v;
-                sum += v;
+                v[2 * n + e] = ak_ex2(s[4 * n + 2 * hr + e] - m_use);
+                s[4 * n + 2 * hr + e] = v[2 * n + e];
             }
         }
+        float sum = ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7])); /* pairwise, as the max */
         sum += __shfl_xor_sync(0xffffffffu, sum, 1);
         sum += __shfl_xor_sync(0xffffffffu, sum, 2);
         l_run[hr] = l_run[hr] * alpha[hr] + sum;
@@ -823,8 +826,10 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
         const uint64_t dk0 = ak_wgmma_desc_sw128(ka, 16, 1024);
         uint8_t *ps = smem + M::PS;
         float s[16];
+        uint32_t kv = 0u; /* the unit's validity mask, read as soon as its FULL completes */
         if (u < u_end) {
             ak_mbar_wait(bar, 0);
+            kv = *reinterpret_cast<const uint32_t *>(smem + M::VALID);
             ak_sdx_qk<KSTEPS>(s, dq0, dk0);
             ak_wgmma_wait0();
         }
@@ -834,8 +839,7 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
             for (int k = 0; k < 16; k++) ak_reg_fence(s[k]);
             uint32_t pa[8];
             float alpha[2];
-            ak_sdx_softmax(p, s, *reinterpret_cast<const uint32_t *>(smem + M::VALID + 4 * b), c4, m_run, l_run, pa,
-                           o, alpha);
+            ak_sdx_softmax(p, s, kv, c4, m_run, l_run, pa, o, alpha);
             if (j > 0) ak_bar_sync(3, 256); /* warpgroup 2's P V of unit j - 1 has read P and alpha */
             /* the A fragment words -> [head][key] rows in the 128-byte swizzle (one 16-byte chunk per 8 keys) */
 #pragma unroll
@@ -861,6 +865,7 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
             ak_wgmma_commit();
             if (un < u_end) {
                 ak_mbar_wait(bar + 8 * ((j + 1) % NBUF), ((j + 1) / NBUF) & 1); /* FULL */
+                kv = *reinterpret_cast<const uint32_t *>(smem + M::VALID + 4 * ((j + 1) % NBUF));
                 ak_sdx_qk<KSTEPS>(s, dq0, dk0 + ((j + 1) % NBUF) * KBUF);
                 ak_wgmma_wait<1>();
             } else {
