@@ -613,13 +613,24 @@ __device__ __forceinline__ void ak_sdx_convert(const uint8_t *stg, uint8_t *kb, 
     }
 }
 
+/* O rows 16 wr + g (factor a0) and + 8 (a1) of a 64 x 256 D fragment times their rescale factors. */
+__device__ __forceinline__ void ak_sdx_rescale(float *o, float a0, float a1) {
+#pragma unroll
+    for (int j = 0; j < 32; j++) {
+        o[4 * j] *= a0;
+        o[4 * j + 1] *= a0;
+        o[4 * j + 2] *= a1;
+        o[4 * j + 3] *= a1;
+    }
+}
+
 /* Online softmax of one unit's wgmma S fragment (ak_sdx_main: 4 n8 blocks; rows 16 wr + g (hr 0)
    and + 8 (hr 1); s[4 n + 2 hr + e] is key 8 n + 2 c4 + e, valid iff bit 8 n + 2 c4 + e of the
    unit's mask kv), in log2 units: updates the running max and sum, rescales this warpgroup's O
    accumulators (the 64 x 256 D fragment) and writes P rounded to bf16 as the A fragments of the two
    k16 steps of P V (the D fragment of keys 16 kk .. 16 kk + 15 is the A fragment of step kk), and
-   the factor alpha[hr] its O rows were rescaled by (1 when kept). Consumer warpgroup 0 runs it and
-   hands P and alpha to warpgroup 1 through shared memory. Lazy rescaling as in
+   the factor alpha[hr] its O rows were rescaled by (1 when kept). Consumer warpgroup 1 runs it and
+   hands P and alpha to consumer warpgroup 2 through shared memory. Lazy rescaling as in
    ak_sdw_main. (ak_sdw_main keeps its own copy over 64 keys and byte flags: routed through this
    helper its V4 times rose 3-4% from a different register allocation.) A mask word read once per
    unit measured 1.5-3.5% faster here than a byte per key. */
@@ -672,15 +683,7 @@ __device__ __forceinline__ void ak_sdx_softmax(const ak_sd_params &p, float *s, 
         pa[4 * kk + 2] = ak_sd_pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
         pa[4 * kk + 3] = ak_sd_pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
     }
-    if (!keep) {
-#pragma unroll
-        for (int j = 0; j < 32; j++) {
-            o[4 * j] *= alpha[0];
-            o[4 * j + 1] *= alpha[0];
-            o[4 * j + 2] *= alpha[1];
-            o[4 * j + 3] *= alpha[1];
-        }
-    }
+    if (!keep) ak_sdx_rescale(o, alpha[0], alpha[1]);
 }
 
 template <int KSTEPS>
@@ -821,7 +824,7 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
     int u = ak_sdx_next(p, u_begin, u_end, len0, len1);
     if (wg == 0) {
         ak_setmaxnreg_inc<AK_SDX_CREG>(); /* warpgroup 2 keeps the launch's 168 */
-        /* S, the softmax and O[:, 0 .. 255]; P (bf16) and alpha go to shared memory for warpgroup 1 */
+        /* S, the softmax and O[:, 0 .. 255]; P (bf16) and alpha go to shared memory for warpgroup 2 */
         const uint64_t dq0 = ak_wgmma_desc_sw128(ak_smem_addr(qs), 16, 1024);
         const uint64_t dk0 = ak_wgmma_desc_sw128(ka, 16, 1024);
         uint8_t *ps = smem + M::PS;
@@ -847,8 +850,7 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int n = rows[e & 1], key = 16 * kk + 8 * (e >> 1) + 2 * c4;
-                    *reinterpret_cast<uint32_t *>(ps + n * 128 + ((((key >> 3) ^ (n & 7))) << 4) + (key & 7) * 2) =
-                        pa[4 * kk + e];
+                    *reinterpret_cast<uint32_t *>(ps + ak_sdx_off<AK_SDW_HEADS>(n, key) + (key & 7) * 2) = pa[4 * kk + e];
                 }
             if (c4 == 0) alpha_s[rows[0]] = alpha[0], alpha_s[rows[1]] = alpha[1];
             ak_fence_proxy_async(); /* P writes -> warpgroup 2's wgmma reads */
@@ -881,22 +883,14 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
 #pragma unroll
             for (int hr = 0; hr < 2; hr++) ml_s[rows[hr]] = m_run[hr], ml_s[64 + rows[hr]] = l_run[hr];
     } else {
-        /* O[:, 256 .. 511] += P V with P from shared memory, after the same rescaling as warpgroup 0 */
+        /* O[:, 256 .. 511] += P V with P from shared memory, after the same rescaling as warpgroup 1 */
         const uint64_t dp0 = ak_wgmma_desc_sw128(ak_smem_addr(smem + M::PS), 16, 1024);
         for (int j = 0; u < u_end; j++) {
             const int b = j % NBUF;
             const int un = ak_sdx_next(p, u + 1, u_end, len0, len1);
             ak_bar_sync(2, 256); /* P and alpha of unit j */
             const float a0 = alpha_s[rows[0]], a1 = alpha_s[rows[1]];
-            if (!__all_sync(0xffffffffu, a0 == 1.0f && a1 == 1.0f)) {
-#pragma unroll
-                for (int k = 0; k < 32; k++) {
-                    o[4 * k] *= a0;
-                    o[4 * k + 1] *= a0;
-                    o[4 * k + 2] *= a1;
-                    o[4 * k + 3] *= a1;
-                }
-            }
+            if (!__all_sync(0xffffffffu, a0 == 1.0f && a1 == 1.0f)) ak_sdx_rescale(o, a0, a1);
 #pragma unroll
             for (int k = 0; k < 128; k++) ak_reg_fence(o[k]);
             ak_wgmma_fence();
@@ -912,7 +906,7 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
             u = un;
         }
     }
-    ak_bar_sync(1, 256); /* warpgroup 0's final m and l rows are in ml_s */
+    ak_bar_sync(1, 256); /* consumer warpgroup 1's final m and l rows are in ml_s */
     if (wg == 1)
 #pragma unroll
         for (int hr = 0; hr < 2; hr++) m_run[hr] = ml_s[rows[hr]], l_run[hr] = ml_s[64 + rows[hr]];
