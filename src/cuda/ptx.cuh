@@ -44,6 +44,21 @@ __device__ __forceinline__ uint4 ak_ldg_nc_v4(const void *p) {
     return v;
 }
 
+/* Programmatic dependent launch (sm_90). A kernel launched with the programmatic-serialization
+   attribute may start while the kernel before it in the stream still runs: it must wait before it
+   reads anything that kernel writes (or that the caller wrote before it) and before it writes
+   anything that kernel reads. The wait returns once every prerequisite grid has completed and its
+   memory operations are visible. */
+__device__ __forceinline__ void ak_grid_dep_wait(void) {
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+}
+
+/* Lets the next kernel in the stream, if launched with the attribute, start its CTAs (as SMs
+   free up): it still waits for this grid's completion in ak_grid_dep_wait. */
+__device__ __forceinline__ void ak_grid_dep_launch(void) {
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+
 /* ---- Hopper (sm_90a): wgmma, async-proxy fence, cp.async ------------------------------------- */
 
 /* Shared-memory matrix descriptor (PTX ISA, "matrix descriptor format"): start address >> 4 in

@@ -196,6 +196,8 @@ struct ak_sd_cfg {
  */
 template <int LAYOUT, int MW>
 __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_params p) {
+    ak_grid_dep_wait(); /* a programmatic dependent launch: inputs and workspace are free to use after this */
+    ak_grid_dep_launch();
     typedef ak_sd_cfg<LAYOUT, MW> C;
     enum {
         DQK = C::DQK, KSTR = C::KSTR, SSTR = C::SSTR,
@@ -481,15 +483,48 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
 /* Merges the splits of one (r, i, h) row: 128 threads x 4 dims. The split weights are computed
    once per row (threads stride over the splits, a fixed-shape tree reduces them) into shared
    memory; each thread then sums its 4 dims over the splits in split order, so the result is the
-   same bits on every run. */
+   same bits on every run. The kernel is latency-bound at the batches that split (a few rows per SM),
+   so the first AK_SDC_CHUNK partial rows are loaded together with the split lse values, before the
+   weights exist, and each further chunk is loaded while the previous one is summed: one L2 round
+   trip per row up to AK_SDC_CHUNK splits (the former loop waited for the lse values, then once per
+   eight splits). The workspace holds every split, so the loads stay in bounds even for an empty
+   split, whose weight is 0 and whose (unwritten) row is never used. */
+#define AK_SDC_CHUNK 16
+__device__ __forceinline__ void ak_sd_combine_load(float4 *v, const float *src, int s0, int splits, int64_t step) {
+#pragma unroll
+    for (int k = 0; k < AK_SDC_CHUNK; k++)
+        if (s0 + k < splits) v[k] = *reinterpret_cast<const float4 *>(src + (s0 + k) * step);
+}
+
+__device__ __forceinline__ void ak_sd_combine_add(float *acc, const float4 *v, const float *w, int s0, int splits) {
+#pragma unroll
+    for (int k = 0; k < AK_SDC_CHUNK; k++) {
+        if (s0 + k >= splits) break;
+        const float wk = w[s0 + k];
+        if (wk == 0.0f) continue; /* an empty split's row was never written */
+        acc[0] += wk * v[k].x;
+        acc[1] += wk * v[k].y;
+        acc[2] += wk * v[k].z;
+        acc[3] += wk * v[k].w;
+    }
+}
+
 __global__ void __launch_bounds__(128) ak_sd_combine(const ak_sd_params p) {
-    extern __shared__ float wsm[]; /* [splits rounded up to 8] weights, zero past splits */
+    extern __shared__ float wsm[]; /* [splits rounded up to AK_SDC_CHUNK] weights, zero past splits */
     __shared__ float red[4];
+    ak_grid_dep_wait(); /* the main kernel's partial rows */
+    ak_grid_dep_launch();
     const int64_t row = blockIdx.x;
     const int64_t rows = (int64_t)p.b * p.s_q * p.h_q;
     const int h = (int)(row % p.h_q);
     const int64_t ri = row / p.h_q, r = ri / p.s_q, i = ri % p.s_q;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int d = tid * 4;
+    const float *src = p.oacc + row * AK_SD_DV + d;
+    const int64_t step = rows * AK_SD_DV;
+    float4 v[AK_SDC_CHUNK];
+    ak_sd_combine_load(v, src, 0, p.splits, step);
+    const float sink = p.sink != NULL ? p.sink[h] : 0.0f;
     float mx = -INFINITY;
     for (int s = tid; s < p.splits; s += 128) {
         const float l = p.lacc[s * rows + row];
@@ -511,38 +546,24 @@ __global__ void __launch_bounds__(128) ak_sd_combine(const ak_sd_params p) {
     __syncthreads();
     sum = (red[0] + red[1]) + (red[2] + red[3]);
     const float lse2 = mx != -INFINITY ? mx + log2f(sum) : -INFINITY;
-    /* the padding to a multiple of 8 is zero: the compiler reads the weights of a batch of 8
-       splits with vector loads, past `splits` when it is not a multiple of 8 */
-    for (int s = tid; s < ((p.splits + 7) & ~7); s += 128)
+    /* the padding is zero: the compiler may read a chunk's weights with vector loads past `splits` */
+    const int padded = (p.splits + AK_SDC_CHUNK - 1) / AK_SDC_CHUNK * AK_SDC_CHUNK;
+    for (int s = tid; s < padded; s += 128)
         wsm[s] = s >= p.splits || wsm[s] == -INFINITY ? 0.0f : exp2f(wsm[s] - lse2);
     __syncthreads();
-    const int d = tid * 4;
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     float lse_e = INFINITY, f = 0.0f;
     if (mx != -INFINITY) {
-        /* Eight partial rows are loaded before any is used, so the loop waits for one L2 round trip
-           per eight splits (the workspace is allocated for every split, so the loads are in
-           bounds even for an empty split, whose weight is 0). */
-        const float *src = p.oacc + row * AK_SD_DV + d;
-        for (int s0 = 0; s0 < p.splits; s0 += 8) {
-            float4 v[8];
+        for (int s0 = 0; s0 < p.splits; s0 += AK_SDC_CHUNK) {
+            float4 nx[AK_SDC_CHUNK];
+            ak_sd_combine_load(nx, src, s0 + AK_SDC_CHUNK, p.splits, step);
+            ak_sd_combine_add(acc, v, wsm, s0, p.splits);
 #pragma unroll
-            for (int k = 0; k < 8; k++)
-                if (s0 + k < p.splits) v[k] = *reinterpret_cast<const float4 *>(src + (s0 + k) * rows * AK_SD_DV);
-#pragma unroll
-            for (int k = 0; k < 8; k++) {
-                if (s0 + k >= p.splits) break;
-                const float w = wsm[s0 + k];
-                if (w == 0.0f) continue; /* an empty split's row need not be written */
-                acc[0] += w * v[k].x;
-                acc[1] += w * v[k].y;
-                acc[2] += w * v[k].z;
-                acc[3] += w * v[k].w;
-            }
+            for (int k = 0; k < AK_SDC_CHUNK; k++) v[k] = nx[k];
         }
         lse_e = lse2 * 0.69314718055994531f;
         f = 1.0f;
-        if (p.sink != NULL) f = 1.0f / (1.0f + expf(p.sink[h] - lse_e));
+        if (p.sink != NULL) f = 1.0f / (1.0f + expf(sink - lse_e));
     }
     if (p.lse != NULL && tid == 0) p.lse[r * p.l_s0 + i * p.l_s1 + h * p.l_s2] = lse_e;
     const int64_t ob = r * p.o_s0 + i * p.o_s1 + h * p.o_s2 + d;
@@ -654,17 +675,19 @@ template <int LAYOUT, int MW>
 static ak_status ak_sd_launch(ak_context *ctx, const ak_sd_params &p, const ak_sd_plan &pl) {
     AK_CUDA_TRY(cudaFuncSetAttribute(ak_sd_main<LAYOUT, MW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      (int)pl.smem));
-    int64_t grid = (int64_t)p.b * p.s_q * pl.htiles * pl.splits;
-    ak_sd_main<LAYOUT, MW><<<(unsigned)grid, AK_SD_THREADS, pl.smem, ak_stream(ctx)>>>(p);
+    const int64_t grid = (int64_t)p.b * p.s_q * pl.htiles * pl.splits;
+    void *args[] = {(void *)&p};
+    AK_CUDA_TRY(ak_launch_pdl(ctx, (const void *)ak_sd_main<LAYOUT, MW>, (unsigned)grid, AK_SD_THREADS, pl.smem, args));
     AK_CUDA_CHECK_LAUNCH("ak_sd_main");
     return AK_OK;
 }
 
-/* The combine: one CTA of 128 threads per row; dynamic shared memory holds one weight per split,
-   padded to a multiple of 8. (A programmatic dependent launch measured no faster on H200.) */
+/* The combine: one CTA of 128 threads per row, dynamic shared memory for one weight per split; a
+   programmatic dependent launch, like the main kernels. */
 static ak_status ak_sd_combine_launch(ak_context *ctx, const ak_sd_params &p, const ak_sd_plan &pl) {
-    const size_t smem = (size_t)((pl.splits + 7) & ~7) * sizeof(float);
-    ak_sd_combine<<<(unsigned)pl.rows, 128, smem, ak_stream(ctx)>>>(p);
+    void *args[] = {(void *)&p};
+    AK_CUDA_TRY(ak_launch_pdl(ctx, (const void *)ak_sd_combine, (unsigned)pl.rows, 128,
+                              (size_t)((pl.splits + AK_SDC_CHUNK - 1) / AK_SDC_CHUNK * AK_SDC_CHUNK) * sizeof(float), args));
     AK_CUDA_CHECK_LAUNCH("ak_sd_combine");
     return AK_OK;
 }

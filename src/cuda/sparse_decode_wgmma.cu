@@ -289,6 +289,8 @@ __device__ __forceinline__ void ak_sdw_write_rows(const ak_sd_params &p, const f
 
 template <int LAYOUT>
 __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_params p) {
+    ak_grid_dep_wait(); /* a programmatic dependent launch: inputs and workspace are free to use after this */
+    ak_grid_dep_launch();
     typedef ak_sd_geo<LAYOUT> G;
     enum { DQK = G::DQK, KB = DQK / 64, KSTEPS = DQK / 16, BF16 = LAYOUT == AK_LAYOUT_MLA_BF16 };
     extern __shared__ __align__(16) uint8_t smem_raw[];
@@ -771,6 +773,8 @@ __device__ __forceinline__ void ak_sdx_produce(const ak_sd_params &p, uint8_t *s
 
 template <int LAYOUT>
 __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_params p) {
+    ak_grid_dep_wait(); /* a programmatic dependent launch: inputs and workspace are free to use after this */
+    ak_grid_dep_launch();
     typedef ak_sdx_map<LAYOUT> M;
     enum { DQK = M::DQK, KSTEPS = DQK / 16, NBUF = M::NBUF };
     extern __shared__ __align__(16) uint8_t smem_raw[];
@@ -1030,6 +1034,8 @@ __device__ __forceinline__ void ak_sdt_qk(float *s, uint64_t dk0, uint64_t dq0) 
 
 template <int LAYOUT, int NH>
 __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_params p) {
+    ak_grid_dep_wait(); /* a programmatic dependent launch: inputs and workspace are free to use after this */
+    ak_grid_dep_launch();
     typedef ak_sdt_map<LAYOUT, NH> M;
     enum { DQK = M::DQK, KSTEPS = DQK / 16, NS = NH / 2, /* S^T and per-block O^T registers */
            NC = NH / 4 /* head columns per thread: 8 j + 2 c4 + e */ };
@@ -1310,7 +1316,8 @@ static ak_status ak_sdx_launch_t(ak_context *ctx, const ak_sd_params &p, const a
     static_assert(1024 + ak_sdx_map<LAYOUT>::BYTES <= 232448, "shared memory of ak_sdx_main (227 KB per block)");
     AK_CUDA_TRY(cudaFuncSetAttribute(ak_sdx_main<LAYOUT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl.smem));
     const int64_t grid = (int64_t)p.b * p.s_q * pl.htiles * pl.splits;
-    ak_sdx_main<LAYOUT><<<(unsigned)grid, AK_SDX_THREADS, pl.smem, ak_stream(ctx)>>>(p);
+    void *args[] = {(void *)&p};
+    AK_CUDA_TRY(ak_launch_pdl(ctx, (const void *)ak_sdx_main<LAYOUT>, (unsigned)grid, AK_SDX_THREADS, pl.smem, args));
     AK_CUDA_CHECK_LAUNCH("ak_sdx_main");
     return AK_OK;
 }
@@ -1320,7 +1327,8 @@ static ak_status ak_sdt_launch_t(ak_context *ctx, const ak_sd_params &p, const a
     static_assert(1024 + ak_sdt_map<LAYOUT, NH>::BYTES <= 232448, "shared memory of ak_sdt_main (227 KB per block)");
     AK_CUDA_TRY(cudaFuncSetAttribute(ak_sdt_main<LAYOUT, NH>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl.smem));
     const int64_t grid = (int64_t)p.b * p.s_q * pl.htiles * pl.splits;
-    ak_sdt_main<LAYOUT, NH><<<(unsigned)grid, AK_SDT_THREADS, pl.smem, ak_stream(ctx)>>>(p);
+    void *args[] = {(void *)&p};
+    AK_CUDA_TRY(ak_launch_pdl(ctx, (const void *)ak_sdt_main<LAYOUT, NH>, (unsigned)grid, AK_SDT_THREADS, pl.smem, args));
     AK_CUDA_CHECK_LAUNCH("ak_sdt_main");
     return AK_OK;
 }
@@ -1330,7 +1338,8 @@ static ak_status ak_sdw_launch_t(ak_context *ctx, const ak_sd_params &p, const a
     AK_CUDA_TRY(cudaFuncSetAttribute(ak_sdw_main<LAYOUT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      (int)pl.smem));
     const int64_t grid = (int64_t)p.b * p.s_q * pl.htiles * pl.splits;
-    ak_sdw_main<LAYOUT><<<(unsigned)grid, AK_SDW_THREADS, pl.smem, ak_stream(ctx)>>>(p);
+    void *args[] = {(void *)&p};
+    AK_CUDA_TRY(ak_launch_pdl(ctx, (const void *)ak_sdw_main<LAYOUT>, (unsigned)grid, AK_SDW_THREADS, pl.smem, args));
     AK_CUDA_CHECK_LAUNCH("ak_sdw_main");
     return AK_OK;
 }

@@ -1,0 +1,121 @@
+/* launch_gap.cu -- what a kernel boundary costs inside a replayed CUDA graph (not part of the
+ * library): the small-batch sparse decode shapes are two kernels per call (main + combine), so
+ * their fixed cost is partly the boundary. Each case is a graph of 20 calls, replayed 50 times
+ * after 3 warm-ups; the median per call is printed.
+ *   empty      one 1-CTA empty kernel per call
+ *   big        a 128-CTA kernel with 200 KB of dynamic shared memory that spins SPIN_NS
+ *   big+small  big, then a 128-CTA, 128-thread kernel (no dynamic shared memory) that spins 1 us
+ *   +carveout  the same with the small kernel's preferred carveout at 100% shared memory
+ *   +pdl       the same with the small kernel launched as a programmatic dependent launch
+ * build: nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 scripts/launch_gap.cu -o launch_gap */
+#include <cstdio>
+#include <cstdlib>
+#include <algorithm>
+#include <vector>
+#include <cuda_runtime.h>
+
+#define CK(x)                                                                                      \
+    do {                                                                                           \
+        cudaError_t e_ = (x);                                                                      \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));             \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+__device__ __forceinline__ unsigned long long gt() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+__device__ __forceinline__ void spin(unsigned long long ns) {
+    const unsigned long long t0 = gt();
+    while (gt() - t0 < ns) {
+    }
+}
+
+__global__ void k_empty(int *o) {
+    if (o != nullptr && threadIdx.x == 0) o[blockIdx.x] = 1;
+}
+
+__global__ void __launch_bounds__(384, 1) k_big(int *o, unsigned long long ns, int pdl) {
+    extern __shared__ int sm[];
+    if (pdl) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    sm[threadIdx.x] = threadIdx.x;
+    __syncthreads();
+    spin(ns);
+    if (threadIdx.x == 0) o[blockIdx.x] = sm[5];
+}
+
+__global__ void k_small(int *o, unsigned long long ns, int pdl) {
+    if (pdl) asm volatile("griddepcontrol.wait;" ::: "memory");
+    spin(ns);
+    if (threadIdx.x == 0) o[blockIdx.x + 1024] += 1;
+}
+
+static float replay(cudaStream_t s, int mode, unsigned long long spin_ns, int *o) {
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < 20; i++) {
+        if (mode == 0) {
+            k_empty<<<1, 32, 0, s>>>(o);
+            CK(cudaGetLastError());
+            continue;
+        }
+        k_big<<<128, 384, 200 * 1024, s>>>(o, spin_ns, mode == 4);
+        CK(cudaGetLastError());
+        if (mode == 1) continue;
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3(128);
+        cfg.blockDim = dim3(128);
+        cfg.stream = s;
+        cudaLaunchAttribute at[1];
+        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = at;
+        cfg.numAttrs = mode == 4 ? 1 : 0;
+        CK(cudaLaunchKernelEx(&cfg, k_small, o, 1000ull, (int)(mode == 4)));
+    }
+    CK(cudaStreamEndCapture(s, &g));
+    CK(cudaGraphInstantiate(&ge, g, 0));
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    for (int w = 0; w < 3; w++) CK(cudaGraphLaunch(ge, s));
+    std::vector<float> t;
+    for (int r = 0; r < 50; r++) {
+        CK(cudaEventRecord(a, s));
+        CK(cudaGraphLaunch(ge, s));
+        CK(cudaEventRecord(b, s));
+        CK(cudaEventSynchronize(b));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, a, b));
+        t.push_back(ms * 1000.0f / 20.0f);
+    }
+    std::sort(t.begin(), t.end());
+    CK(cudaGraphExecDestroy(ge));
+    CK(cudaGraphDestroy(g));
+    return t[t.size() / 2];
+}
+
+int main() {
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    int *o;
+    CK(cudaMalloc(&o, 8192 * sizeof(int)));
+    CK(cudaMemset(o, 0, 8192 * sizeof(int)));
+    CK(cudaFuncSetAttribute(k_big, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
+    printf("empty kernel: %.2f us per call\n", replay(s, 0, 0, o));
+    for (unsigned long long ns : {0ull, 3000ull}) {
+        CK(cudaFuncSetAttribute(k_small, cudaFuncAttributePreferredSharedMemoryCarveout, -1));
+        const float big = replay(s, 1, ns, o), both = replay(s, 2, ns, o), pdl = replay(s, 4, ns, o);
+        CK(cudaFuncSetAttribute(k_small, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
+        const float carve = replay(s, 2, ns, o), carve_pdl = replay(s, 4, ns, o);
+        printf("spin %llu ns: big %.2f | big+small(1 us) %.2f | +carveout %.2f | +pdl %.2f | +carveout+pdl %.2f us per call\n",
+               ns, big, both, carve, pdl, carve_pdl);
+    }
+    CK(cudaDeviceSynchronize());
+    return 0;
+}
