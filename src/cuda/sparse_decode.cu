@@ -483,22 +483,24 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
 /* Merges the splits of one (r, i, h) row: 128 threads x 4 dims. The split weights are computed
    once per row (threads stride over the splits, a fixed-shape tree reduces them) into shared
    memory; each thread then sums its 4 dims over the splits in split order, so the result is the
-   same bits on every run. The kernel is latency-bound at the batches that split (a few rows per SM),
-   so the first AK_SDC_CHUNK partial rows are loaded together with the split lse values, before the
-   weights exist, and each further chunk is loaded while the previous one is summed: one L2 round
-   trip per row up to AK_SDC_CHUNK splits (the former loop waited for the lse values, then once per
-   eight splits). The workspace holds every split, so the loads stay in bounds even for an empty
-   split, whose weight is 0 and whose (unwritten) row is never used. */
-#define AK_SDC_CHUNK 16
+   same bits on every run. At the batches that split there are few rows per SM and the kernel is
+   latency-bound, so the first CH partial rows are loaded together with the split lse values,
+   before the weights exist (one L2 round trip for up to CH splits; the former loop waited for the
+   lse values, then once per eight splits); further chunks are loaded after the previous one is
+   summed, so the registers stay those of one chunk (CH 8 for up to 8 splits keeps 8 CTAs per SM
+   for the 1024-row combines of b 8 h_q 128). The workspace holds every split, so the loads stay in
+   bounds even for an empty split, whose weight is 0 and whose (unwritten) row is never used. */
+template <int CH>
 __device__ __forceinline__ void ak_sd_combine_load(float4 *v, const float *src, int s0, int splits, int64_t step) {
 #pragma unroll
-    for (int k = 0; k < AK_SDC_CHUNK; k++)
+    for (int k = 0; k < CH; k++)
         if (s0 + k < splits) v[k] = *reinterpret_cast<const float4 *>(src + (s0 + k) * step);
 }
 
+template <int CH>
 __device__ __forceinline__ void ak_sd_combine_add(float *acc, const float4 *v, const float *w, int s0, int splits) {
 #pragma unroll
-    for (int k = 0; k < AK_SDC_CHUNK; k++) {
+    for (int k = 0; k < CH; k++) {
         if (s0 + k >= splits) break;
         const float wk = w[s0 + k];
         if (wk == 0.0f) continue; /* an empty split's row was never written */
@@ -509,8 +511,9 @@ __device__ __forceinline__ void ak_sd_combine_add(float *acc, const float4 *v, c
     }
 }
 
+template <int CH>
 __global__ void __launch_bounds__(128) ak_sd_combine(const ak_sd_params p) {
-    extern __shared__ float wsm[]; /* [splits rounded up to AK_SDC_CHUNK] weights, zero past splits */
+    extern __shared__ float wsm[]; /* [splits rounded up to CH] weights, zero past splits */
     __shared__ float red[4];
     ak_grid_dep_wait(); /* the main kernel's partial rows */
     ak_grid_dep_launch();
@@ -522,8 +525,8 @@ __global__ void __launch_bounds__(128) ak_sd_combine(const ak_sd_params p) {
     const int d = tid * 4;
     const float *src = p.oacc + row * AK_SD_DV + d;
     const int64_t step = rows * AK_SD_DV;
-    float4 v[AK_SDC_CHUNK];
-    ak_sd_combine_load(v, src, 0, p.splits, step);
+    float4 v[CH];
+    ak_sd_combine_load<CH>(v, src, 0, p.splits, step);
     const float sink = p.sink != NULL ? p.sink[h] : 0.0f;
     float mx = -INFINITY;
     for (int s = tid; s < p.splits; s += 128) {
@@ -547,19 +550,16 @@ __global__ void __launch_bounds__(128) ak_sd_combine(const ak_sd_params p) {
     sum = (red[0] + red[1]) + (red[2] + red[3]);
     const float lse2 = mx != -INFINITY ? mx + log2f(sum) : -INFINITY;
     /* the padding is zero: the compiler may read a chunk's weights with vector loads past `splits` */
-    const int padded = (p.splits + AK_SDC_CHUNK - 1) / AK_SDC_CHUNK * AK_SDC_CHUNK;
+    const int padded = (p.splits + CH - 1) / CH * CH;
     for (int s = tid; s < padded; s += 128)
         wsm[s] = s >= p.splits || wsm[s] == -INFINITY ? 0.0f : exp2f(wsm[s] - lse2);
     __syncthreads();
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     float lse_e = INFINITY, f = 0.0f;
     if (mx != -INFINITY) {
-        for (int s0 = 0; s0 < p.splits; s0 += AK_SDC_CHUNK) {
-            float4 nx[AK_SDC_CHUNK];
-            ak_sd_combine_load(nx, src, s0 + AK_SDC_CHUNK, p.splits, step);
-            ak_sd_combine_add(acc, v, wsm, s0, p.splits);
-#pragma unroll
-            for (int k = 0; k < AK_SDC_CHUNK; k++) v[k] = nx[k];
+        for (int s0 = 0; s0 < p.splits; s0 += CH) {
+            if (s0 > 0) ak_sd_combine_load<CH>(v, src, s0, p.splits, step);
+            ak_sd_combine_add<CH>(acc, v, wsm, s0, p.splits);
         }
         lse_e = lse2 * 0.69314718055994531f;
         f = 1.0f;
@@ -686,8 +686,9 @@ static ak_status ak_sd_launch(ak_context *ctx, const ak_sd_params &p, const ak_s
    programmatic dependent launch, like the main kernels. */
 static ak_status ak_sd_combine_launch(ak_context *ctx, const ak_sd_params &p, const ak_sd_plan &pl) {
     void *args[] = {(void *)&p};
-    AK_CUDA_TRY(ak_launch_pdl(ctx, (const void *)ak_sd_combine, (unsigned)pl.rows, 128,
-                              (size_t)((pl.splits + AK_SDC_CHUNK - 1) / AK_SDC_CHUNK * AK_SDC_CHUNK) * sizeof(float), args));
+    const int ch = pl.splits <= 8 ? 8 : 16;
+    const void *fn = ch == 8 ? (const void *)ak_sd_combine<8> : (const void *)ak_sd_combine<16>;
+    AK_CUDA_TRY(ak_launch_pdl(ctx, fn, (unsigned)pl.rows, 128, (size_t)((pl.splits + ch - 1) / ch * ch) * sizeof(float), args));
     AK_CUDA_CHECK_LAUNCH("ak_sd_combine");
     return AK_OK;
 }
