@@ -720,20 +720,19 @@ __device__ __forceinline__ void ak_sdx_produce(const ak_sd_params &p, uint8_t *s
     int ub = ak_sdx_next(p, ua + 1, u_end, len0, len1);
     int uc = NST == 3 && ub < u_end ? ak_sdx_next(p, ub + 1, u_end, len0, len1) : u_end;
     uint32_t va, vb = 0u;
-    bool ok;
-    {
-        const int32_t sl = ak_sdx_slot(p, r, i, ua, key, len0, len1, ok);
-        va = ak_sdx_copy<LAYOUT, KPW>(p.list[(ua >> 1) >= p.list[0].tiles], ok ? sl : -1, lane, stage, sbar);
-    }
-    if (NST == 3 && ub < u_end) {
-        const int32_t sl = ak_sdx_slot(p, r, i, ub, key, len0, len1, ok);
-        vb = ak_sdx_copy<LAYOUT, KPW>(p.list[(ub >> 1) >= p.list[0].tiles], ok ? sl : -1, lane,
-                                 stage + 8 * M::STG, sbar + 8);
-    }
+    /* the slot ids of the first NST units are loaded together, before any copy (the copies'
+       asm orders memory, so a load after one waits a round trip of its own): the first FULL then
+       waits one index round trip and one record round trip */
     const int u_slot = NST == 3 ? uc : ub; /* the unit whose slot ids cslot holds */
-    bool cok = false;
+    bool oka, okb = false, cok = false;
+    const int32_t sla = ak_sdx_slot(p, r, i, ua, key, len0, len1, oka);
+    const int32_t slb = ak_sdx_slot(p, r, i, NST == 3 && ub < u_end ? ub : ua, key, len0, len1, okb);
     int32_t cslot = ak_sdx_slot(p, r, i, u_slot < u_end ? u_slot : ua, key, len0, len1, cok);
     cok = cok && u_slot < u_end;
+    va = ak_sdx_copy<LAYOUT, KPW>(p.list[(ua >> 1) >= p.list[0].tiles], oka ? sla : -1, lane, stage, sbar);
+    if (NST == 3 && ub < u_end)
+        vb = ak_sdx_copy<LAYOUT, KPW>(p.list[(ub >> 1) >= p.list[0].tiles], okb ? slb : -1, lane,
+                                      stage + 8 * M::STG, sbar + 8);
     for (int j = 0; ua < u_end; j++) {
         /* the copies of unit j + NST - 1 into the stage freed by step j - 1, then the raw slot ids
            of the unit after it */
@@ -985,15 +984,12 @@ __device__ __forceinline__ void ak_sdt_produce(const ak_sd_params &p, uint8_t *s
     int ua = 2 * ak_sdw_next(p, t_begin, t_end, len0, len1);
     if (ua >= u_end) return;
     int ub = ak_sdt_nextu(p, ua, t_end, len0, len1);
-    bool ok;
-    uint32_t va;
-    {
-        const int32_t sl = ak_sdx_slot(p, r, i, ua, key, len0, len1, ok);
-        va = ak_sdx_copy<LAYOUT, KPW>(p.list[(ua >> 1) >= p.list[0].tiles], ok ? sl : -1, lane, stage, sbar);
-    }
-    bool cok = false;
+    /* both half-units' slot ids before the first copy (as in ak_sdx_produce) */
+    bool ok, cok = false;
+    const int32_t sl = ak_sdx_slot(p, r, i, ua, key, len0, len1, ok);
     int32_t cslot = ak_sdx_slot(p, r, i, ub < u_end ? ub : ua, key, len0, len1, cok);
     cok = cok && ub < u_end;
+    uint32_t va = ak_sdx_copy<LAYOUT, KPW>(p.list[(ua >> 1) >= p.list[0].tiles], ok ? sl : -1, lane, stage, sbar);
     for (int j = 0; ua < u_end; j++) {
         uint32_t vn = 0u;
         if (ub < u_end)
