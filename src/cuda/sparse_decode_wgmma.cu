@@ -770,8 +770,40 @@ __device__ __forceinline__ void ak_sdx_produce(const ak_sd_params &p, uint8_t *s
     }
 }
 
+/* Partial rows of a split of ak_sdx_main (p.splits > 1) through the bulk copy engine: each thread
+   stages its normalized O fragment (f32) in shared memory at xs (the Q and K buffers, free once
+   the loop is done; rows padded by 32 bytes so a fragment store takes two wavefronts), then one
+   thread per head row stores the row's 2 KB with one bulk copy and its lse (log2 units). The
+   fragment's 8-byte stores straight to global memory took ~5 us of the kernel's tail at b 8 h_q 128
+   (128 KB per CTA, run x42 traces). */
+#define AK_SDX_XSTR (AK_SD_DV + 8) /* floats per staged row */
+__device__ __forceinline__ void ak_sdx_write_partial(const ak_sd_params &p, float *xs, float *lse_s, const float *o,
+                                                     const float *m_run, const float *l_run, int64_t ri, int h0,
+                                                     int split, int wg, int wr, int g, int c4, int ctid) {
+    ak_fence_proxy_async(); /* the staging area was last read by wgmma and written by bulk copies */
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        const int row = 16 * wr + g + 8 * hr;
+        const float f = l_run[hr] > 0.0f ? 1.0f / l_run[hr] : 0.0f;
+        float *dst = xs + row * AK_SDX_XSTR + wg * 256 + 2 * c4;
+#pragma unroll
+        for (int j = 0; j < 32; j++)
+            *reinterpret_cast<float2 *>(dst + 8 * j) = make_float2(o[4 * j + 2 * hr] * f, o[4 * j + 2 * hr + 1] * f);
+        if (wg == 0 && c4 == 0) lse_s[row] = l_run[hr] > 0.0f ? m_run[hr] + log2f(l_run[hr]) : -INFINITY;
+    }
+    ak_fence_proxy_async(); /* staged rows -> the bulk copies' reads */
+    ak_bar_sync(1, 256);
+    if (ctid < AK_SDW_HEADS && h0 + ctid < p.h_q) {
+        const int64_t rows = (int64_t)p.b * p.s_q * p.h_q, row = split * rows + ri * p.h_q + h0 + ctid;
+        p.lacc[row] = lse_s[ctid];
+        ak_bulk_s2g(p.oacc + row * AK_SD_DV, ak_smem_addr(xs + ctid * AK_SDX_XSTR), AK_SD_DV * 4);
+        ak_bulk_commit_wait_read();
+    }
+}
+
 template <int LAYOUT>
 __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_params p) {
+    static_assert(AK_SDW_HEADS * AK_SDX_XSTR * 4 <= ak_sdx_map<LAYOUT>::PS, "staged rows fit in the Q and K buffers");
     ak_grid_dep_wait(); /* a programmatic dependent launch: inputs and workspace are free to use after this */
     ak_grid_dep_launch();
     typedef ak_sdx_map<LAYOUT> M;
@@ -914,7 +946,11 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
 #pragma unroll
         for (int hr = 0; hr < 2; hr++) m_run[hr] = ml_s[rows[hr]], l_run[hr] = ml_s[64 + rows[hr]];
 
-    ak_sdw_write_rows(p, o, m_run, l_run, r, i, h0, split, wg, wr, g, c4);
+    if (p.splits > 1)
+        ak_sdx_write_partial(p, reinterpret_cast<float *>(smem + M::Q), alpha_s, o, m_run, l_run, ri, h0, split, wg, wr,
+                             g, c4, ctid);
+    else
+        ak_sdw_write_rows(p, o, m_run, l_run, r, i, h0, split, wg, wr, g, c4);
 }
 
 /* ---- swap-AB kernel for h_q <= 32 (656 and per-tensor fp8) --------------------------------------
