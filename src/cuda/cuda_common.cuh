@@ -39,7 +39,8 @@ static inline cudaStream_t ak_stream(const ak_context *ctx) { return (cudaStream
    a programmatic dependent launch: its CTAs may start during the previous kernel's tail, so the
    boundary between the sparse decode kernels and the next call's costs less (about 0.35 us per
    boundary in a replayed graph on H100, scripts/launch_gap.cu). The kernel must call
-   ak_grid_dep_wait (ptx.cuh) before its first global memory access. */
+   ak_grid_dep_wait (ptx.cuh) before its first global memory access; the sparse decode kernels
+   release their dependents (ak_grid_dep_launch) when their epilogue starts. */
 static inline cudaError_t ak_launch_pdl(const ak_context *ctx, const void *fn, unsigned grid, unsigned block,
                                         size_t smem, void **args) {
     cudaLaunchAttribute at[1];

@@ -197,7 +197,6 @@ struct ak_sd_cfg {
 template <int LAYOUT, int MW>
 __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_params p) {
     ak_grid_dep_wait(); /* a programmatic dependent launch: inputs and workspace are free to use after this */
-    ak_grid_dep_launch();
     typedef ak_sd_cfg<LAYOUT, MW> C;
     enum {
         DQK = C::DQK, KSTR = C::KSTR, SSTR = C::SSTR,
@@ -461,6 +460,7 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
         nxt = nxt2;
     }
 
+    ak_grid_dep_launch(); /* the next kernel may start its CTAs during this epilogue */
     /* Write this split's rows: final out/lse with one split, else normalized partials. The row
        statistics go through shared memory from their owners (rst is free: the last read of the
        alphas precedes this barrier in every warp). */

@@ -290,7 +290,6 @@ __device__ __forceinline__ void ak_sdw_write_rows(const ak_sd_params &p, const f
 template <int LAYOUT>
 __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_params p) {
     ak_grid_dep_wait(); /* a programmatic dependent launch: inputs and workspace are free to use after this */
-    ak_grid_dep_launch();
     typedef ak_sd_geo<LAYOUT> G;
     enum { DQK = G::DQK, KB = DQK / 64, KSTEPS = DQK / 16, BF16 = LAYOUT == AK_LAYOUT_MLA_BF16 };
     extern __shared__ __align__(16) uint8_t smem_raw[];
@@ -470,6 +469,7 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
         tnnn = t4;
     }
 
+    ak_grid_dep_launch(); /* the next kernel may start its CTAs during this epilogue */
     ak_sdw_write_rows(p, o, m_run, l_run, r, i, h0, split, wg, wr, g, c4);
 }
 
@@ -805,7 +805,6 @@ template <int LAYOUT>
 __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_params p) {
     static_assert(AK_SDW_HEADS * AK_SDX_XSTR * 4 <= ak_sdx_map<LAYOUT>::PS, "staged rows fit in the Q and K buffers");
     ak_grid_dep_wait(); /* a programmatic dependent launch: inputs and workspace are free to use after this */
-    ak_grid_dep_launch();
     typedef ak_sdx_map<LAYOUT> M;
     enum { DQK = M::DQK, KSTEPS = DQK / 16, NBUF = M::NBUF };
     extern __shared__ __align__(16) uint8_t smem_raw[];
@@ -942,6 +941,7 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
         }
     }
     ak_bar_sync(1, 256); /* consumer warpgroup 1's final m and l rows are in ml_s */
+    ak_grid_dep_launch(); /* the next kernel may start its CTAs during this epilogue */
     if (wg == 1)
 #pragma unroll
         for (int hr = 0; hr < 2; hr++) m_run[hr] = ml_s[rows[hr]], l_run[hr] = ml_s[64 + rows[hr]];
@@ -1067,7 +1067,6 @@ __device__ __forceinline__ void ak_sdt_qk(float *s, uint64_t dk0, uint64_t dq0) 
 template <int LAYOUT, int NH>
 __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_params p) {
     ak_grid_dep_wait(); /* a programmatic dependent launch: inputs and workspace are free to use after this */
-    ak_grid_dep_launch();
     typedef ak_sdt_map<LAYOUT, NH> M;
     enum { DQK = M::DQK, KSTEPS = DQK / 16, NS = NH / 2, /* S^T and per-block O^T registers */
            NC = NH / 4 /* head columns per thread: 8 j + 2 c4 + e */ };
@@ -1218,6 +1217,7 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
         ak_mbar_arrive(bar + 8 * (2 + b)); /* EMPTY[b] */
     }
 
+    ak_grid_dep_launch(); /* the next kernel may start its CTAs during this epilogue */
     /* Column sums: over the g lanes, then the four warps (fixed order: the same bits every run). */
 #pragma unroll
     for (int c = 0; c < NC; c++) {
