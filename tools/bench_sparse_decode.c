@@ -1,7 +1,8 @@
 /* bench_sparse_decode.c -- `attnkit bench --op mla_decode_sparse`: the targets.md 5.1 sparse decode
    shapes that tools/bench_mla.c's default models do not cover: V4-Pro's window 128 + extra 1024
-   at h_q 128, s_q 2, MLA_BF16 at h_q 16 (the copy-bandwidth target) and MLA_FP8_PERTENSOR at
-   h_q 64. Random distinct slots
+   at h_q 128, s_q 2, MLA_BF16 at h_q 16 (the copy-bandwidth target), MLA_FP8_PERTENSOR at h_q 64,
+   and 656 and V4 at h_q 64 with one list of 640 keys (V4-flash's key count: the per-layout cost
+   at equal work and the per-CTA fixed cost against the 2048-key rows). Random distinct slots
    inside a 32k-token context per request (V4: SWA window 128 in 256-token pages plus a C4 list in
    64-token pages); cache bytes are random finite records; timed by CUDA-graph replay. */
 #include <stdio.h>
@@ -195,6 +196,8 @@ ak_status ak_bench_sparse_decode(ak_context *ctx, const ak_bench_opts *o, const 
         {AK_LAYOUT_DSV4_FP8_UE8M0, 128, 2, 128, 128, 1024},
         {AK_LAYOUT_MLA_BF16, 128, 1, 16, 2048, 0},
         {AK_LAYOUT_MLA_FP8_PERTENSOR, 128, 1, 64, 2048, 0},
+        {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 128, 1, 64, 640, 0},
+        {AK_LAYOUT_DSV4_FP8_UE8M0, 128, 1, 64, 640, 0},
     };
     static const sdb_shape quick[] = {
         {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 2, 1, 16, 256, 0},
