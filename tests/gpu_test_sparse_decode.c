@@ -204,6 +204,7 @@ typedef struct sd_case {
     int64_t b, s_q, h_q, topk, etopk; /* etopk 0: no extra cache */
     int len_mode;                     /* 0 none, 1 [b], 2 [b, s_q] */
     int bad, sink, out_f32;
+    int out_pad; /* > 0: output rows of 512 + out_pad elements (rows not 16-byte aligned); not with graphs */
 } sd_case;
 
 static void sd_fill_lengths(int32_t *len, int64_t n, int64_t topk, ak_rng *r) {
@@ -284,9 +285,9 @@ static void sd_run_case(ak_context *cpu, ak_context *gpu, const sd_case *cs, ak_
     const int64_t b = cs->b, s_q = cs->s_q, h_q = cs->h_q, topk = cs->topk, etopk = cs->etopk;
     char what[200];
     snprintf(what, sizeof what,
-             "layout %d b %lld s_q %lld h_q %lld topk %lld extra %lld len %d bad %d sink %d f32 %d%s",
+             "layout %d b %lld s_q %lld h_q %lld topk %lld extra %lld len %d bad %d sink %d f32 %d pad %d%s",
              (int)cs->layout, (long long)b, (long long)s_q, (long long)h_q, (long long)topk,
-             (long long)etopk, cs->len_mode, cs->bad, cs->sink, cs->out_f32, graph ? " graph" : "");
+             (long long)etopk, cs->len_mode, cs->bad, cs->sink, cs->out_f32, cs->out_pad, graph ? " graph" : "");
     const ak_device dev = {AK_DEVICE_CUDA, 0};
     sd_pool mp, ep;
     memset(&ep, 0, sizeof ep);
@@ -320,9 +321,10 @@ static void sd_run_case(ak_context *cpu, ak_context *gpu, const sd_case *cs, ak_
     sd_upload(io.delen, io.elen, 4 * (size_t)nlen);
     sd_upload(io.dsink, io.sink, 4 * (size_t)h_q);
 
-    const size_t osz = cs->out_f32 ? 4 : 2;
+    const size_t osz = cs->out_f32 ? 4 : 2, ostr = 512 + (size_t)cs->out_pad, obytes = (size_t)nrow * ostr * osz;
     void *dout = NULL, *dlse = NULL, *dws = NULL;
-    CHECK(cudaMalloc(&dout, (size_t)nrow * 512 * osz) == cudaSuccess);
+    CHECK(!graph || cs->out_pad == 0);
+    CHECK(cudaMalloc(&dout, obytes) == cudaSuccess);
     CHECK(cudaMalloc(&dlse, (size_t)nrow * 4) == cudaSuccess);
 
     int64_t qs[4] = {b, s_q, h_q, dqk}, is[3] = {b, s_q, topk}, es[3] = {b, s_q, etopk};
@@ -340,6 +342,8 @@ static void sd_run_case(ak_context *cpu, ak_context *gpu, const sd_case *cs, ak_
     ak_tensor gel = ak_tensor_make_on(io.delen, dev, AK_DTYPE_I32, cs->len_mode == 2 ? 2 : 1, ls);
     ak_tensor gs = ak_tensor_make_on(io.dsink, dev, AK_DTYPE_F32, 1, hs);
     ak_tensor go = ak_tensor_make_on(dout, dev, cs->out_f32 ? AK_DTYPE_F32 : AK_DTYPE_BF16, 4, os);
+    go.strides[2] = (int64_t)ostr, go.strides[1] = h_q * go.strides[2], go.strides[0] = s_q * go.strides[1];
+    uint8_t *hpad = malloc(obytes);
     ak_tensor glse = ak_tensor_make_on(dlse, dev, AK_DTYPE_F32, 3, lss);
 
     ak_mla_decode_args ca, ga;
@@ -378,11 +382,18 @@ static void sd_run_case(ak_context *cpu, ak_context *gpu, const sd_case *cs, ak_
     CHECK_STATUS(ak_mla_decode_workspace_size(gpu, &ga, &ws), AK_OK);
     if (ws > 0) CHECK(cudaMalloc(&dws, ws) == cudaSuccess);
     for (int rep = 0; rep < 2; rep++) { /* the second run must match the first bit for bit */
-        CHECK(cudaMemset(dout, 0xff, (size_t)nrow * 512 * osz) == cudaSuccess); /* NaN poison */
+        CHECK(cudaMemset(dout, 0xff, obytes) == cudaSuccess); /* NaN poison */
         CHECK(cudaMemset(dlse, 0xff, (size_t)nrow * 4) == cudaSuccess);
         CHECK_STATUS(ak_mla_decode(gpu, &ga, dws, ws), AK_OK);
         CHECK_STATUS(ak_context_synchronize(gpu), AK_OK);
-        CHECK(cudaMemcpy(rep ? hout2 : hout, dout, (size_t)nrow * 512 * osz, cudaMemcpyDeviceToHost) == cudaSuccess);
+        CHECK(cudaMemcpy(hpad, dout, obytes, cudaMemcpyDeviceToHost) == cudaSuccess);
+        /* the rows to the dense host copy; every padding byte must still hold the poison */
+        size_t touched = 0;
+        for (int64_t k = 0; k < nrow; k++) {
+            memcpy((uint8_t *)(rep ? hout2 : hout) + (size_t)k * 512 * osz, hpad + (size_t)k * ostr * osz, 512 * osz);
+            for (size_t e = 512 * osz; e < ostr * osz; e++) touched += hpad[(size_t)k * ostr * osz + e] != 0xff;
+        }
+        CHECK_MSG(touched == 0, "%s: %zu bytes of the output rows' padding were written", what, touched);
         CHECK(cudaMemcpy(rep ? hlse2 : hlse, dlse, 4 * (size_t)nrow, cudaMemcpyDeviceToHost) == cudaSuccess);
     }
     sd_compare(what, hout, cs->out_f32, hlse, out_ref, lse_ref, nrow);
@@ -443,6 +454,7 @@ static void sd_run_case(ak_context *cpu, ak_context *gpu, const sd_case *cs, ak_
     cudaFree(io.dlen);
     cudaFree(io.delen);
     cudaFree(io.dsink);
+    free(hpad);
     cudaFree(dout);
     cudaFree(dlse);
     cudaFree(dws);
@@ -526,7 +538,8 @@ AK_TEST(sparse_decode_long) {
    and with several, on every record path: the warp-specialized kernel (656, per-tensor fp8; h_q
    40..128), the swap-AB kernel (656, per-tensor fp8; h_q <= 32 from 8 (token, head tile) units:
    16- and 32-head tiles, padded columns at h_q 8 and 20), the pipelined one (V4, MLA_BF16
-   double-buffered and at 64 rows). The small cases above mostly run the mma.sync kernel. */
+   double-buffered and at 64 rows), with aligned output rows (stored by bulk copies) and padded
+   ones. The small cases above mostly run the mma.sync kernel. */
 AK_TEST(sparse_decode_wide) {
     ak_context *cpu = NULL, *gpu = NULL;
     if (!sd_contexts(&cpu, &gpu)) return;
@@ -548,7 +561,10 @@ AK_TEST(sparse_decode_wide) {
         memset(&c, 0, sizeof c);
         c.layout = k[n].l, c.b = k[n].b, c.s_q = k[n].s_q, c.h_q = k[n].h_q, c.topk = k[n].topk;
         c.etopk = k[n].etopk, c.len_mode = 1 + (int)(n % 2), c.bad = 1, c.sink = (int)(n % 2);
-        c.out_f32 = n == 2;
+        c.out_f32 = n == 2 || n == 6;
+        /* rows off the 16-byte grid (the 64-head kernels then store fragments, not bulk rows): the
+           splitting 656 case, per-tensor and V4 at one split, the swap-AB kernel */
+        c.out_pad = n == 2 || n == 5 || n == 6 || n == 10 ? 2 : 0;
         sd_run_case(cpu, gpu, &c, &r, 0);
     }
     ak_context_destroy(cpu);

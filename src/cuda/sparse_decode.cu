@@ -735,6 +735,10 @@ extern "C" ak_status ak_cuda_mla_decode(ak_context *ctx, const ak_mla_decode_arg
     p.o_s0 = a->out->strides[0];
     p.o_s1 = a->out->strides[1];
     p.o_s2 = a->out->strides[2];
+    {
+        const int64_t el = p.out_f32 ? 4 : 8; /* elements per 16 bytes */
+        p.out_bulk = (uintptr_t)p.out % 16 == 0 && p.o_s0 % el == 0 && p.o_s1 % el == 0 && p.o_s2 % el == 0;
+    }
     if (a->lse != NULL) {
         p.lse = (float *)a->lse->data;
         p.l_s0 = a->lse->strides[0];

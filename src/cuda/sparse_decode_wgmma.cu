@@ -56,7 +56,8 @@ template <int LAYOUT> struct ak_sdw_smem_map {
         Q = 0,                                       /* [KB][64 heads][128 B] bf16 swizzled */
         K = Q + KB * AK_SDW_TILE,                    /* [2][KB][64 keys][128 B] bf16 swizzled */
         VALID = K + 2 * KB * AK_SDW_TILE,            /* [2][64] u8: key of K tile holds a valid slot */
-        BYTES = VALID + 2 * AK_SD_KEYS
+        LSE = VALID + 2 * AK_SD_KEYS,                /* [64] f32 rows' lse for ak_sdw_write_bulk */
+        BYTES = LSE + 64 * 4
     };
 };
 
@@ -287,8 +288,76 @@ __device__ __forceinline__ void ak_sdw_write_rows(const ak_sd_params &p, const f
     }
 }
 
+/* A 64-head tile's rows through the bulk copy engine (ak_sdx_main always, ak_sdw_main for its final
+   rows: their 256 consumer threads hold O as two 64 x 256 D fragments, warpgroup wg owning dims
+   256 wg ..). Each thread
+   stages its fragment in shared memory at xs (the Q and K buffers, free once every product has
+   completed: the caller's barrier), rows padded so that a fragment store takes the fewest
+   wavefronts, and the rows' lse at lse_s; then one thread per head row stores its row with one
+   bulk copy. With splits: the normalized partial row (f32) and its lse in log2 units; with one
+   split: the output row (bf16 or f32, scaled by 1 / l and the sink, the same bits as
+   ak_sdw_write_rows) and its lse (natural log, +inf for a row with no valid key), where
+   p.out_bulk says every output row is 16-byte aligned. The fragments' 4- and 8-byte stores
+   straight to global memory took ~5 us of the tail at b 8 h_q 128 (x49) and ~13% of the 64-head
+   kernel's samples at 640 keys per row (x52). */
+#define AK_SDX_XSTR (AK_SD_DV + 8) /* floats per staged f32 row */
+#define AK_SDX_HSTR (AK_SD_DV + 8) /* bf16 per staged bf16 row */
+__device__ __forceinline__ void ak_sdw_write_bulk(const ak_sd_params &p, uint8_t *xs, float *lse_s, const float *o,
+                                                  const float *m_run, const float *l_run, int64_t r, int64_t i,
+                                                  int h0, int split, int wg, int wr, int g, int c4, int ctid) {
+    const bool part = p.splits > 1, f32 = part || p.out_f32;
+    ak_fence_proxy_async(); /* the staging area was last read by wgmma and written by bulk copies */
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        const int row = 16 * wr + g + 8 * hr, h = h0 + row;
+        const float lsum = l_run[hr], lse2 = lsum > 0.0f ? m_run[hr] + log2f(lsum) : -INFINITY;
+        float f = 0.0f, lse = lse2;
+        if (part) {
+            f = lsum > 0.0f ? 1.0f / lsum : 0.0f;
+        } else {
+            lse = INFINITY;
+            if (lsum > 0.0f) {
+                lse = lse2 * 0.69314718055994531f;
+                f = 1.0f / lsum;
+                if (p.sink != NULL && h < p.h_q) f = f / (1.0f + expf(p.sink[h] - lse));
+            }
+        }
+        if (wg == 0 && c4 == 0) lse_s[row] = lse;
+        if (f32) {
+            float *dst = reinterpret_cast<float *>(xs) + row * AK_SDX_XSTR + wg * 256 + 2 * c4;
+#pragma unroll
+            for (int j = 0; j < 32; j++)
+                *reinterpret_cast<float2 *>(dst + 8 * j) = make_float2(o[4 * j + 2 * hr] * f, o[4 * j + 2 * hr + 1] * f);
+        } else {
+            uint16_t *dst = reinterpret_cast<uint16_t *>(xs) + row * AK_SDX_HSTR + wg * 256 + 2 * c4;
+#pragma unroll
+            for (int j = 0; j < 32; j++)
+                *reinterpret_cast<uint32_t *>(dst + 8 * j) = ak_sd_pack_bf16(o[4 * j + 2 * hr] * f, o[4 * j + 2 * hr + 1] * f);
+        }
+    }
+    ak_fence_proxy_async(); /* staged rows -> the bulk copies' reads */
+    ak_bar_sync(1, 256);
+    if (ctid < AK_SDW_HEADS && h0 + ctid < p.h_q) {
+        const int h = h0 + ctid;
+        if (part) {
+            const int64_t row = split * ((int64_t)p.b * p.s_q * p.h_q) + (r * p.s_q + i) * p.h_q + h;
+            p.lacc[row] = lse_s[ctid];
+            ak_bulk_s2g(p.oacc + row * AK_SD_DV, ak_smem_addr(xs + ctid * AK_SDX_XSTR * 4), AK_SD_DV * 4);
+        } else {
+            if (p.lse != NULL) p.lse[r * p.l_s0 + i * p.l_s1 + h * p.l_s2] = lse_s[ctid];
+            const int64_t ob = r * p.o_s0 + i * p.o_s1 + h * p.o_s2;
+            if (f32)
+                ak_bulk_s2g((float *)p.out + ob, ak_smem_addr(xs + ctid * AK_SDX_XSTR * 4), AK_SD_DV * 4);
+            else
+                ak_bulk_s2g((uint16_t *)p.out + ob, ak_smem_addr(xs + ctid * AK_SDX_HSTR * 2), AK_SD_DV * 2);
+        }
+        ak_bulk_commit_wait_read();
+    }
+}
+
 template <int LAYOUT>
 __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_params p) {
+    static_assert(AK_SDW_HEADS * AK_SDX_XSTR * 4 <= ak_sdw_smem_map<LAYOUT>::VALID, "staged rows fit in Q and K");
     ak_grid_dep_wait(); /* a programmatic dependent launch: inputs and workspace are free to use after this */
     typedef ak_sd_geo<LAYOUT> G;
     enum { DQK = G::DQK, KB = DQK / 64, KSTEPS = DQK / 16, BF16 = LAYOUT == AK_LAYOUT_MLA_BF16 };
@@ -470,7 +539,13 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
     }
 
     ak_grid_dep_launch(); /* the next kernel may start its CTAs during this epilogue */
-    ak_sdw_write_rows(p, o, m_run, l_run, r, i, h0, split, wg, wr, g, c4);
+    if (p.splits == 1 && p.out_bulk) { /* (partial rows by bulk copy measured 0.8 us slower at V4 b 8: x53) */
+        __syncthreads(); /* both warpgroups' last products have read Q and the K tiles */
+        ak_sdw_write_bulk(p, smem + M::Q, reinterpret_cast<float *>(smem + M::LSE), o, m_run, l_run, r, i, h0, split,
+                          wg, wr, g, c4, tid);
+    } else {
+        ak_sdw_write_rows(p, o, m_run, l_run, r, i, h0, split, wg, wr, g, c4);
+    }
 }
 
 /* ---- warp-specialized kernel (656 and per-tensor fp8) -------------------------------------------
@@ -770,37 +845,6 @@ __device__ __forceinline__ void ak_sdx_produce(const ak_sd_params &p, uint8_t *s
     }
 }
 
-/* Partial rows of a split of ak_sdx_main (p.splits > 1) through the bulk copy engine: each thread
-   stages its normalized O fragment (f32) in shared memory at xs (the Q and K buffers, free once
-   the loop is done; rows padded by 32 bytes so a fragment store takes two wavefronts), then one
-   thread per head row stores the row's 2 KB with one bulk copy and its lse (log2 units). The
-   fragment's 8-byte stores straight to global memory took ~5 us of the kernel's tail at b 8 h_q 128
-   (128 KB per CTA, run x42 traces). */
-#define AK_SDX_XSTR (AK_SD_DV + 8) /* floats per staged row */
-__device__ __forceinline__ void ak_sdx_write_partial(const ak_sd_params &p, float *xs, float *lse_s, const float *o,
-                                                     const float *m_run, const float *l_run, int64_t ri, int h0,
-                                                     int split, int wg, int wr, int g, int c4, int ctid) {
-    ak_fence_proxy_async(); /* the staging area was last read by wgmma and written by bulk copies */
-#pragma unroll
-    for (int hr = 0; hr < 2; hr++) {
-        const int row = 16 * wr + g + 8 * hr;
-        const float f = l_run[hr] > 0.0f ? 1.0f / l_run[hr] : 0.0f;
-        float *dst = xs + row * AK_SDX_XSTR + wg * 256 + 2 * c4;
-#pragma unroll
-        for (int j = 0; j < 32; j++)
-            *reinterpret_cast<float2 *>(dst + 8 * j) = make_float2(o[4 * j + 2 * hr] * f, o[4 * j + 2 * hr + 1] * f);
-        if (wg == 0 && c4 == 0) lse_s[row] = l_run[hr] > 0.0f ? m_run[hr] + log2f(l_run[hr]) : -INFINITY;
-    }
-    ak_fence_proxy_async(); /* staged rows -> the bulk copies' reads */
-    ak_bar_sync(1, 256);
-    if (ctid < AK_SDW_HEADS && h0 + ctid < p.h_q) {
-        const int64_t rows = (int64_t)p.b * p.s_q * p.h_q, row = split * rows + ri * p.h_q + h0 + ctid;
-        p.lacc[row] = lse_s[ctid];
-        ak_bulk_s2g(p.oacc + row * AK_SD_DV, ak_smem_addr(xs + ctid * AK_SDX_XSTR), AK_SD_DV * 4);
-        ak_bulk_commit_wait_read();
-    }
-}
-
 template <int LAYOUT>
 __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_params p) {
     static_assert(AK_SDW_HEADS * AK_SDX_XSTR * 4 <= ak_sdx_map<LAYOUT>::PS, "staged rows fit in the Q and K buffers");
@@ -946,9 +990,8 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
 #pragma unroll
         for (int hr = 0; hr < 2; hr++) m_run[hr] = ml_s[rows[hr]], l_run[hr] = ml_s[64 + rows[hr]];
 
-    if (p.splits > 1)
-        ak_sdx_write_partial(p, reinterpret_cast<float *>(smem + M::Q), alpha_s, o, m_run, l_run, ri, h0, split, wg, wr,
-                             g, c4, ctid);
+    if (p.splits > 1 || p.out_bulk)
+        ak_sdw_write_bulk(p, smem + M::Q, alpha_s, o, m_run, l_run, r, i, h0, split, wg, wr, g, c4, ctid);
     else
         ak_sdw_write_rows(p, o, m_run, l_run, r, i, h0, split, wg, wr, g, c4);
 }
