@@ -445,7 +445,10 @@ typedef struct ak_mla_decode_args {
     const ak_tensor *extra_topk_length; /* [b] or [b, s_q] int32, optional */
     /* both */
     const ak_tensor *attn_sink;         /* [h_q] f32, optional */
-    ak_tensor *out;                     /* [b, s_q, h_q, 512] bf16 or f32 */
+    ak_tensor *out;                     /* [b, s_q, h_q, 512] bf16 or f32; CUDA: base 4-byte (bf16) or
+                                           8-byte (f32) aligned and even strides, else
+                                           AK_ERR_INVALID_ARGUMENT; 16-byte aligned rows are stored
+                                           faster (bulk copies) */
     ak_tensor *lse;                     /* [b, s_q, h_q] f32, natural log, optional, any strides */
 } ak_mla_decode_args;
 

@@ -399,6 +399,25 @@ static void sd_run_case(ak_context *cpu, ak_context *gpu, const sd_case *cs, ak_
     sd_compare(what, hout, cs->out_f32, hlse, out_ref, lse_ref, nrow);
     CHECK_MSG(memcmp(hout, hout2, (size_t)nrow * 512 * osz) == 0 && memcmp(hlse, hlse2, 4 * (size_t)nrow) == 0,
               "%s: rerun is not bitwise identical", what);
+    if (!graph) { /* an output view off the element-pair grid is refused before anything is written */
+        uint8_t *dbad = NULL;
+        CHECK(cudaMalloc((void **)&dbad, obytes + 64) == cudaSuccess);
+        CHECK(cudaMemset(dbad, 0xff, obytes + 64) == cudaSuccess);
+        ak_tensor bo = go;
+        bo.data = dbad + osz;
+        ak_mla_decode_args ba = ga;
+        ba.out = &bo;
+        CHECK_STATUS(ak_mla_decode(gpu, &ba, dws, ws), AK_ERR_INVALID_ARGUMENT);
+        CHECK_MSG(strstr(ak_last_error(), "out") != NULL, "%s: misaligned out: detail '%s'", what, ak_last_error());
+        CHECK_STATUS(ak_context_synchronize(gpu), AK_OK);
+        uint8_t *hb = malloc(obytes + 64);
+        CHECK(cudaMemcpy(hb, dbad, obytes + 64, cudaMemcpyDeviceToHost) == cudaSuccess);
+        size_t changed = 0;
+        for (size_t e = 0; e < obytes + 64; e++) changed += hb[e] != 0xff;
+        CHECK_MSG(changed == 0, "%s: misaligned out: %zu bytes written", what, changed);
+        free(hb);
+        cudaFree(dbad);
+    }
 
     if (graph) {
         cudaStream_t st;

@@ -736,8 +736,18 @@ extern "C" ak_status ak_cuda_mla_decode(ak_context *ctx, const ak_mla_decode_arg
     p.o_s1 = a->out->strides[1];
     p.o_s2 = a->out->strides[2];
     {
+        /* every kernel stores element pairs (4 bytes of bf16, 8 of f32): a row must start on a pair
+           boundary, else the store faults (strides of size-1 dims never move the address) */
+        const int64_t o_s[3] = {p.b > 1 ? p.o_s0 : 0, p.s_q > 1 ? p.o_s1 : 0, p.h_q > 1 ? p.o_s2 : 0};
+        const size_t esz = p.out_f32 ? 4 : 2;
+        if ((uintptr_t)p.out % (2 * esz) != 0 || o_s[0] % 2 != 0 || o_s[1] % 2 != 0 || o_s[2] % 2 != 0)
+            return ak_fail(AK_ERR_INVALID_ARGUMENT,
+                           "ak_mla_decode: out: the CUDA kernels store element pairs, so out needs a %zu-byte "
+                           "aligned base and even strides; got base %% %zu = %zu, strides [%lld, %lld, %lld, 1]",
+                           2 * esz, 2 * esz, (size_t)((uintptr_t)p.out % (2 * esz)), (long long)p.o_s0,
+                           (long long)p.o_s1, (long long)p.o_s2);
         const int64_t el = p.out_f32 ? 4 : 8; /* elements per 16 bytes */
-        p.out_bulk = (uintptr_t)p.out % 16 == 0 && p.o_s0 % el == 0 && p.o_s1 % el == 0 && p.o_s2 % el == 0;
+        p.out_bulk = (uintptr_t)p.out % 16 == 0 && o_s[0] % el == 0 && o_s[1] % el == 0 && o_s[2] % el == 0;
     }
     if (a->lse != NULL) {
         p.lse = (float *)a->lse->data;
