@@ -86,25 +86,37 @@ __device__ __forceinline__ float ak_sd_ue8m0(uint32_t e) {
     return __int_as_float((int)(e << 23));
 }
 
+/* The factor a finished row h (running max m2 in log2 units, row sum lsum) is scaled by, and the lse
+   it reports: with one split the output row's (1 / l and the sink; natural log, +inf for a row
+   with no valid key), else this split's normalized partial row's (1 / l; log2 units, -inf when
+   empty) for ak_sd_combine. h past h_q (a padded row that is never stored) reads no sink. */
+__device__ __forceinline__ float ak_sd_row_scale(const ak_sd_params &p, float m2, float lsum, int h, float &lse) {
+    const float lse2 = lsum > 0.0f ? m2 + log2f(lsum) : -INFINITY;
+    if (p.splits > 1) {
+        lse = lse2;
+        return lsum > 0.0f ? 1.0f / lsum : 0.0f;
+    }
+    lse = INFINITY;
+    if (!(lsum > 0.0f)) return 0.0f;
+    lse = lse2 * 0.69314718055994531f;
+    float f = 1.0f / lsum;
+    if (p.sink != NULL && h < p.h_q) f = f / (1.0f + expf(p.sink[h] - lse));
+    return f;
+}
+
 /* Writes a finished row h of token (r, i) from an mma D fragment: o[4 j + 2 hr] and
-   o[4 j + 2 hr + 1] hold dims d0 + 8 j + 2 c4 and + 1 of the row, for j < NJ. With one split: the
-   output row, scaled by 1 / l and the sink, and its lse (natural log, +inf for a row with no valid
-   key); else this split's normalized partial row and its lse in log2 units (-inf when empty) for
-   ak_sd_combine. The lse is written when `lse_writer` (one thread per row). */
+   o[4 j + 2 hr + 1] hold dims d0 + 8 j + 2 c4 and + 1 of the row, for j < NJ: the output row or
+   this split's partial row, as ak_sd_row_scale says. The lse is written when `lse_writer` (one
+   thread per row). */
 template <int NJ>
 __device__ __forceinline__ void ak_sd_write_row(const ak_sd_params &p, const float *o, int hr, int64_t r, int64_t i,
                                                 int h, int split, float m2, float lsum, int d0, int c4,
                                                 bool lse_writer) {
-    const float lse2 = lsum > 0.0f ? m2 + log2f(lsum) : -INFINITY;
+    float lse;
+    const float f = ak_sd_row_scale(p, m2, lsum, h, lse);
     const int64_t row = (r * p.s_q + i) * p.h_q + h;
     if (p.splits == 1) {
-        float f = 0.0f, lse_e = INFINITY;
-        if (lsum > 0.0f) {
-            lse_e = lse2 * 0.69314718055994531f;
-            f = 1.0f / lsum;
-            if (p.sink != NULL) f = f / (1.0f + expf(p.sink[h] - lse_e));
-        }
-        if (p.lse != NULL && lse_writer) p.lse[r * p.l_s0 + i * p.l_s1 + h * p.l_s2] = lse_e;
+        if (p.lse != NULL && lse_writer) p.lse[r * p.l_s0 + i * p.l_s1 + h * p.l_s2] = lse;
         const int64_t ob = r * p.o_s0 + i * p.o_s1 + h * p.o_s2;
 #pragma unroll
         for (int j = 0; j < NJ; j++) {
@@ -117,8 +129,7 @@ __device__ __forceinline__ void ak_sd_write_row(const ak_sd_params &p, const flo
         }
     } else {
         const int64_t rows = (int64_t)p.b * p.s_q * p.h_q;
-        const float f = lsum > 0.0f ? 1.0f / lsum : 0.0f;
-        if (lse_writer) p.lacc[split * rows + row] = lse2;
+        if (lse_writer) p.lacc[split * rows + row] = lse;
         float *dst = p.oacc + ((int64_t)split * rows + row) * AK_SD_DV;
 #pragma unroll
         for (int j = 0; j < NJ; j++) {

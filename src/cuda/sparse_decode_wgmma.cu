@@ -294,10 +294,9 @@ __device__ __forceinline__ void ak_sdw_write_rows(const ak_sd_params &p, const f
    stages its fragment in shared memory at xs (the Q and K buffers, free once every product has
    completed: the caller's barrier), rows padded so that a fragment store takes the fewest
    wavefronts, and the rows' lse at lse_s; then one thread per head row stores its row with one
-   bulk copy. With splits: the normalized partial row (f32) and its lse in log2 units; with one
-   split: the output row (bf16 or f32, scaled by 1 / l and the sink, the same bits as
-   ak_sdw_write_rows) and its lse (natural log, +inf for a row with no valid key), where
-   p.out_bulk says every output row is 16-byte aligned. The fragments' 4- and 8-byte stores
+   bulk copy: with splits the partial row (f32), with one split the output row (bf16 or f32),
+   where p.out_bulk says every output row is 16-byte aligned; scale and lse as ak_sd_row_scale
+   says, the same bits as ak_sdw_write_rows. The fragments' 4- and 8-byte stores
    straight to global memory took ~5 us of the tail at b 8 h_q 128 (x49) and ~13% of the 64-head
    kernel's samples at 640 keys per row (x52). */
 #define AK_SDX_XSTR (AK_SD_DV + 8) /* floats per staged f32 row */
@@ -309,19 +308,9 @@ __device__ __forceinline__ void ak_sdw_write_bulk(const ak_sd_params &p, uint8_t
     ak_fence_proxy_async(); /* the staging area was last read by wgmma and written by bulk copies */
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
-        const int row = 16 * wr + g + 8 * hr, h = h0 + row;
-        const float lsum = l_run[hr], lse2 = lsum > 0.0f ? m_run[hr] + log2f(lsum) : -INFINITY;
-        float f = 0.0f, lse = lse2;
-        if (part) {
-            f = lsum > 0.0f ? 1.0f / lsum : 0.0f;
-        } else {
-            lse = INFINITY;
-            if (lsum > 0.0f) {
-                lse = lse2 * 0.69314718055994531f;
-                f = 1.0f / lsum;
-                if (p.sink != NULL && h < p.h_q) f = f / (1.0f + expf(p.sink[h] - lse));
-            }
-        }
+        const int row = 16 * wr + g + 8 * hr;
+        float lse;
+        const float f = ak_sd_row_scale(p, m_run[hr], l_run[hr], h0 + row, lse);
         if (wg == 0 && c4 == 0) lse_s[row] = lse;
         if (f32) {
             float *dst = reinterpret_cast<float *>(xs) + row * AK_SDX_XSTR + wg * 256 + 2 * c4;
