@@ -17,6 +17,12 @@
 #include "devmem.h"
 #include "mla_data.h"
 
+/* MLA_FP8_PERTENSOR k_scale of the main and the extra cache: off the powers of two (float(q)
+   k_scale is then no bf16 value) and different, so each list's scale must reach its own keys
+   (layouts.md 4). */
+#define CK_KS_MAIN 0.0179f
+#define CK_KS_EXTRA 0.0493f
+
 /* Host image of one case's inputs. */
 typedef struct ck_in {
     int prefill;
@@ -119,13 +125,13 @@ static ak_status ck_run(ak_context *ctx, const ck_in *in, ck_out *res) {
         st = ak_cache_init(&c, in->layout, d[POOL], in->pages, in->P);
         c.page_stride = in->stride;
         c.device = dev;
-        if (in->layout == AK_LAYOUT_MLA_FP8_PERTENSOR) c.k_scale = 0.25f;
+        if (in->layout == AK_LAYOUT_MLA_FP8_PERTENSOR) c.k_scale = CK_KS_MAIN;
     }
     if (st == AK_OK && in->extra_pool != NULL) {
         st = ak_cache_init(&e, in->layout, d[EPOOL], in->extra_pages, in->extra_P);
         e.page_stride = in->extra_stride;
         e.device = dev;
-        if (in->layout == AK_LAYOUT_MLA_FP8_PERTENSOR) e.k_scale = 0.25f;
+        if (in->layout == AK_LAYOUT_MLA_FP8_PERTENSOR) e.k_scale = CK_KS_EXTRA;
     }
     if (st == AK_OK) {
         int64_t b = in->b, s_q = in->s_q, h_q = in->h_q;
@@ -313,9 +319,10 @@ static double ck_unit(uint64_t *rs) {
 }
 
 /* A cache image, all bytes NaN, with a random 60% of its tokens written; live marks them. With
-   `anchor`, the records follow targets.md 2's distribution (ak_mla_data_token_anchor). */
+   `anchor`, the records follow targets.md 2's distribution (ak_mla_data_token_anchor; per-tensor
+   fp8 encoded with k_scale). */
 static int ck_pool(ak_layout l, int32_t pages, int32_t P, uint64_t *rs, uint8_t **img,
-                   int64_t *bytes, int64_t *stride, uint8_t **live, int anchor) {
+                   int64_t *bytes, int64_t *stride, uint8_t **live, int anchor, float k_scale) {
     int64_t minb = 0;
     if (ak_layout_page_bytes(l, P, &minb) != AK_OK) return 0;
     *stride = minb + (l == AK_LAYOUT_DSV4_FP8_UE8M0 ? 576 : 656); /* catches stride bugs */
@@ -328,7 +335,7 @@ static int ck_pool(ak_layout l, int32_t pages, int32_t P, uint64_t *rs, uint8_t 
     for (int64_t s = 0; s < (int64_t)pages * P; s++) {
         if (s != 0 && ck_unit(rs) >= 0.6) continue;
         if (anchor)
-            ak_mla_data_token_anchor(*img, l, *stride, P, s, seed, 0.25f);
+            ak_mla_data_token_anchor(*img, l, *stride, P, s, seed, k_scale);
         else
             ak_mla_data_token(*img, l, *stride, P, s, seed);
         (*live)[s] = 1;
@@ -397,13 +404,13 @@ static void ck_sparse(ak_context *ref, ak_context *test, const ak_check_opts *o,
     /* Anchor data (targets.md 2): the kernel's bf16 P moves an output by at most 2^-9 * sum p |v|,
        under the 1e-3 absolute tolerance for |v| of order 0.1 (FlashMLA's test makes the same
        choice); wide random values would need the 2x-cost hi/lo P to pass. */
-    int ok = ck_pool(l, in.pages, in.P, rs, &in.pool, &in.pool_bytes, &in.stride, &live, 1);
+    int ok = ck_pool(l, in.pages, in.P, rs, &in.pool, &in.pool_bytes, &in.stride, &live, 1, CK_KS_MAIN);
     if (ok && extra) {
         in.extra_P = 4;
         in.extra_pages = 50;
         in.etopk = 33;
         ok = ck_pool(l, in.extra_pages, in.extra_P, rs, &in.extra_pool, &in.extra_bytes,
-                     &in.extra_stride, &elive, 1);
+                     &in.extra_stride, &elive, 1, CK_KS_EXTRA);
     }
     int64_t rows = in.b * s_q, cap = (int64_t)in.pages * in.P;
     in.q = malloc((size_t)(rows * h_q * in.d_qk) * 2);
@@ -550,7 +557,7 @@ static void ck_prefill(ak_context *ref, ak_context *test, const ak_check_opts *o
     if (l != AK_LAYOUT_INVALID) {
         in.P = 16;
         in.pages = 20;
-        ok = ck_pool(l, in.pages, in.P, rs, &in.pool, &in.pool_bytes, &in.stride, &live, 0);
+        ok = ck_pool(l, in.pages, in.P, rs, &in.pool, &in.pool_bytes, &in.stride, &live, 0, CK_KS_MAIN);
         bound = (int64_t)in.pages * in.P;
     } else {
         in.s_kv = 300;

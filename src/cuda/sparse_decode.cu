@@ -60,12 +60,13 @@ __device__ __forceinline__ void ak_sd_copy_tile(const uint8_t *pool, const int64
 
 /* Scale of fp8 chunk u (dims 16 c .. with c = j + 4 u, j < 4) of a staged record under the
    four-threads-per-key dequantization map: 656's fp32 scale of 128-dim block u / 2
-   (after its 512 data bytes), V4's ue8m0 byte u of the key's scale row `v4sc`, else kscale. */
+   (after its 512 data bytes), V4's ue8m0 byte u of the key's scale row `v4sc`, else 1 (per-tensor
+   keys stay bf16(q): ak_sd_kscale). */
 template <int LAYOUT>
-__device__ __forceinline__ float ak_sd_chunk_scale(const uint8_t *rec, const uint8_t *v4sc, int u, float kscale) {
+__device__ __forceinline__ float ak_sd_chunk_scale(const uint8_t *rec, const uint8_t *v4sc, int u) {
     if (LAYOUT == AK_LAYOUT_DSA_FP8_BLOCKSCALE) return reinterpret_cast<const float *>(rec + 512)[u >> 1];
     if (LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0) return ak_sd_ue8m0(v4sc[u]);
-    return kscale;
+    return 1.0f;
 }
 
 
@@ -109,7 +110,7 @@ __device__ __forceinline__ void ak_sd_issue(const ak_sd_list &l, const int64_t *
    16-byte chunk, so chunk kinds and scale blocks are known at compile time (no division per
    chunk); NB chunk loads are issued before the first conversion. */
 template <int LAYOUT, int KSTR>
-__device__ __forceinline__ void ak_sd_dequant(const uint8_t *stage, uint16_t *ks, float kscale) {
+__device__ __forceinline__ void ak_sd_dequant(const uint8_t *stage, uint16_t *ks) {
     enum { STG = ak_sd_stg<LAYOUT>::STG, TPK = AK_SD_THREADS / AK_SD_KEYS,
            NQ = LAYOUT == AK_LAYOUT_MLA_FP8_PERTENSOR ? 36 : LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0 ? 28 : 32,
            CH = LAYOUT == AK_LAYOUT_MLA_FP8_PERTENSOR ? 36 : NQ + 8, /* chunks out per key */
@@ -131,7 +132,7 @@ __device__ __forceinline__ void ak_sd_dequant(const uint8_t *stage, uint16_t *ks
         for (int u = u0; u < u0 + NB && u < PER; u++) {
             const int c = j + u * TPK;
             if (u < NQ / TPK) {
-                const float sc = ak_sd_chunk_scale<LAYOUT>(rec, rec + 576 /* V4 scale bytes */, u, kscale);
+                const float sc = ak_sd_chunk_scale<LAYOUT>(rec, rec + 576 /* V4 scale bytes */, u);
                 uint4 lo, hi;
                 ak_sd_dequant16(v[u - u0], sc, lo, hi);
                 *reinterpret_cast<uint4 *>(row + c * 16) = lo;
@@ -302,12 +303,7 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
     float m_own[RPW], l_own[RPW]; /* running max and sum of rows warp * RPW .. */
 #pragma unroll
     for (int rr = 0; rr < RPW; rr++) m_own[rr] = -INFINITY, l_own[rr] = 0.0f;
-    float kscale = 1.0f;
-    if (LAYOUT == AK_LAYOUT_MLA_FP8_PERTENSOR)
-        kscale = p.list[0].k_scale_ptr != NULL ? *p.list[0].k_scale_ptr : p.list[0].k_scale;
-    float kscale1 = kscale;
-    if (LAYOUT == AK_LAYOUT_MLA_FP8_PERTENSOR && p.list[1].tiles > 0)
-        kscale1 = p.list[1].k_scale_ptr != NULL ? *p.list[1].k_scale_ptr : p.list[1].k_scale;
+    const ak_sd_kscale kq = ak_sd_kscales<LAYOUT>(p);
 
     for (int k = 0; cur < t_end; k++) {
         const int64_t *off = offs + (k % 3) * AK_SD_KEYS;
@@ -326,7 +322,7 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
             ak_sd_issue<LAYOUT, KSTR>(p.list[nxt >= nt0], offs + ((k + 1) % 3) * AK_SD_KEYS, dst);
         }
         if (C::STG) {
-            ak_sd_dequant<LAYOUT, KSTR>(stg, ks, cur >= nt0 ? kscale1 : kscale);
+            ak_sd_dequant<LAYOUT, KSTR>(stg, ks);
             __syncthreads();
         }
         if (C::PREF && !C::EARLY && nxt < t_end)
@@ -391,13 +387,15 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
            rounding is a 2^-9 relative error per weight in O, within semantics.md 14.2 for the
            anchor data of targets.md 2) and the row's rescale factor; after a barrier every warp
            loads its P fragments and rescales its O rows. Lazy rescaling: while a row gains no
-           more than 8 (log2 units) over its running max, the max stays (P <= 2^8) and alpha = 1. */
+           more than 8 (log2 units) over its running max, the max stays (P <= 2^8) and alpha = 1.
+           Per-tensor fp8: the tile's list scale in S, P times its rel (ak_sd_kscale). */
+        const float sl = p.scale_log2 * (cur >= nt0 ? kq.s[1] : kq.s[0]), prel = cur >= nt0 ? kq.rel[1] : kq.rel[0];
 #pragma unroll
         for (int rr = 0; rr < RPW; rr++) {
             const int row = warp * RPW + rr;
             const float *srow = ss + row * SSTR;
-            const float v0 = off[lane] >= 0 ? srow[lane] * p.scale_log2 : -INFINITY;
-            const float v1 = off[lane + 32] >= 0 ? srow[lane + 32] * p.scale_log2 : -INFINITY;
+            const float v0 = off[lane] >= 0 ? srow[lane] * sl : -INFINITY;
+            const float v1 = off[lane + 32] >= 0 ? srow[lane + 32] * sl : -INFINITY;
             float mx = fmaxf(v0, v1);
 #pragma unroll
             for (int o2 = 16; o2 > 0; o2 >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o2));
@@ -411,7 +409,7 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
             for (int o2 = 16; o2 > 0; o2 >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o2);
             l_own[rr] = l_own[rr] * alpha + sum;
             m_own[rr] = m_new;
-            const uint32_t pb = ak_sd_pack_bf16(p0, p1);
+            const uint32_t pb = ak_sd_pack_bf16(p0 * prel, p1 * prel);
             psm[row * C::PSTR + lane] = (uint16_t)(pb & 0xffffu);
             psm[row * C::PSTR + lane + 32] = (uint16_t)(pb >> 16);
             if (lane == 0) rst[row] = alpha;
@@ -476,7 +474,7 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
         const int h = h0 + mt * 16 + g + hr * 8;
         if (h >= p.h_q) continue;
         ak_sd_write_row<DVW / 8>(p, &o[0][0], hr, r, i, h, split, rst[mt * 16 + g + hr * 8],
-                                 rst[16 * MW + mt * 16 + g + hr * 8], d0, c4, gw == 0 && c4 == 0);
+                                 rst[16 * MW + mt * 16 + g + hr * 8], kq.ref, d0, c4, gw == 0 && c4 == 0);
     }
 }
 

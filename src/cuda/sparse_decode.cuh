@@ -86,22 +86,46 @@ __device__ __forceinline__ float ak_sd_ue8m0(uint32_t e) {
     return __int_as_float((int)(e << 23));
 }
 
+/* Per-tensor fp8 (MLA_FP8_PERTENSOR): the key is float(q) k_scale in fp32 (layouts.md 4), which
+   bf16 cannot hold unless k_scale is a power of two. So the kernels put bf16(q), exact, in their K
+   buffers and apply the scales outside: S times the tile's list scale s[l], P times rel[l] = s[l] /
+   ref before its bf16 rounding (1 unless the extra list has its own scale), and the finished rows
+   times ref (list 0's scale, or list 1's where list 0's is 0). Every field is 1 for the other
+   layouts, whose keys carry their scales. */
+struct ak_sd_kscale {
+    float s[2], rel[2], ref;
+};
+template <int LAYOUT> __device__ __forceinline__ ak_sd_kscale ak_sd_kscales(const ak_sd_params &p) {
+    ak_sd_kscale k;
+    k.s[0] = k.s[1] = k.rel[0] = k.rel[1] = k.ref = 1.0f;
+    if (LAYOUT == AK_LAYOUT_MLA_FP8_PERTENSOR) {
+        k.s[0] = p.list[0].k_scale_ptr != NULL ? *p.list[0].k_scale_ptr : p.list[0].k_scale;
+        k.s[1] = p.list[1].tiles == 0 ? k.s[0] : p.list[1].k_scale_ptr != NULL ? *p.list[1].k_scale_ptr : p.list[1].k_scale;
+        k.ref = k.s[0] != 0.0f ? k.s[0] : k.s[1];
+#pragma unroll
+        for (int l = 0; l < 2; l++) k.rel[l] = k.ref != 0.0f ? k.s[l] / k.ref : 0.0f;
+    }
+    return k;
+}
+
 /* The factor a finished row h (running max m2 in log2 units, row sum lsum) is scaled by, and the lse
    it reports: with one split the output row's (1 / l and the sink; natural log, +inf for a row
    with no valid key), else this split's normalized partial row's (1 / l; log2 units, -inf when
-   empty) for ak_sd_combine. h past h_q (a padded row that is never stored) reads no sink. */
-__device__ __forceinline__ float ak_sd_row_scale(const ak_sd_params &p, float m2, float lsum, int h, float &lse) {
+   empty) for ak_sd_combine; both times vs (ak_sd_kscale::ref). h past h_q (a padded row that is
+   never stored) reads no sink. */
+__device__ __forceinline__ float ak_sd_row_scale(const ak_sd_params &p, float m2, float lsum, int h, float vs,
+                                                 float &lse) {
     const float lse2 = lsum > 0.0f ? m2 + log2f(lsum) : -INFINITY;
     if (p.splits > 1) {
         lse = lse2;
-        return lsum > 0.0f ? 1.0f / lsum : 0.0f;
+        return lsum > 0.0f ? vs / lsum : 0.0f;
     }
     lse = INFINITY;
     if (!(lsum > 0.0f)) return 0.0f;
     lse = lse2 * 0.69314718055994531f;
     float f = 1.0f / lsum;
     if (p.sink != NULL && h < p.h_q) f = f / (1.0f + expf(p.sink[h] - lse));
-    return f;
+    return f * vs;
 }
 
 /* Writes a finished row h of token (r, i) from an mma D fragment: o[4 j + 2 hr] and
@@ -110,10 +134,10 @@ __device__ __forceinline__ float ak_sd_row_scale(const ak_sd_params &p, float m2
    thread per row). */
 template <int NJ>
 __device__ __forceinline__ void ak_sd_write_row(const ak_sd_params &p, const float *o, int hr, int64_t r, int64_t i,
-                                                int h, int split, float m2, float lsum, int d0, int c4,
+                                                int h, int split, float m2, float lsum, float vs, int d0, int c4,
                                                 bool lse_writer) {
     float lse;
-    const float f = ak_sd_row_scale(p, m2, lsum, h, lse);
+    const float f = ak_sd_row_scale(p, m2, lsum, h, vs, lse);
     const int64_t row = (r * p.s_q + i) * p.h_q + h;
     if (p.splits == 1) {
         if (p.lse != NULL && lse_writer) p.lse[r * p.l_s0 + i * p.l_s1 + h * p.l_s2] = lse;

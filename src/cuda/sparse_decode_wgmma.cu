@@ -161,12 +161,6 @@ __device__ __forceinline__ void ak_sdw_dequant(const ak_sdw_raw<LAYOUT> &x, int 
         *reinterpret_cast<uint4 *>(ks + ak_sdx_off<AK_SD_KEYS>(w + 8 * (4 * g + (lane >> 3)), R::NQL * 16 + (lane & 7) * 8)) = x.r[g];
 }
 
-/* The per-tensor fp8 scale of list l (1 for the other layouts). */
-template <int LAYOUT> __device__ __forceinline__ float ak_sdx_kscale(const ak_sd_list &l) {
-    if (LAYOUT != AK_LAYOUT_MLA_FP8_PERTENSOR) return 1.0f;
-    return l.k_scale_ptr != NULL ? *l.k_scale_ptr : l.k_scale;
-}
-
 /* MLA_BF16: this thread's quarter of key `tok`'s record (chunks j, j + 4, ... of 72) straight into
    the swizzled K tile by cp.async; ro -1 zero-fills (rule I1). */
 __device__ __forceinline__ void ak_sdw_copy_bf16(const uint8_t *pool, int64_t ro, int tok, int j, uint8_t *ks) {
@@ -278,13 +272,13 @@ __device__ __forceinline__ void ak_sdw_load_q(const ak_sd_params &p, uint8_t *qs
 
 /* Writes this split's rows of warpgroup wg's 256 dims (ak_sd_write_row). */
 __device__ __forceinline__ void ak_sdw_write_rows(const ak_sd_params &p, const float *o, const float *m_run,
-                                                  const float *l_run, int64_t r, int64_t i, int h0, int split,
-                                                  int wg, int wr, int g, int c4) {
+                                                  const float *l_run, float vs, int64_t r, int64_t i, int h0,
+                                                  int split, int wg, int wr, int g, int c4) {
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
         const int h = h0 + 16 * wr + g + hr * 8;
         if (h >= p.h_q) continue;
-        ak_sd_write_row<32>(p, o, hr, r, i, h, split, m_run[hr], l_run[hr], wg * 256, c4, wg == 0 && c4 == 0);
+        ak_sd_write_row<32>(p, o, hr, r, i, h, split, m_run[hr], l_run[hr], vs, wg * 256, c4, wg == 0 && c4 == 0);
     }
 }
 
@@ -302,15 +296,16 @@ __device__ __forceinline__ void ak_sdw_write_rows(const ak_sd_params &p, const f
 #define AK_SDX_XSTR (AK_SD_DV + 8) /* floats per staged f32 row */
 #define AK_SDX_HSTR (AK_SD_DV + 8) /* bf16 per staged bf16 row */
 __device__ __forceinline__ void ak_sdw_write_bulk(const ak_sd_params &p, uint8_t *xs, float *lse_s, const float *o,
-                                                  const float *m_run, const float *l_run, int64_t r, int64_t i,
-                                                  int h0, int split, int wg, int wr, int g, int c4, int ctid) {
+                                                  const float *m_run, const float *l_run, float vs, int64_t r,
+                                                  int64_t i, int h0, int split, int wg, int wr, int g, int c4,
+                                                  int ctid) {
     const bool part = p.splits > 1, f32 = part || p.out_f32;
     ak_fence_proxy_async(); /* the staging area was last read by wgmma and written by bulk copies */
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
         const int row = 16 * wr + g + 8 * hr;
         float lse;
-        const float f = ak_sd_row_scale(p, m_run[hr], l_run[hr], h0 + row, lse);
+        const float f = ak_sd_row_scale(p, m_run[hr], l_run[hr], h0 + row, vs, lse);
         if (wg == 0 && c4 == 0) lse_s[row] = lse;
         if (f32) {
             float *dst = reinterpret_cast<float *>(xs) + row * AK_SDX_XSTR + wg * 256 + 2 * c4;
@@ -530,10 +525,10 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
     ak_grid_dep_launch(); /* the next kernel may start its CTAs during this epilogue */
     if (p.splits == 1 && p.out_bulk) { /* (partial rows by bulk copy measured 0.8 us slower at V4 b 8: x53) */
         __syncthreads(); /* both warpgroups' last products have read Q and the K tiles */
-        ak_sdw_write_bulk(p, smem + M::Q, reinterpret_cast<float *>(smem + M::LSE), o, m_run, l_run, r, i, h0, split,
-                          wg, wr, g, c4, tid);
+        ak_sdw_write_bulk(p, smem + M::Q, reinterpret_cast<float *>(smem + M::LSE), o, m_run, l_run, 1.0f, r, i, h0,
+                          split, wg, wr, g, c4, tid);
     } else {
-        ak_sdw_write_rows(p, o, m_run, l_run, r, i, h0, split, wg, wr, g, c4);
+        ak_sdw_write_rows(p, o, m_run, l_run, 1.0f, r, i, h0, split, wg, wr, g, c4);
     }
 }
 
@@ -630,10 +625,10 @@ __device__ __forceinline__ uint32_t ak_sdx_copy(const ak_sd_list &l, int32_t slo
    step i lane l converts fp8 chunk l (16 dims) of key (i + l / (32 / KPW)) % KPW, so the 32 lanes of
    a store write four rows' worth of distinct banks (one row per step put 8 lanes on the same 16-byte
    bank group); every shared load is issued before the first conversion. The 64 RoPE dims are
-   copied (656: bf16) or dequantized (per-tensor: fp8). */
+   copied (656: bf16) or converted (per-tensor: fp8). Per-tensor keys become bf16(q), exact (the
+   consumers apply k_scale: ak_sd_kscale). */
 template <int LAYOUT, int BR, int KPW>
-__device__ __forceinline__ void ak_sdx_convert(const uint8_t *stg, uint8_t *kb, int n0, int lane, float kscale,
-                                               uint32_t vm) {
+__device__ __forceinline__ void ak_sdx_convert(const uint8_t *stg, uint8_t *kb, int n0, int lane, uint32_t vm) {
     typedef ak_sdx_map<LAYOUT> M;
     enum { SH = KPW == 8 ? 2 : 3 };
     uint4 f[KPW], rp[2];
@@ -657,7 +652,7 @@ __device__ __forceinline__ void ak_sdx_convert(const uint8_t *stg, uint8_t *kb, 
     for (int i = 0; i < KPW; i++) {
         const int k = (i + (lane >> SH)) & (KPW - 1);
         const bool ok = (vm >> k) & 1u;
-        float s = M::PT ? kscale : __uint_as_float(sc[i]);
+        float s = M::PT ? 1.0f : __uint_as_float(sc[i]);
         uint4 raw = f[i];
         if (!ok) raw = make_uint4(0, 0, 0, 0), s = 0.0f;
         uint4 lo, hi;
@@ -667,7 +662,7 @@ __device__ __forceinline__ void ak_sdx_convert(const uint8_t *stg, uint8_t *kb, 
     }
     if (M::PT && rlane) {
         uint4 lo, hi;
-        ak_sd_dequant16((vm >> rk0) & 1u ? rp[0] : make_uint4(0, 0, 0, 0), kscale, lo, hi);
+        ak_sd_dequant16((vm >> rk0) & 1u ? rp[0] : make_uint4(0, 0, 0, 0), 1.0f, lo, hi);
         const int n = n0 + rk0, d = 512 + 16 * (lane & 3);
         *reinterpret_cast<uint4 *>(kb + ak_sdx_off<BR>(n, d)) = lo;
         *reinterpret_cast<uint4 *>(kb + ak_sdx_off<BR>(n, d + 8)) = hi;
@@ -692,7 +687,8 @@ __device__ __forceinline__ void ak_sdx_rescale(float *o, float a0, float a1) {
 
 /* Online softmax of one unit's wgmma S fragment (ak_sdx_main: 4 n8 blocks; rows 16 wr + g (hr 0)
    and + 8 (hr 1); s[4 n + 2 hr + e] is key 8 n + 2 c4 + e, valid iff bit 8 n + 2 c4 + e of the
-   unit's mask kv), in log2 units: updates the running max and sum, rescales this warpgroup's O
+   unit's mask kv), in log2 units (S times sl; P times prel before its rounding: ak_sd_kscale):
+   updates the running max and sum, rescales this warpgroup's O
    accumulators (the 64 x 256 D fragment) and writes P rounded to bf16 as the A fragments of the two
    k16 steps of P V (the D fragment of keys 16 kk .. 16 kk + 15 is the A fragment of step kk), and
    the factor alpha[hr] its O rows were rescaled by (1 when kept). Consumer warpgroup 1 runs it and
@@ -700,7 +696,7 @@ __device__ __forceinline__ void ak_sdx_rescale(float *o, float a0, float a1) {
    ak_sdw_main. (ak_sdw_main keeps its own copy over 64 keys and byte flags: routed through this
    helper its V4 times rose 3-4% from a different register allocation.) A mask word read once per
    unit measured 1.5-3.5% faster here than a byte per key. */
-__device__ __forceinline__ void ak_sdx_softmax(const ak_sd_params &p, float *s, uint32_t kv, int c4, float *m_run,
+__device__ __forceinline__ void ak_sdx_softmax(float sl, float prel, float *s, uint32_t kv, int c4, float *m_run,
                                                float *l_run, uint32_t *pa, float *o, float *alpha) {
     float mx[2];
     const bool all = kv == 0xffffffffu; /* the common case: no key of the unit masked */
@@ -711,7 +707,7 @@ __device__ __forceinline__ void ak_sdx_softmax(const ak_sd_params &p, float *s, 
         for (int n = 0; n < 4; n++) {
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-                const float x = s[4 * n + 2 * hr + e] * p.scale_log2;
+                const float x = s[4 * n + 2 * hr + e] * sl;
                 v[2 * n + e] = all || (kv >> (8 * n + 2 * c4 + e)) & 1u ? x : -INFINITY;
                 s[4 * n + 2 * hr + e] = v[2 * n + e];
             }
@@ -744,10 +740,10 @@ __device__ __forceinline__ void ak_sdx_softmax(const ak_sd_params &p, float *s, 
     }
 #pragma unroll
     for (int kk = 0; kk < 2; kk++) {
-        pa[4 * kk + 0] = ak_sd_pack_bf16(s[8 * kk + 0], s[8 * kk + 1]);
-        pa[4 * kk + 1] = ak_sd_pack_bf16(s[8 * kk + 2], s[8 * kk + 3]);
-        pa[4 * kk + 2] = ak_sd_pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
-        pa[4 * kk + 3] = ak_sd_pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
+        pa[4 * kk + 0] = ak_sd_pack_bf16(s[8 * kk + 0] * prel, s[8 * kk + 1] * prel);
+        pa[4 * kk + 1] = ak_sd_pack_bf16(s[8 * kk + 2] * prel, s[8 * kk + 3] * prel);
+        pa[4 * kk + 2] = ak_sd_pack_bf16(s[8 * kk + 4] * prel, s[8 * kk + 5] * prel);
+        pa[4 * kk + 3] = ak_sd_pack_bf16(s[8 * kk + 6] * prel, s[8 * kk + 7] * prel);
     }
     if (!keep) ak_sdx_rescale(o, alpha[0], alpha[1]);
 }
@@ -774,8 +770,6 @@ __device__ __forceinline__ void ak_sdx_produce(const ak_sd_params &p, uint8_t *s
     const uint32_t sbar = bar + 8 * (2 * NBUF + w * NST); /* this warp's stage barriers */
     const uint32_t stage = ak_smem_addr(smem + M::STAGE) + (uint32_t)(w * NST * 8 * M::STG);
     const uint8_t *stage_p = smem + M::STAGE + w * NST * 8 * M::STG;
-    const float ks0 = ak_sdx_kscale<LAYOUT>(p.list[0]);
-    const float ks1 = p.list[1].tiles > 0 ? ak_sdx_kscale<LAYOUT>(p.list[1]) : ks0;
     const int key = 8 * w + (lane & 7); /* lanes 8.. mirror lanes 0..7 (their slot ids are unused) */
     /* Units a (being converted), b (NST 3: copies in flight; NST 2: slot ids in cslot), c (NST 3:
        slot ids in cslot); va, vb: validity bits. Unit j + NST - 1's copies are issued in step j. */
@@ -814,8 +808,7 @@ __device__ __forceinline__ void ak_sdx_produce(const ak_sd_params &p, uint8_t *s
         const int b = j % NBUF;
         ak_mbar_wait(bar + 8 * (NBUF + b), ((j / NBUF) & 1) ^ 1); /* EMPTY[b] */
         uint8_t *kb = smem + M::K + b * M::KB * M::KT;
-        ak_sdx_convert<LAYOUT, AK_SDX_UNIT, KPW>(stage_p + (j % NST) * 8 * M::STG, kb, 8 * w, lane,
-                               (ua >> 1) >= p.list[0].tiles ? ks1 : ks0, va);
+        ak_sdx_convert<LAYOUT, AK_SDX_UNIT, KPW>(stage_p + (j % NST) * 8 * M::STG, kb, 8 * w, lane, va);
         if (lane == 0) smem[M::VALID + 4 * b + w] = (uint8_t)va; /* byte w of the unit's mask */
         ak_fence_proxy_async(); /* K buffer writes -> the consumers' wgmma reads; stage reads -> refill */
         ak_mbar_arrive(bar + 8 * b); /* FULL[b] */
@@ -883,6 +876,7 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
 #pragma unroll
     for (int j = 0; j < 128; j++) o[j] = 0.0f;
     float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+    const ak_sd_kscale kq = ak_sd_kscales<LAYOUT>(p);
     const uint32_t ka = ak_smem_addr(smem + M::K);
     const uint64_t dv0 = ak_wgmma_desc_sw128(ka + wg * 4 * M::KT, M::KT, 1024);
     enum { KBUF = M::KB * M::KT >> 4 }; /* descriptor step between the K buffers */
@@ -909,7 +903,9 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
             for (int k = 0; k < 16; k++) ak_reg_fence(s[k]);
             uint32_t pa[8];
             float alpha[2];
-            ak_sdx_softmax(p, s, kv, c4, m_run, l_run, pa, o, alpha);
+            const bool ex = (u >> 1) >= p.list[0].tiles; /* this unit's list */
+            ak_sdx_softmax(p.scale_log2 * (ex ? kq.s[1] : kq.s[0]), ex ? kq.rel[1] : kq.rel[0], s, kv, c4, m_run, l_run,
+                           pa, o, alpha);
             if (j > 0) ak_bar_sync(3, 256); /* warpgroup 2's P V of unit j - 1 has read P and alpha */
             /* the A fragment words -> [head][key] rows in the 128-byte swizzle (one 16-byte chunk per 8 keys) */
 #pragma unroll
@@ -980,9 +976,9 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
         for (int hr = 0; hr < 2; hr++) m_run[hr] = ml_s[rows[hr]], l_run[hr] = ml_s[64 + rows[hr]];
 
     if (p.splits > 1 || p.out_bulk)
-        ak_sdw_write_bulk(p, smem + M::Q, alpha_s, o, m_run, l_run, r, i, h0, split, wg, wr, g, c4, ctid);
+        ak_sdw_write_bulk(p, smem + M::Q, alpha_s, o, m_run, l_run, kq.ref, r, i, h0, split, wg, wr, g, c4, ctid);
     else
-        ak_sdw_write_rows(p, o, m_run, l_run, r, i, h0, split, wg, wr, g, c4);
+        ak_sdw_write_rows(p, o, m_run, l_run, kq.ref, r, i, h0, split, wg, wr, g, c4);
 }
 
 /* ---- swap-AB kernel for h_q <= 32 (656 and per-tensor fp8) --------------------------------------
@@ -1043,8 +1039,6 @@ __device__ __forceinline__ void ak_sdt_produce(const ak_sd_params &p, uint8_t *s
     const uint32_t sbar = bar + 8 * (4 + w * NST);
     const uint32_t stage = ak_smem_addr(smem + M::STAGE) + (uint32_t)(w * NST * SB);
     const uint8_t *stage_p = smem + M::STAGE + w * NST * SB;
-    const float ks0 = ak_sdx_kscale<LAYOUT>(p.list[0]);
-    const float ks1 = p.list[1].tiles > 0 ? ak_sdx_kscale<LAYOUT>(p.list[1]) : ks0;
     const int key = KPW * w + (lane & (KPW - 1)); /* lanes KPW.. mirror lanes 0.. (unused slot ids) */
     const int u_end = 2 * t_end;
     /* half-units a (being converted, records in stage j % 2) and b (slot ids in cslot); unit j + 1's
@@ -1070,8 +1064,7 @@ __device__ __forceinline__ void ak_sdt_produce(const ak_sd_params &p, uint8_t *s
         const int n = j >> 1, b = n & 1, half = j & 1;   /* tile n of this CTA, its buffer, this half */
         if (half == 0) ak_mbar_wait(bar + 8 * (2 + b), ((n >> 1) & 1) ^ 1); /* EMPTY[b] */
         uint8_t *kb = smem + M::K + b * M::KB * AK_SDW_TILE;
-        ak_sdx_convert<LAYOUT, AK_SD_KEYS, KPW>(stage_p + (j % NST) * SB, kb, 32 * half + KPW * w, lane,
-                                                (ua >> 1) >= p.list[0].tiles ? ks1 : ks0, va);
+        ak_sdx_convert<LAYOUT, AK_SD_KEYS, KPW>(stage_p + (j % NST) * SB, kb, 32 * half + KPW * w, lane, va);
         if (lane == 0) smem[M::VALID + M::VF * b + (32 / KPW) * half + w] = (uint8_t)va;
         ak_fence_proxy_async(); /* K buffer writes -> the consumer's wgmma reads; stage reads -> refill */
         ak_mbar_arrive(bar + 8 * b); /* FULL[b] (both halves: 512 arrivals) */
@@ -1143,6 +1136,7 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
 #pragma unroll
         for (int k = 0; k < NS; k++) o[mb][k] = 0.0f;
     float m_run[NC], l_part[NC]; /* per head column; l_part sums this thread's keys only */
+    const ak_sd_kscale kq = ak_sd_kscales<LAYOUT>(p);
 #pragma unroll
     for (int c = 0; c < NC; c++) m_run[c] = -INFINITY, l_part[c] = 0.0f;
     const uint32_t ka = ak_smem_addr(smem + M::K), pta = ak_smem_addr(smem + M::PT);
@@ -1167,6 +1161,8 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
         const uint8_t *kvb = smem + M::VALID + M::VF * b;
         const uint32_t kv[2] = {(uint32_t)(kvb[(16 * w + g) / AK_SDT_KPW] >> ((16 * w + g) % AK_SDT_KPW)) & 1u,
                                 (uint32_t)(kvb[(16 * w + g + 8) / AK_SDT_KPW] >> ((16 * w + g + 8) % AK_SDT_KPW)) & 1u};
+        const bool ex = t >= p.list[0].tiles; /* this tile's list (ak_sd_kscale) */
+        const float sl = p.scale_log2 * (ex ? kq.s[1] : kq.s[0]), prel = ex ? kq.rel[1] : kq.rel[0];
         /* column max over this warp's 16 keys, then over the four warps */
 #pragma unroll
         for (int j = 0; j < NH / 8; j++)
@@ -1175,7 +1171,7 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
                 float m = -INFINITY;
 #pragma unroll
                 for (int hr = 0; hr < 2; hr++) {
-                    const float v = kv[hr] ? s[4 * j + 2 * hr + e] * p.scale_log2 : -INFINITY;
+                    const float v = kv[hr] ? s[4 * j + 2 * hr + e] * sl : -INFINITY;
                     s[4 * j + 2 * hr + e] = v;
                     m = fmaxf(m, v);
                 }
@@ -1213,7 +1209,7 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
                     const int key = 16 * w + g + 8 * hr;
                     const float pv = ak_ex2(s[4 * j + 2 * hr + e] - m_use[c]);
                     sum += pv;
-                    const __nv_bfloat16 pb = __float2bfloat16_rn(pv);
+                    const __nv_bfloat16 pb = __float2bfloat16_rn(pv * prel);
                     *reinterpret_cast<__nv_bfloat16 *>(pt + h * 128 + ((((key >> 3) ^ (h & 7))) << 4) + (key & 7) * 2) = pb;
                 }
                 l_part[c] = l_part[c] * alpha[c] + sum;
@@ -1293,7 +1289,7 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
             for (int mb = 0; mb < 8; mb++)
 #pragma unroll
                 for (int hr = 0; hr < 2; hr++)
-                    os[hl * M::OSTR + 64 * mb + 16 * w + g + 8 * hr] = o[mb][4 * j + 2 * hr + e] * f;
+                    os[hl * M::OSTR + 64 * mb + 16 * w + g + 8 * hr] = o[mb][4 * j + 2 * hr + e] * (f * kq.ref);
         }
     ak_bar_sync(1, 128);
     for (int it = ct; it < NH * (AK_SD_DV / 4); it += 128) {
