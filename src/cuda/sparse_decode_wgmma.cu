@@ -542,9 +542,11 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
  * FULL. It keeps 120 registers (at 104 a spilled slot id made every step wait for its load).
  * Warpgroups 1 (216 registers) and 2 (the launch's 168) consume. Warpgroup 1 computes S = Q K^T for
  * the unit (m64n32k16) and the softmax, writes P (bf16) and the rows' rescale factors to shared
- * memory for warpgroup 2 (two named barriers per unit: P read, P ready), adds O[:, 0 .. 255] += P V
+ * memory for warpgroup 2 (one named barrier per unit; two parities, so P of the next unit never
+ * waits for warpgroup 2's reads), adds O[:, 0 .. 255] += P V
  * (m64n256k16, P from registers) and issues S of the next unit right behind it; warpgroup 2
- * rescales its O rows and adds O[:, 256 .. 511] += P V with P from shared memory. Both arrive on
+ * rescales its O rows and adds O[:, 256 .. 511] += P V with P loaded from shared memory into the
+ * same register fragments (ordinary loads, so no proxy fence on warpgroup 1's path). Both arrive on
  * EMPTY once their P V has read the buffer. So S is computed once per unit (as FlashMLA's Hopper
  * kernel does) and the conversion runs on its own warps beside the products instead of between
  * them. Units are the halves of the 64-key tiles of the split rule (same splits, same partial rows);
@@ -575,11 +577,11 @@ template <int LAYOUT> struct ak_sdx_map {
         NST = KB * AK_SDW_TILE + NBUF * KB * KT + AK_SDW_TILE + 4 * 3 * 8 * STG + 1024 + 1024 <= 232448 ? 3 : 2,
         Q = 0,                              /* [KB][64 heads][128 B] bf16 swizzled */
         K = Q + KB * AK_SDW_TILE,           /* [NBUF][KB][32 keys][128 B] bf16 swizzled */
-        PS = K + NBUF * KB * KT,            /* [64 heads][128 B] bf16 P of the unit (keys in bytes 0..63) */
+        PS = K + NBUF * KB * KT,            /* [64 heads][128 B] bf16 P of units j % 2 (keys 32 (j % 2) ..) */
         STAGE = PS + AK_SDW_TILE,           /* [4 warps][NST][8 keys][STG] raw records */
         VALID = STAGE + 4 * NST * 8 * STG,  /* [NBUF] u32: bit k = key k of the unit is valid */
-        ALPHA = VALID + NBUF * 4,           /* [64] f32 O rescale factor of the unit, per head */
-        ML = ALPHA + 64 * 4,                /* [2][64] f32 final running max and row sum, per head */
+        ALPHA = VALID + NBUF * 4,           /* [2][64] f32 O rescale factor of units j % 2, per head */
+        ML = ALPHA + 2 * 64 * 4,            /* [2][64] f32 final running max and row sum, per head */
         BAR = (ML + 2 * 64 * 4 + 7) & ~7,   /* FULL[NBUF], EMPTY[NBUF], stage[4][NST] mbarriers */
         BYTES = BAR + (2 * NBUF + 4 * NST) * 8
     };
@@ -906,18 +908,19 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
             const bool ex = (u >> 1) >= p.list[0].tiles; /* this unit's list */
             ak_sdx_softmax(p.scale_log2 * (ex ? kq.s[1] : kq.s[0]), ex ? kq.rel[1] : kq.rel[0], s, kv, c4, m_run, l_run,
                            pa, o, alpha);
-            if (j > 0) ak_bar_sync(3, 256); /* warpgroup 2's P V of unit j - 1 has read P and alpha */
-            /* the A fragment words -> [head][key] rows in the 128-byte swizzle (one 16-byte chunk per 8 keys) */
+            /* the A fragment words -> P and alpha of parity j % 2, read by warpgroup 2's thread of the
+               same fragment position (ordinary loads: no proxy fence). Two parities, so writing P of
+               unit j + 1 never waits for warpgroup 2: it read P of unit j - 1 before the barrier of
+               unit j, which this warpgroup has passed. */
 #pragma unroll
             for (int kk = 0; kk < 2; kk++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    const int n = rows[e & 1], key = 16 * kk + 8 * (e >> 1) + 2 * c4;
+                    const int n = rows[e & 1], key = 32 * (j & 1) + 16 * kk + 8 * (e >> 1) + 2 * c4;
                     *reinterpret_cast<uint32_t *>(ps + ak_sdx_off<AK_SDW_HEADS>(n, key) + (key & 7) * 2) = pa[4 * kk + e];
                 }
-            if (c4 == 0) alpha_s[rows[0]] = alpha[0], alpha_s[rows[1]] = alpha[1];
-            ak_fence_proxy_async(); /* P writes -> warpgroup 2's wgmma reads */
-            ak_bar_sync(2, 256);    /* P and alpha of this unit are ready */
+            if (c4 == 0) alpha_s[64 * (j & 1) + rows[0]] = alpha[0], alpha_s[64 * (j & 1) + rows[1]] = alpha[1];
+            ak_bar_sync(2, 256); /* P and alpha of this unit are ready */
             /* P V of this unit and S of the next back to back (P V does not wait for the next unit);
                then release this buffer once P V is done */
             const int un = ak_sdx_next(p, u + 1, u_end, len0, len1);
@@ -946,26 +949,34 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
 #pragma unroll
             for (int hr = 0; hr < 2; hr++) ml_s[rows[hr]] = m_run[hr], ml_s[64 + rows[hr]] = l_run[hr];
     } else {
-        /* O[:, 256 .. 511] += P V with P from shared memory, after the same rescaling as warpgroup 1 */
-        const uint64_t dp0 = ak_wgmma_desc_sw128(ak_smem_addr(smem + M::PS), 16, 1024);
+        /* O[:, 256 .. 511] += P V with warpgroup 1's P fragments loaded from shared memory, after the
+           same rescaling as warpgroup 1 */
+        const uint8_t *ps = smem + M::PS;
         for (int j = 0; u < u_end; j++) {
             const int b = j % NBUF;
             const int un = ak_sdx_next(p, u + 1, u_end, len0, len1);
             ak_bar_sync(2, 256); /* P and alpha of unit j */
-            const float a0 = alpha_s[rows[0]], a1 = alpha_s[rows[1]];
+            uint32_t pa[8];
+#pragma unroll
+            for (int kk = 0; kk < 2; kk++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int n = rows[e & 1], key = 32 * (j & 1) + 16 * kk + 8 * (e >> 1) + 2 * c4;
+                    pa[4 * kk + e] = *reinterpret_cast<const uint32_t *>(ps + ak_sdx_off<AK_SDW_HEADS>(n, key) + (key & 7) * 2);
+                }
+            const float a0 = alpha_s[64 * (j & 1) + rows[0]], a1 = alpha_s[64 * (j & 1) + rows[1]];
             if (!__all_sync(0xffffffffu, a0 == 1.0f && a1 == 1.0f)) ak_sdx_rescale(o, a0, a1);
 #pragma unroll
             for (int k = 0; k < 128; k++) ak_reg_fence(o[k]);
             ak_wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < 2; kk++)
-                ak_wgmma_m64n256k16_ss_tb(o, dp0 + (kk * 32 >> 4), dv0 + b * KBUF + (kk * 2048 >> 4));
+                ak_wgmma_m64n256k16_rs_tb(o, pa + 4 * kk, dv0 + b * KBUF + (kk * 2048 >> 4));
             ak_wgmma_commit();
             ak_wgmma_wait0();
 #pragma unroll
             for (int k = 0; k < 128; k++) ak_reg_fence(o[k]);
             ak_mbar_arrive(bar + 8 * (NBUF + b)); /* EMPTY[b] */
-            if (un < u_end) ak_bar_sync(3, 256); /* P and alpha may be overwritten */
             u = un;
         }
     }
