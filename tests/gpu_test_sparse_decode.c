@@ -562,10 +562,11 @@ AK_TEST(sparse_decode_long) {
 
 /* Batches large enough that the plan (on a ~132-SM GPU) picks the wgmma kernels, with one split
    and with several, on every record path: the warp-specialized kernel (656, per-tensor fp8; h_q
-   40..128), the swap-AB kernel (656, per-tensor fp8; h_q <= 32 from 8 (token, head tile) units:
-   16- and 32-head tiles, padded columns at h_q 8 and 20), the pipelined one (V4, MLA_BF16
-   double-buffered and at 64 rows), with aligned output rows (stored by bulk copies) and padded
-   ones. The small cases above mostly run the mma.sync kernel. */
+   40..128; V4 from 32 units), the swap-AB kernel (656, per-tensor fp8; h_q <= 32 from 8 (token, head tile) units:
+   16- and 32-head tiles, padded columns at h_q 8 and 20), the pipelined one (MLA_BF16
+   double-buffered and at 64 rows; V4 from 8 to 31 units runs there in the matrix and graph cases),
+   with aligned output rows (stored by bulk copies) and padded ones. The small cases above mostly
+   run the mma.sync kernel. */
 AK_TEST(sparse_decode_wide) {
     ak_context *cpu = NULL, *gpu = NULL;
     if (!sd_contexts(&cpu, &gpu)) return;
@@ -580,6 +581,8 @@ AK_TEST(sparse_decode_wide) {
         {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 16, 2, 40, 192, 64}, {AK_LAYOUT_MLA_FP8_PERTENSOR, 48, 1, 20, 128, 0},
         /* the swap-AB kernel at 8 padded heads and s_q 4, and at 16 heads with an extra list */
         {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 4, 4, 8, 128, 0}, {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 32, 1, 16, 256, 64},
+        /* V4 on the warp-specialized kernel with splits (64 units; the 128-unit case above has one) */
+        {AK_LAYOUT_DSV4_FP8_UE8M0, 32, 1, 128, 128, 512},
     };
     for (size_t n = 0; n < sizeof k / sizeof k[0]; n++) {
         if (sd_quick() && n % 2 == 1) continue;
@@ -604,14 +607,15 @@ AK_TEST(sparse_decode_graph) {
     ak_rng r;
     ak_rng_init(&r, ak_test_seed() + 2);
     /* every layout at 16 heads (mma.sync kernel) and 128 (the wgmma kernels: 12 units); 656 at 32
-       heads and b 4 (the swap-AB kernel: 8 units) */
-    for (int n = 0; n < 9; n++) {
-        const int li = n < 8 ? n / 2 : 0, wide = n % 2;
+       heads and b 4 (the swap-AB kernel: 8 units); V4 at b 16 (the warp-specialized kernel: 32 units) */
+    for (int n = 0; n < 10; n++) {
+        const int li = n < 8 ? n / 2 : n == 8 ? 0 : 3, wide = n % 2;
         if (sd_quick() && n < 8 && (li + wide) % 2 == 1) continue;
         sd_case c;
         memset(&c, 0, sizeof c);
         c.layout = k_layouts[li];
-        c.b = n < 8 ? 3 : 4, c.s_q = 2, c.h_q = n < 8 ? (wide ? 128 : 16) : 32, c.topk = 256, c.len_mode = 1 + n % 2;
+        c.b = n < 8 ? 3 : n == 8 ? 4 : 16, c.s_q = 2, c.h_q = n < 8 ? (wide ? 128 : 16) : n == 8 ? 32 : 64;
+        c.topk = n == 9 ? 128 : 256, c.len_mode = 1 + n % 2;
         c.etopk = li >= 2 ? 128 : 0;
         c.bad = 1, c.sink = 1;
         sd_run_case(cpu, gpu, &c, &r, 1);

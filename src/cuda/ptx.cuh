@@ -266,6 +266,12 @@ __device__ __forceinline__ void ak_cp_async8(uint32_t dst, const void *src, uint
                  : "memory");
 }
 
+/* One arrival on mbarrier `bar` once every earlier cp.async of this thread has completed (the
+   barrier's count must include it: .noinc). */
+__device__ __forceinline__ void ak_cp_async_mbar_arrive(uint32_t bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
 __device__ __forceinline__ void ak_cp_async_commit(void) {
     asm volatile("cp.async.commit_group;\n" ::: "memory");
 }

@@ -1,8 +1,9 @@
 /*
  * sparse_decode_wgmma.cu -- sparse MLA decode on Hopper tensor cores (wgmma), same semantics, split
  * rule and partial-row format as sparse_decode.cu (see its header comment). Three kernels: the
- * pipelined ak_sdw_main below (V4 and MLA_BF16, h_q > 32, 64-head tiles), the warp-specialized
- * ak_sdx_main further down (656 and per-tensor fp8, h_q > 32, 64-head tiles) and the swap-AB
+ * pipelined ak_sdw_main below (MLA_BF16, and V4 below 32 units; h_q > 32, 64-head tiles), the
+ * warp-specialized ak_sdx_main further down (656, per-tensor fp8 and V4 from 32 (token, head tile)
+ * units; h_q > 32, 64-head tiles) and the swap-AB
  * ak_sdt_main after it (656 and per-tensor fp8, h_q <= 32, 16- or 32-head tiles).
  *
  * ak_sdw_main: one CTA = (request r, query token i, 64-head tile, KV split), two warpgroups (256
@@ -532,14 +533,17 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
     }
 }
 
-/* ---- warp-specialized kernel (656 and per-tensor fp8) -------------------------------------------
+/* ---- warp-specialized kernel (656, per-tensor fp8, V4) ----------------------------------------
  *
  * Three warpgroups (384 threads). Warpgroup 0 produces: each of its four warps owns 8 keys of every
  * 32-key unit; its lanes 0..7 copy their key's record into the warp's ring of raw stages with one
  * bulk copy each (the copy engine moves the bytes and counts them on the stage's mbarrier, so no
  * copy sits in the warp's scoreboard), NST - 1 units ahead of the one being converted; the warp then
  * dequantizes its 8 keys into one of NBUF bf16 K buffers (32 keys, 128-byte swizzle) and arrives on
- * FULL. It keeps 120 registers (at 104 a spilled slot id made every step wait for its load).
+ * FULL. It keeps 120 registers (at 104 a spilled slot id made every step wait for its load). V4's
+ * 8 scale bytes per key live in their own page region: each lane brings its key's with an 8-byte
+ * cp.async that arrives on the stage's mbarrier (a second bulk copy per key, x52, or a register
+ * load the proxy fence waited for, x51, made the producer the bound).
  * Warpgroups 1 (216 registers) and 2 (the launch's 168) consume. Warpgroup 1 computes S = Q K^T for
  * the unit (m64n32k16) and the softmax, writes P (bf16) and the rows' rescale factors to shared
  * memory for warpgroup 2 (one named barrier per unit; two parities, so P of the next unit never
@@ -553,7 +557,7 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
  * a unit wholly past its row's length is skipped by both sides, which walk the same sequence.
  *
  * Measured against ak_sdw_main (docs/perf.md, session 5): 8-9% faster on 656 at h_q 64 / 128 and
- * s_q 2, 12-15% slower on V4 (which stays on ak_sdw_main). Three K buffers, a ping-pong of the two
+ * s_q 2; on V4 12-15% slower then, 12-13% faster with the cp.async scales (x60). Three K buffers, a ping-pong of the two
  * consumers at the tensor pipe, a seesaw (S alternating between the warpgroups) and S split over d_qk
  * did not beat the form with S in both warpgroups (shared memory, Q 72 KB, the K buffers and the
  * stages, leaves the producer no deeper lookahead); S in one warpgroup (run x28) did, by 9-19%.
@@ -571,7 +575,9 @@ template <int LAYOUT> struct ak_sdx_map {
         DQK = ak_sd_geo<LAYOUT>::DQK,
         KB = DQK / 64,
         PT = LAYOUT == AK_LAYOUT_MLA_FP8_PERTENSOR,
-        STG = ak_sd_geo<LAYOUT>::REC, /* bytes per key: one bulk copy of the record */
+        V4 = LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0,
+        CPY = ak_sd_geo<LAYOUT>::REC, /* bytes of a key's bulk copy: the record (V4: its 576-byte row) */
+        STG = V4 ? CPY + 16 : CPY,    /* stage bytes per key (V4: the 8 scale bytes at CPY by cp.async) */
         KT = AK_SDX_UNIT * 128,       /* one 64-dim column block of a K buffer */
         /* raw stages per producer warp: three where they fit beside Q and the K buffers, else two */
         NST = KB * AK_SDW_TILE + NBUF * KB * KT + AK_SDW_TILE + 4 * 3 * 8 * STG + 1024 + 1024 <= 232448 ? 3 : 2,
@@ -608,7 +614,9 @@ __device__ __forceinline__ int32_t ak_sdx_slot(const ak_sd_params &p, int64_t r,
 }
 
 /* Producer warp: lane k < KPW copies its key's record (slot `slot`; -1 or out of range: rule I1,
-   never read) into the stage at `dst` with one bulk copy completing on `sbar`. Returns the warp's
+   never read) into the stage at `dst` with one bulk copy completing on `sbar`; V4: and its 8 scale
+   bytes (their own page region) by cp.async, each such lane arriving on `sbar` when its copy has
+   landed (no register waits on it, so the proxy fence does not either: x51). Returns the warp's
    validity bits (bit k: key k). */
 template <int LAYOUT, int KPW>
 __device__ __forceinline__ uint32_t ak_sdx_copy(const ak_sd_list &l, int32_t slot, int lane, uint32_t dst,
@@ -617,8 +625,12 @@ __device__ __forceinline__ uint32_t ak_sdx_copy(const ak_sd_list &l, int32_t slo
     int64_t ro = -1, so = -1;
     if (lane < KPW) ak_sdw_locate<LAYOUT>(l, slot, ro, so);
     const uint32_t vm = __ballot_sync(0xffffffffu, ro >= 0);
-    if (lane == 0) ak_mbar_arrive_tx(sbar, (uint32_t)__popc(vm) * M::STG);
-    if (ro >= 0) ak_bulk_g2s(dst + (uint32_t)(lane * M::STG), l.pool + ro, M::STG, sbar);
+    if (lane == 0) ak_mbar_arrive_tx(sbar, (uint32_t)__popc(vm) * M::CPY);
+    if (ro >= 0) ak_bulk_g2s(dst + (uint32_t)(lane * M::STG), l.pool + ro, M::CPY, sbar);
+    if (M::V4 && lane < KPW) {
+        if (ro >= 0) ak_cp_async8(dst + (uint32_t)(lane * M::STG + M::CPY), l.pool + so, 8u);
+        ak_cp_async_mbar_arrive(sbar);
+    }
     return vm;
 }
 
@@ -632,14 +644,19 @@ __device__ __forceinline__ uint32_t ak_sdx_copy(const ak_sd_list &l, int32_t slo
 template <int LAYOUT, int BR, int KPW>
 __device__ __forceinline__ void ak_sdx_convert(const uint8_t *stg, uint8_t *kb, int n0, int lane, uint32_t vm) {
     typedef ak_sdx_map<LAYOUT> M;
-    enum { SH = KPW == 8 ? 2 : 3 };
+    enum { SH = KPW == 8 ? 2 : 3,
+           NQ = M::V4 ? 448 : 512,        /* NoPE dims: fp8 chunk l (lane l < NQ / 16) */
+           RS = M::V4 ? 448 : 528 };      /* bf16 RoPE byte offset in the record (656, V4) */
+    const bool nq = M::V4 ? lane < NQ / 16 : true;
     uint4 f[KPW], rp[2];
     uint32_t sc[KPW];
 #pragma unroll
     for (int i = 0; i < KPW; i++) {
         const int k = (i + (lane >> SH)) & (KPW - 1);
         f[i] = *reinterpret_cast<const uint4 *>(stg + k * M::STG + 16 * lane);
-        sc[i] = M::PT ? 0u : *reinterpret_cast<const uint32_t *>(stg + k * M::STG + 512 + 4 * (lane >> 3));
+        sc[i] = M::PT ? 0u
+                : M::V4 ? (uint32_t)stg[k * M::STG + M::CPY + (lane >> 2)] /* ue8m0 byte of 64-dim tile l / 4 */
+                        : *reinterpret_cast<const uint32_t *>(stg + k * M::STG + 512 + 4 * (lane >> 3));
     }
     const int rk0 = M::PT ? lane >> 2 : lane >> 3; /* RoPE keys of this lane: rk0 (+ 4) */
     const bool rlane = !M::PT || KPW == 8 || lane < 16; /* per-tensor at 4 keys: lanes 0..15 */
@@ -648,19 +665,21 @@ __device__ __forceinline__ void ak_sdx_convert(const uint8_t *stg, uint8_t *kb, 
     } else {
 #pragma unroll
         for (int g = 0; g < KPW / 4; g++)
-            rp[g] = *reinterpret_cast<const uint4 *>(stg + (4 * g + rk0) * M::STG + 528 + 16 * (lane & 7));
+            rp[g] = *reinterpret_cast<const uint4 *>(stg + (4 * g + rk0) * M::STG + RS + 16 * (lane & 7));
     }
 #pragma unroll
     for (int i = 0; i < KPW; i++) {
         const int k = (i + (lane >> SH)) & (KPW - 1);
         const bool ok = (vm >> k) & 1u;
-        float s = M::PT ? 1.0f : __uint_as_float(sc[i]);
+        float s = M::PT ? 1.0f : M::V4 ? ak_sd_ue8m0(sc[i]) : __uint_as_float(sc[i]);
         uint4 raw = f[i];
         if (!ok) raw = make_uint4(0, 0, 0, 0), s = 0.0f;
         uint4 lo, hi;
         ak_sd_dequant16(raw, s, lo, hi);
-        *reinterpret_cast<uint4 *>(kb + ak_sdx_off<BR>(n0 + k, lane * 16)) = lo;
-        *reinterpret_cast<uint4 *>(kb + ak_sdx_off<BR>(n0 + k, lane * 16 + 8)) = hi;
+        if (nq) {
+            *reinterpret_cast<uint4 *>(kb + ak_sdx_off<BR>(n0 + k, lane * 16)) = lo;
+            *reinterpret_cast<uint4 *>(kb + ak_sdx_off<BR>(n0 + k, lane * 16 + 8)) = hi;
+        }
     }
     if (M::PT && rlane) {
         uint4 lo, hi;
@@ -671,7 +690,7 @@ __device__ __forceinline__ void ak_sdx_convert(const uint8_t *stg, uint8_t *kb, 
     } else if (!M::PT) {
 #pragma unroll
         for (int g = 0; g < KPW / 4; g++)
-            *reinterpret_cast<uint4 *>(kb + ak_sdx_off<BR>(n0 + 4 * g + rk0, 512 + (lane & 7) * 8)) =
+            *reinterpret_cast<uint4 *>(kb + ak_sdx_off<BR>(n0 + 4 * g + rk0, NQ + (lane & 7) * 8)) =
                 (vm >> (4 * g + rk0)) & 1u ? rp[g] : make_uint4(0, 0, 0, 0);
     }
 }
@@ -831,7 +850,8 @@ __device__ __forceinline__ void ak_sdx_produce(const ak_sd_params &p, uint8_t *s
 
 template <int LAYOUT>
 __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_params p) {
-    static_assert(AK_SDW_HEADS * AK_SDX_XSTR * 4 <= ak_sdx_map<LAYOUT>::PS, "staged rows fit in the Q and K buffers");
+    /* the epilogue stages rows over Q, the K buffers, P and the stages (all free by then) */
+    static_assert(AK_SDW_HEADS * AK_SDX_XSTR * 4 <= ak_sdx_map<LAYOUT>::VALID, "staged rows fit before the masks");
     ak_grid_dep_wait(); /* a programmatic dependent launch: inputs and workspace are free to use after this */
     typedef ak_sdx_map<LAYOUT> M;
     enum { DQK = M::DQK, KSTEPS = DQK / 16, NBUF = M::NBUF };
@@ -854,8 +874,8 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
             ak_mbar_init(bar + 8 * b, 128);          /* FULL: every producer thread */
             ak_mbar_init(bar + 8 * (NBUF + b), 256); /* EMPTY: every consumer thread */
         }
-        /* stage barriers: lane 0's expect_tx arrival */
-        for (int k = 0; k < 4 * M::NST; k++) ak_mbar_init(bar + 8 * (2 * NBUF + k), 1);
+        /* stage barriers: lane 0's expect_tx arrival (V4: and the eight lanes' cp.async arrivals) */
+        for (int k = 0; k < 4 * M::NST; k++) ak_mbar_init(bar + 8 * (2 * NBUF + k), M::V4 ? 1 + 8 : 1);
     }
     __syncthreads();
 
@@ -1329,8 +1349,8 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
    kernel (kernel 3, 16- or 32-head tiles; at b 128 s_q 1 h_q 32 91 us against 135 for the
    64-row warp-specialized kernel and 163 for the 32-row mma.sync tiles, h_q 16 79 against 108 on
    mma.sync: docs/perf.md runs x13, x15) from 8 (token, head tile) units, h_q > 32 on the
-   warp-specialized kernel (kernel 2); V4 and MLA_BF16 for h_q > 32 on the pipelined kernel
-   (kernel 1). Splits from shapes and the SM count only (one CTA per SM): the fewest splits
+   warp-specialized kernel (kernel 2), as V4 from 32 (token, head tile) units; MLA_BF16 and the
+   smaller V4 batches for h_q > 32 on the pipelined kernel (kernel 1). Splits from shapes and the SM count only (one CTA per SM): the fewest splits
    minimising waves x (tiles per CTA + 2), the 2 standing for a CTA's fixed work (Q tile, row
    writes). Without it b 128 h_q 128 took 32 splits (63 waves of one tile each, then a combine of
    1 GB of partial rows: 1140 us in device run w1) over one split (2 waves of 32 tiles). Declines
@@ -1342,6 +1362,10 @@ int ak_sdw_plan(const ak_context *ctx, const ak_mla_decode_args *a, ak_sd_plan *
     const int layout = (int)a->cache->layout;
     const int64_t b = a->q->shape[0], s_q = a->q->shape[1], h_q = a->q->shape[2];
     const int ws = layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE || layout == AK_LAYOUT_MLA_FP8_PERTENSOR;
+    /* the warp-specialized kernel at h_q > 32; V4 from 32 (token, head tile) units (below, its bulk
+       partial rows cost more than the pipelined kernel's fragment stores: V4 b 8 18.5 against 17.7
+       us, run x60) */
+    const int wx = ws || (layout == AK_LAYOUT_DSV4_FP8_UE8M0 && b * s_q * ((h_q + AK_SDW_HEADS - 1) / AK_SDW_HEADS) >= 32);
     if (a->block_table != NULL) return 0;
     if (ws && h_q <= 32) { /* the swap-AB kernel: 16- or 32-head tiles, nothing padded to 64 rows */
         const int nh = h_q <= 16 ? 16 : 32;
@@ -1357,14 +1381,15 @@ int ak_sdw_plan(const ak_context *ctx, const ak_mla_decode_args *a, ak_sd_plan *
     } else {
         if (h_q <= 32 || (!ws && layout != AK_LAYOUT_DSV4_FP8_UE8M0 && layout != AK_LAYOUT_MLA_BF16)) return 0;
         if (b * s_q * ((h_q + AK_SDW_HEADS - 1) / AK_SDW_HEADS) < 8) return 0;
-        pl->kernel = ws ? 2 : 1;
+        pl->kernel = wx ? 2 : 1;
         pl->mw = 4;
         pl->htiles = (int)((h_q + AK_SDW_HEADS - 1) / AK_SDW_HEADS);
         pl->smem = 1024 /* alignment slack */ +
                    (layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE  ? (size_t)ak_sdx_map<AK_LAYOUT_DSA_FP8_BLOCKSCALE>::BYTES
                     : layout == AK_LAYOUT_MLA_FP8_PERTENSOR ? (size_t)ak_sdx_map<AK_LAYOUT_MLA_FP8_PERTENSOR>::BYTES
                     : layout == AK_LAYOUT_MLA_BF16          ? (size_t)ak_sdw_smem_map<AK_LAYOUT_MLA_BF16>::BYTES
-                                                            : (size_t)ak_sdw_smem_map<AK_LAYOUT_DSV4_FP8_UE8M0>::BYTES);
+                    : wx ? (size_t)ak_sdx_map<AK_LAYOUT_DSV4_FP8_UE8M0>::BYTES
+                         : (size_t)ak_sdw_smem_map<AK_LAYOUT_DSV4_FP8_UE8M0>::BYTES);
     }
     const int64_t topk = a->indices->shape[2];
     const int64_t etopk = a->extra_indices != NULL ? a->extra_indices->shape[2] : 0;
@@ -1425,7 +1450,9 @@ ak_status ak_sdw_launch(ak_context *ctx, const ak_sd_params &p, const ak_sd_plan
     }
     switch (layout) {
     case AK_LAYOUT_MLA_BF16: return ak_sdw_launch_t<AK_LAYOUT_MLA_BF16>(ctx, p, pl);
-    case AK_LAYOUT_DSV4_FP8_UE8M0: return ak_sdw_launch_t<AK_LAYOUT_DSV4_FP8_UE8M0>(ctx, p, pl);
+    case AK_LAYOUT_DSV4_FP8_UE8M0:
+        return pl.kernel == 2 ? ak_sdx_launch_t<AK_LAYOUT_DSV4_FP8_UE8M0>(ctx, p, pl)
+                              : ak_sdw_launch_t<AK_LAYOUT_DSV4_FP8_UE8M0>(ctx, p, pl);
     case AK_LAYOUT_MLA_FP8_PERTENSOR: return ak_sdx_launch_t<AK_LAYOUT_MLA_FP8_PERTENSOR>(ctx, p, pl);
     case AK_LAYOUT_DSA_FP8_BLOCKSCALE: return ak_sdx_launch_t<AK_LAYOUT_DSA_FP8_BLOCKSCALE>(ctx, p, pl);
     default:
