@@ -12,7 +12,8 @@
  * both clamped to +-1 and rounded to bf16; the fp8 layouts are then quantized with the codec rules
  * of layouts.md 3 (656: per-128 scale, power of two on even slots and the unrounded AK_SCALE_FP32
  * option on odd slots, so the kernel's fp32-scale-then-bf16 rounding is exercised; 584: UE8M0 per
- * 64; per-tensor: k_scale 0.0179 and, for the extra pool, 0.00586, neither a power of two).
+ * 64; per-tensor: k_scale 0.0179 and, for the extra pool, 0.00586 through a device pointer, neither
+ * a power of two).
  *
  * Tolerances (semantics.md 14.2, FlashMLA's sparse decode test): both backends see the same
  * dequantized keys; the kernel rounds P to bf16 for the PV product (relative error 2^-9 per
@@ -87,6 +88,7 @@ typedef struct sd_pool {
     int64_t stride, bytes;
     uint8_t *host;   /* [num_pages, stride] bytes */
     void *dev;
+    float *dscale;   /* per-tensor extra pool: its k_scale on the device, passed as k_scale_ptr */
     ak_cache c_cpu, c_gpu;
     int32_t *used;   /* slots holding records (the rest stay NaN) */
     int32_t n_used, n_unused;
@@ -164,6 +166,14 @@ static void sd_pool_make(sd_pool *p, ak_rng *r, ak_layout layout, int32_t num_pa
     p->c_gpu.data = p->dev;
     p->c_gpu.device.type = AK_DEVICE_CUDA;
     p->c_gpu.device.id = 0;
+    if (layout == AK_LAYOUT_MLA_FP8_PERTENSOR && k_scale == SD_K_SCALE_EXTRA) {
+        /* the extra per-tensor pool gives its scale through a device pointer (the float is set
+           wrong, so a kernel that reads it fails), the main pool through the float */
+        CHECK(cudaMalloc((void **)&p->dscale, sizeof(float)) == cudaSuccess);
+        CHECK(cudaMemcpy(p->dscale, &k_scale, sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess);
+        p->c_gpu.k_scale_ptr = p->dscale;
+        p->c_gpu.k_scale = 1.0f;
+    }
 }
 
 static void sd_pool_free(sd_pool *p) {
@@ -171,6 +181,7 @@ static void sd_pool_free(sd_pool *p) {
     free(p->used);
     free(p->unused);
     cudaFree(p->dev);
+    cudaFree(p->dscale);
 }
 
 /* Index rows: distinct used slots; with `bad`, about one in six replaced by an invalid value;
