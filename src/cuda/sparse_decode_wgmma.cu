@@ -719,26 +719,35 @@ __device__ __forceinline__ void ak_sdx_rescale(float *o, float a0, float a1) {
    unit measured 1.5-3.5% faster here than a byte per key. */
 __device__ __forceinline__ void ak_sdx_softmax(float sl, float prel, float *s, uint32_t kv, int c4, float *m_run,
                                                float *l_run, uint32_t *pa, float *o, float *alpha) {
-    float mx[2];
+    float mx[2] = {-INFINITY, -INFINITY};
     const bool all = kv == 0xffffffffu; /* the common case: no key of the unit masked */
+    bool in = true; /* every value of this thread within 8 of its row's running max */
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
-        float v[8];
 #pragma unroll
         for (int n = 0; n < 4; n++) {
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 const float x = s[4 * n + 2 * hr + e] * sl;
-                v[2 * n + e] = all || (kv >> (8 * n + 2 * c4 + e)) & 1u ? x : -INFINITY;
-                s[4 * n + 2 * hr + e] = v[2 * n + e];
+                const float v = all || (kv >> (8 * n + 2 * c4 + e)) & 1u ? x : -INFINITY;
+                s[4 * n + 2 * hr + e] = v;
+                in = in && v <= m_run[hr] + 8.0f;
             }
         }
-        /* a tree: three dependent steps instead of eight (max is exact in any order) */
-        mx[hr] = fmaxf(fmaxf(fmaxf(v[0], v[1]), fmaxf(v[2], v[3])), fmaxf(fmaxf(v[4], v[5]), fmaxf(v[6], v[7])));
-        mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
-        mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
     }
-    const bool keep = __all_sync(0xffffffffu, mx[0] <= m_run[0] + 8.0f && mx[1] <= m_run[1] + 8.0f);
+    /* The same decision as a row max against m_run + 8, without the max: its tree and shuffles run
+       only when a row's max moves (the first units), off the common path. */
+    const bool keep = __all_sync(0xffffffffu, in);
+    if (!keep) {
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) {
+            const float *v = s + 2 * hr; /* v[4 n + e]: this row's values */
+            /* a tree: three dependent steps instead of eight (max is exact in any order) */
+            mx[hr] = fmaxf(fmaxf(fmaxf(v[0], v[1]), fmaxf(v[4], v[5])), fmaxf(fmaxf(v[8], v[9]), fmaxf(v[12], v[13])));
+            mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
+            mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
+        }
+    }
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
         const float m_new = keep ? m_run[hr] : fmaxf(m_run[hr], mx[hr]);
