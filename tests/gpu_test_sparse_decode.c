@@ -100,9 +100,10 @@ static int sd_rec_bytes(ak_layout l) {
 }
 
 /* Writes random records into the used slots of a NaN-filled pool (0xff bytes: NaN in bf16, e4m3,
-   f32 and ue8m0 alike). */
+   f32 and ue8m0 alike). Per-tensor: encoded with k_scale, which the GPU cache gets through a device
+   pointer when scale_ptr (its float then set wrong, so a kernel that reads the float fails). */
 static void sd_pool_make(sd_pool *p, ak_rng *r, ak_layout layout, int32_t num_pages, int32_t page,
-                         float k_scale) {
+                         float k_scale, int scale_ptr) {
     memset(p, 0, sizeof *p);
     p->layout = layout;
     p->num_pages = num_pages;
@@ -166,9 +167,7 @@ static void sd_pool_make(sd_pool *p, ak_rng *r, ak_layout layout, int32_t num_pa
     p->c_gpu.data = p->dev;
     p->c_gpu.device.type = AK_DEVICE_CUDA;
     p->c_gpu.device.id = 0;
-    if (layout == AK_LAYOUT_MLA_FP8_PERTENSOR && k_scale == SD_K_SCALE_EXTRA) {
-        /* the extra per-tensor pool gives its scale through a device pointer (the float is set
-           wrong, so a kernel that reads it fails), the main pool through the float */
+    if (layout == AK_LAYOUT_MLA_FP8_PERTENSOR && scale_ptr) {
         CHECK(cudaMalloc((void **)&p->dscale, sizeof(float)) == cudaSuccess);
         CHECK(cudaMemcpy(p->dscale, &k_scale, sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess);
         p->c_gpu.k_scale_ptr = p->dscale;
@@ -309,8 +308,9 @@ static void sd_run_case(ak_context *cpu, ak_context *gpu, const sd_case *cs, ak_
     const ak_device dev = {AK_DEVICE_CUDA, 0};
     sd_pool mp, ep;
     memset(&ep, 0, sizeof ep);
-    sd_pool_make(&mp, r, cs->layout, (int32_t)((4 * topk + 63) / 64) + 1, 64, SD_K_SCALE_MAIN);
-    if (etopk > 0) sd_pool_make(&ep, r, cs->layout, (int32_t)((4 * etopk + 15) / 16) + 1, 16, SD_K_SCALE_EXTRA);
+    /* the main pool's per-tensor scale as a float, the extra pool's through a device pointer */
+    sd_pool_make(&mp, r, cs->layout, (int32_t)((4 * topk + 63) / 64) + 1, 64, SD_K_SCALE_MAIN, 0);
+    if (etopk > 0) sd_pool_make(&ep, r, cs->layout, (int32_t)((4 * etopk + 15) / 16) + 1, 16, SD_K_SCALE_EXTRA, 1);
 
     const int64_t nq = b * s_q * h_q * dqk, nrow = b * s_q * h_q;
     const int64_t nlen = cs->len_mode == 2 ? b * s_q : b;

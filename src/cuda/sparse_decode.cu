@@ -389,7 +389,7 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
            loads its P fragments and rescales its O rows. Lazy rescaling: while a row gains no
            more than 8 (log2 units) over its running max, the max stays (P <= 2^8) and alpha = 1.
            Per-tensor fp8: the tile's list scale in S, P times its rel (ak_sd_kscale). */
-        const float sl = p.scale_log2 * (cur >= nt0 ? kq.s[1] : kq.s[0]), prel = cur >= nt0 ? kq.rel[1] : kq.rel[0];
+        const float sl = cur >= nt0 ? kq.sl[1] : kq.sl[0], prel = cur >= nt0 ? kq.rel[1] : kq.rel[0];
 #pragma unroll
         for (int rr = 0; rr < RPW; rr++) {
             const int row = warp * RPW + rr;

@@ -88,23 +88,27 @@ __device__ __forceinline__ float ak_sd_ue8m0(uint32_t e) {
 
 /* Per-tensor fp8 (MLA_FP8_PERTENSOR): the key is float(q) k_scale in fp32 (layouts.md 4), which
    bf16 cannot hold unless k_scale is a power of two. So the kernels put bf16(q), exact, in their K
-   buffers and apply the scales outside: S times the tile's list scale s[l], P times rel[l] = s[l] /
-   ref before its bf16 rounding (1 unless the extra list has its own scale), and the finished rows
-   times ref (list 0's scale, or list 1's where list 0's is 0). Every field is 1 for the other
-   layouts, whose keys carry their scales. */
+   buffers and apply the scales outside: S times sl[l] (the softmax scale in log2 units times list
+   l's k_scale), P times rel[l] = k_scale[l] / ref before its bf16 rounding (1 unless the extra list
+   has its own scale), and the finished rows times ref (list 0's scale, or list 1's where list 0's
+   is 0). For the other layouts, whose keys carry their scales, sl is the softmax scale and the rest
+   is 1. */
 struct ak_sd_kscale {
-    float s[2], rel[2], ref;
+    float sl[2], rel[2], ref;
 };
 template <int LAYOUT> __device__ __forceinline__ ak_sd_kscale ak_sd_kscales(const ak_sd_params &p) {
     ak_sd_kscale k;
-    k.s[0] = k.s[1] = k.rel[0] = k.rel[1] = k.ref = 1.0f;
+    float s[2] = {1.0f, 1.0f};
+    k.rel[0] = k.rel[1] = k.ref = 1.0f;
     if (LAYOUT == AK_LAYOUT_MLA_FP8_PERTENSOR) {
-        k.s[0] = p.list[0].k_scale_ptr != NULL ? *p.list[0].k_scale_ptr : p.list[0].k_scale;
-        k.s[1] = p.list[1].tiles == 0 ? k.s[0] : p.list[1].k_scale_ptr != NULL ? *p.list[1].k_scale_ptr : p.list[1].k_scale;
-        k.ref = k.s[0] != 0.0f ? k.s[0] : k.s[1];
+        s[0] = p.list[0].k_scale_ptr != NULL ? *p.list[0].k_scale_ptr : p.list[0].k_scale;
+        s[1] = p.list[1].tiles == 0 ? s[0] : p.list[1].k_scale_ptr != NULL ? *p.list[1].k_scale_ptr : p.list[1].k_scale;
+        k.ref = s[0] != 0.0f ? s[0] : s[1];
 #pragma unroll
-        for (int l = 0; l < 2; l++) k.rel[l] = k.ref != 0.0f ? k.s[l] / k.ref : 0.0f;
+        for (int l = 0; l < 2; l++) k.rel[l] = k.ref != 0.0f ? s[l] / k.ref : 0.0f;
     }
+#pragma unroll
+    for (int l = 0; l < 2; l++) k.sl[l] = p.scale_log2 * s[l];
     return k;
 }
 

@@ -695,6 +695,15 @@ __device__ __forceinline__ void ak_sdx_convert(const uint8_t *stg, uint8_t *kb, 
     }
 }
 
+/* Where word k of a thread's P A fragments (rows[k & 1], keys 16 (k >> 2) + 8 ((k >> 1) & 1) + 2 c4
+   and + 1) of unit j sits in the P buffer ps: [64 heads][128 B], parity j % 2 in keys 32 (j % 2) ..
+   Consumer warpgroup 1 writes the words, warpgroup 2's thread of the same fragment position reads
+   them. */
+__device__ __forceinline__ uint8_t *ak_sdx_pword(uint8_t *ps, const int *rows, int j, int k, int c4) {
+    const int key = 32 * (j & 1) + 16 * (k >> 2) + 8 * ((k >> 1) & 1) + 2 * c4;
+    return ps + ak_sdx_off<AK_SDW_HEADS>(rows[k & 1], key) + (key & 7) * 2;
+}
+
 /* O rows 16 wr + g (factor a0) and + 8 (a1) of a 64 x 256 D fragment times their rescale factors. */
 __device__ __forceinline__ void ak_sdx_rescale(float *o, float a0, float a1) {
 #pragma unroll
@@ -935,19 +944,13 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
             uint32_t pa[8];
             float alpha[2];
             const bool ex = (u >> 1) >= p.list[0].tiles; /* this unit's list */
-            ak_sdx_softmax(p.scale_log2 * (ex ? kq.s[1] : kq.s[0]), ex ? kq.rel[1] : kq.rel[0], s, kv, c4, m_run, l_run,
-                           pa, o, alpha);
+            ak_sdx_softmax(ex ? kq.sl[1] : kq.sl[0], ex ? kq.rel[1] : kq.rel[0], s, kv, c4, m_run, l_run, pa, o, alpha);
             /* the A fragment words -> P and alpha of parity j % 2, read by warpgroup 2's thread of the
                same fragment position (ordinary loads: no proxy fence). Two parities, so writing P of
                unit j + 1 never waits for warpgroup 2: it read P of unit j - 1 before the barrier of
                unit j, which this warpgroup has passed. */
 #pragma unroll
-            for (int kk = 0; kk < 2; kk++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int n = rows[e & 1], key = 32 * (j & 1) + 16 * kk + 8 * (e >> 1) + 2 * c4;
-                    *reinterpret_cast<uint32_t *>(ps + ak_sdx_off<AK_SDW_HEADS>(n, key) + (key & 7) * 2) = pa[4 * kk + e];
-                }
+            for (int k = 0; k < 8; k++) *reinterpret_cast<uint32_t *>(ak_sdx_pword(ps, rows, j, k, c4)) = pa[k];
             if (c4 == 0) alpha_s[64 * (j & 1) + rows[0]] = alpha[0], alpha_s[64 * (j & 1) + rows[1]] = alpha[1];
             ak_bar_sync(2, 256); /* P and alpha of this unit are ready */
             /* P V of this unit and S of the next back to back (P V does not wait for the next unit);
@@ -980,19 +983,14 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
     } else {
         /* O[:, 256 .. 511] += P V with warpgroup 1's P fragments loaded from shared memory, after the
            same rescaling as warpgroup 1 */
-        const uint8_t *ps = smem + M::PS;
+        uint8_t *ps = smem + M::PS;
         for (int j = 0; u < u_end; j++) {
             const int b = j % NBUF;
             const int un = ak_sdx_next(p, u + 1, u_end, len0, len1);
             ak_bar_sync(2, 256); /* P and alpha of unit j */
             uint32_t pa[8];
 #pragma unroll
-            for (int kk = 0; kk < 2; kk++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int n = rows[e & 1], key = 32 * (j & 1) + 16 * kk + 8 * (e >> 1) + 2 * c4;
-                    pa[4 * kk + e] = *reinterpret_cast<const uint32_t *>(ps + ak_sdx_off<AK_SDW_HEADS>(n, key) + (key & 7) * 2);
-                }
+            for (int k = 0; k < 8; k++) pa[k] = *reinterpret_cast<const uint32_t *>(ak_sdx_pword(ps, rows, j, k, c4));
             const float a0 = alpha_s[64 * (j & 1) + rows[0]], a1 = alpha_s[64 * (j & 1) + rows[1]];
             if (!__all_sync(0xffffffffu, a0 == 1.0f && a1 == 1.0f)) ak_sdx_rescale(o, a0, a1);
 #pragma unroll
@@ -1202,7 +1200,7 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
         const uint32_t kv[2] = {(uint32_t)(kvb[(16 * w + g) / AK_SDT_KPW] >> ((16 * w + g) % AK_SDT_KPW)) & 1u,
                                 (uint32_t)(kvb[(16 * w + g + 8) / AK_SDT_KPW] >> ((16 * w + g + 8) % AK_SDT_KPW)) & 1u};
         const bool ex = t >= p.list[0].tiles; /* this tile's list (ak_sd_kscale) */
-        const float sl = p.scale_log2 * (ex ? kq.s[1] : kq.s[0]), prel = ex ? kq.rel[1] : kq.rel[0];
+        const float sl = ex ? kq.sl[1] : kq.sl[0], prel = ex ? kq.rel[1] : kq.rel[0];
         /* column max over this warp's 16 keys, then over the four warps */
 #pragma unroll
         for (int j = 0; j < NH / 8; j++)
@@ -1300,7 +1298,8 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
             for (int e = 0; e < 2; e++) red[w * NH + 8 * j + 2 * c4 + e] = l_part[2 * j + e];
     }
     ak_bar_sync(1, 128);
-    /* Per head: the factor of its O^T column and its lse; O^T * factor -> shared [head][dim] f32 in
+    /* Per head: the factor of its O^T column and its lse (ak_sd_row_scale; per-tensor fp8: times
+       ak_sd_kscale::ref); O^T * factor -> shared [head][dim] f32 in
        K buffer 0 (every product that read it has completed), then rows out in 16-byte pieces. */
     float *os = reinterpret_cast<float *>(smem + M::K);
     const int64_t rows = (int64_t)p.b * p.s_q * p.h_q;
@@ -1310,26 +1309,17 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
         for (int e = 0; e < 2; e++) {
             const int c = 2 * j + e, hl = 8 * j + 2 * c4 + e, h = h0 + hl;
             const float lsum = (red[hl] + red[NH + hl]) + (red[2 * NH + hl] + red[3 * NH + hl]);
-            const float lse2 = lsum > 0.0f ? m_run[c] + log2f(lsum) : -INFINITY;
-            float f;
-            if (p.splits == 1) {
-                float lse_e = INFINITY;
-                f = 0.0f;
-                if (lsum > 0.0f) {
-                    lse_e = lse2 * 0.69314718055994531f;
-                    f = 1.0f / lsum;
-                    if (p.sink != NULL && h < p.h_q) f = f / (1.0f + expf(p.sink[h] - lse_e));
-                }
-                if (p.lse != NULL && w == 0 && g == 0 && h < p.h_q) p.lse[r * p.l_s0 + i * p.l_s1 + h * p.l_s2] = lse_e;
-            } else {
-                f = lsum > 0.0f ? 1.0f / lsum : 0.0f;
-                if (w == 0 && g == 0 && h < p.h_q) p.lacc[split * rows + (r * p.s_q + i) * p.h_q + h] = lse2;
+            float lse;
+            const float f = ak_sd_row_scale(p, m_run[c], lsum, h, 1.0f, lse) * kq.ref;
+            if (w == 0 && g == 0 && h < p.h_q) {
+                if (p.splits > 1) p.lacc[split * rows + (r * p.s_q + i) * p.h_q + h] = lse;
+                else if (p.lse != NULL) p.lse[r * p.l_s0 + i * p.l_s1 + h * p.l_s2] = lse;
             }
 #pragma unroll
             for (int mb = 0; mb < 8; mb++)
 #pragma unroll
                 for (int hr = 0; hr < 2; hr++)
-                    os[hl * M::OSTR + 64 * mb + 16 * w + g + 8 * hr] = o[mb][4 * j + 2 * hr + e] * (f * kq.ref);
+                    os[hl * M::OSTR + 64 * mb + 16 * w + g + 8 * hr] = o[mb][4 * j + 2 * hr + e] * f;
         }
     ak_bar_sync(1, 128);
     for (int it = ct; it < NH * (AK_SD_DV / 4); it += 128) {
@@ -1371,10 +1361,6 @@ int ak_sdw_plan(const ak_context *ctx, const ak_mla_decode_args *a, ak_sd_plan *
     const int layout = (int)a->cache->layout;
     const int64_t b = a->q->shape[0], s_q = a->q->shape[1], h_q = a->q->shape[2];
     const int ws = layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE || layout == AK_LAYOUT_MLA_FP8_PERTENSOR;
-    /* the warp-specialized kernel at h_q > 32; V4 from 32 (token, head tile) units (below, its bulk
-       partial rows cost more than the pipelined kernel's fragment stores: V4 b 8 18.5 against 17.7
-       us, run x60) */
-    const int wx = ws || (layout == AK_LAYOUT_DSV4_FP8_UE8M0 && b * s_q * ((h_q + AK_SDW_HEADS - 1) / AK_SDW_HEADS) >= 32);
     if (a->block_table != NULL) return 0;
     if (ws && h_q <= 32) { /* the swap-AB kernel: 16- or 32-head tiles, nothing padded to 64 rows */
         const int nh = h_q <= 16 ? 16 : 32;
@@ -1389,16 +1375,20 @@ int ak_sdw_plan(const ak_context *ctx, const ak_mla_decode_args *a, ak_sd_plan *
                                            : (size_t)ak_sdt_map<AK_LAYOUT_MLA_FP8_PERTENSOR, 32>::BYTES));
     } else {
         if (h_q <= 32 || (!ws && layout != AK_LAYOUT_DSV4_FP8_UE8M0 && layout != AK_LAYOUT_MLA_BF16)) return 0;
-        if (b * s_q * ((h_q + AK_SDW_HEADS - 1) / AK_SDW_HEADS) < 8) return 0;
-        pl->kernel = wx ? 2 : 1;
-        pl->mw = 4;
         pl->htiles = (int)((h_q + AK_SDW_HEADS - 1) / AK_SDW_HEADS);
+        const int64_t units = b * s_q * pl->htiles;
+        if (units < 8) return 0;
+        /* the warp-specialized kernel, and for V4 from 32 units (below, its bulk partial rows cost
+           more than the pipelined kernel's fragment stores: V4 b 8 18.5 against 17.7 us, run x60) */
+        const int v4 = layout == AK_LAYOUT_DSV4_FP8_UE8M0;
+        pl->kernel = ws || (v4 && units >= 32) ? 2 : 1;
+        pl->mw = 4;
         pl->smem = 1024 /* alignment slack */ +
-                   (layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE  ? (size_t)ak_sdx_map<AK_LAYOUT_DSA_FP8_BLOCKSCALE>::BYTES
-                    : layout == AK_LAYOUT_MLA_FP8_PERTENSOR ? (size_t)ak_sdx_map<AK_LAYOUT_MLA_FP8_PERTENSOR>::BYTES
-                    : layout == AK_LAYOUT_MLA_BF16          ? (size_t)ak_sdw_smem_map<AK_LAYOUT_MLA_BF16>::BYTES
-                    : wx ? (size_t)ak_sdx_map<AK_LAYOUT_DSV4_FP8_UE8M0>::BYTES
-                         : (size_t)ak_sdw_smem_map<AK_LAYOUT_DSV4_FP8_UE8M0>::BYTES);
+                   (pl->kernel == 1 ? (v4 ? (size_t)ak_sdw_smem_map<AK_LAYOUT_DSV4_FP8_UE8M0>::BYTES
+                                          : (size_t)ak_sdw_smem_map<AK_LAYOUT_MLA_BF16>::BYTES)
+                    : v4 ? (size_t)ak_sdx_map<AK_LAYOUT_DSV4_FP8_UE8M0>::BYTES
+                    : layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE ? (size_t)ak_sdx_map<AK_LAYOUT_DSA_FP8_BLOCKSCALE>::BYTES
+                                                             : (size_t)ak_sdx_map<AK_LAYOUT_MLA_FP8_PERTENSOR>::BYTES);
     }
     const int64_t topk = a->indices->shape[2];
     const int64_t etopk = a->extra_indices != NULL ? a->extra_indices->shape[2] : 0;
