@@ -409,6 +409,69 @@ AK_TEST(cuda_quantizer_midpoints) {
     g_midpoints = 0;
 }
 
+/* Per-tensor fp8 quantization of every finite bf16 value by the write (bf16 rows) and convert
+   (MLA_BF16 cache) kernels. At k_scale 0.0179 the kernels multiply by RN(1 / s), which encodes every
+   bf16 value as the quotient does at that scale (ak_e4m3_recip_exact); at 0x1.73b13ap-9 two bf16
+   values encode differently, so the kernels must keep the corrected quotient (test_numeric checks
+   both facts on the host). Bytes equal to the CPU backend's IEEE division at every value. */
+AK_TEST(cuda_pertensor_every_bf16) {
+    if (!gpu()) return;
+    const int32_t P = 64, np = 2; /* 128 tokens of 576 values: every pattern at least once */
+    const int64_t n = (int64_t)P * np, w = 576;
+    uint16_t *x = (uint16_t *)malloc((size_t)(n * w) * 2);
+    for (int64_t k = 0; k < n * w; k++) {
+        const uint16_t u = (uint16_t)(k & 0xffff);
+        x[k] = (u & 0x7f80u) == 0x7f80u ? (uint16_t)(u & 0x807fu) : u; /* inf / NaN -> finite */
+    }
+    int32_t *slots = (int32_t *)malloc((size_t)n * 4);
+    for (int64_t i = 0; i < n; i++) slots[i] = (int32_t)(n - 1 - i);
+    const float scales[2] = {0.0179f, 0x1.73b13ap-9f};
+    for (int si = 0; si < 2; si++) {
+        /* convert: an MLA_BF16 cache whose records are the rows */
+        ak_cache sd, dd;
+        CHECK_STATUS(ak_cache_init(&sd, AK_LAYOUT_MLA_BF16, (void *)16, np, P), AK_OK);
+        CHECK_STATUS(ak_cache_init(&dd, AK_LAYOUT_MLA_FP8_PERTENSOR, (void *)16, np, P), AK_OK);
+        dd.k_scale = scales[si];
+        pair s, d;
+        pair_make(&s, &sd, 0);
+        memcpy(s.h.data, x, (size_t)(n * w) * 2);
+        pair_sync_to_device(&s);
+        pair_make(&d, &dd, 0x7f);
+        CHECK_STATUS(ak_cache_convert(g_cpu, &s.h, &d.h, NULL, AK_QUANT_DEFAULT), AK_OK);
+        CHECK_STATUS(ak_cache_convert(g_gpu, &s.d, &d.d, NULL, AK_QUANT_DEFAULT), AK_OK);
+        char what[120];
+        snprintf(what, sizeof what, "convert MLA_BF16 -> FP8-PT, every bf16 value, k_scale %a", (double)scales[si]);
+        pair_same(what, &d);
+        pair_free(&s);
+        pair_free(&d);
+        /* write: the same values as bf16 rows, the scale through k_scale_ptr on the device */
+        pair_make(&d, &dd, 0x7f);
+        float *dscale = (float *)dclone(&dd.k_scale, 4);
+        d.d.k_scale_ptr = dscale;
+        d.d.k_scale = 7.0f;
+        int64_t rs_[2] = {n, w}, ss[1] = {n};
+        tpair rows, sl;
+        tpair_make(&rows, x, AK_DTYPE_BF16, 2, rs_);
+        tpair_make(&sl, slots, AK_DTYPE_I32, 1, ss);
+        ak_tensor hn = rows.h, hr = rows.h, dn = rows.d, dr = rows.d;
+        hn.shape[1] = dn.shape[1] = 512;
+        hr.shape[1] = dr.shape[1] = 64;
+        hr.data = (uint16_t *)rows.h.data + 512;
+        dr.data = (uint16_t *)rows.d.data + 512;
+        CHECK_STATUS(ak_cache_write(g_cpu, &d.h, &hn, &hr, &sl.h, AK_QUANT_DEFAULT), AK_OK);
+        CHECK_STATUS(ak_cache_write(g_gpu, &d.d, &dn, &dr, &sl.d, AK_QUANT_DEFAULT), AK_OK);
+        CHECK_STATUS(ak_context_synchronize(g_gpu), AK_OK);
+        snprintf(what, sizeof what, "write bf16 rows -> FP8-PT, every bf16 value, k_scale %a", (double)scales[si]);
+        pair_same(what, &d);
+        tpair_free(&rows);
+        tpair_free(&sl);
+        cudaFree(dscale);
+        pair_free(&d);
+    }
+    free(x);
+    free(slots);
+}
+
 static void gather_case(ak_rng *r, ak_layout l, int32_t P, int64_t extra_stride, ak_dtype out_dt,
                         int64_t n) {
     ak_cache c;

@@ -203,4 +203,30 @@ AK_HD int32_t ak_scale_pow2_amax_floor_exp(float amax) {
     return ak_ceil_log2_f32(a / 448.0f);
 }
 
+/* ---- quotients by a fixed scale ------------------------------------------------------------ */
+
+/* Whether e4m3(x * rs), rs = RN(1 / s), is the byte e4m3(x / s) for every finite bf16 x whose
+   significand is 1 + m / 128 (m < 128), whatever its exponent and sign; s in [2^-89, 2^125].
+   Why it can be decided per significand: rounding to fp32 commutes with powers of two while the
+   results stay normal, so for x = (1 + m / 128) 2^E the pair (x / s, x * rs) is this function's
+   pair (a, b) scaled by 2^E. The pair differs by at most an ulp, so the bytes differ only where
+   an e4m3 rounding boundary lies between them. The e4m3 normal binades [2^-6, 2^9) share one grid
+   (448 and above all saturate, a subset of its boundaries), the subnormal binades [2^-10, 2^-6)
+   each have their own, below 2^-10 everything encodes to a signed zero and from 2^9 up to 448.
+   So the pair, moved into [1, 2) by one exact power of two, is compared in a normal binade and
+   in each of the four subnormal ones. The CUDA quantizers use it to replace the corrected
+   quotient (three instructions per value) by the product when their values are bf16. */
+AK_HD int ak_e4m3_recip_exact(float s, float rs, uint32_t m) {
+    const float x = ak_f32_from_bits(0x3f800000u | (m & 0x7fu) << 16);
+    float a = x / s, b = x * rs;
+    const float f = ak_pow2_f32(127 - (int32_t)((ak_f32_bits(a) >> 23) & 0xffu)); /* a f in [1, 2) */
+    a *= f;
+    b *= f;
+    for (int32_t t = -10; t <= -6; t++) { /* t = -6 is the normal binade [2^-6, 2^-5) */
+        const float g = ak_pow2_f32(t);
+        if (ak_f32_to_e4m3(a * g) != ak_f32_to_e4m3(b * g)) return 0;
+    }
+    return 1;
+}
+
 #endif /* AK_NUMERIC_H */

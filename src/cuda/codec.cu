@@ -51,21 +51,58 @@ __device__ __forceinline__ bool ak_maybe_nan(const float *v, int n) {
     return u != u;
 }
 
-/* 16 fp32 -> 16 e4m3 bytes (two per instruction). */
-__device__ __forceinline__ void ak_dev_e4m3x16(const float v[16], uint8_t q[16]) {
-    if (ak_maybe_nan(v, 16)) {
-        for (int i = 0; i < 16; i++) q[i] = ak_f32_to_e4m3(v[i]);
-        return;
-    }
-    for (int i = 0; i < 16; i += 2) {
-        uint16_t r;
-        asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(v[i + 1]), "f"(v[i]));
-        q[i] = (uint8_t)(r & 0xffu);
-        q[i + 1] = (uint8_t)(r >> 8);
-    }
+/* The packing helpers below build whole 32-bit words (two conversions and a register-pair move)
+   instead of extracting bytes or halves from each conversion's result: the byte-wise form cost
+   two to four integer instructions per pair on the busy ALU pipe (run s62). */
+
+/* 4 fp32 (no NaN) -> 4 e4m3 bytes in one word, v[0] in the lowest byte. */
+__device__ __forceinline__ uint32_t ak_dev_e4m3x4(const float *v) {
+    uint32_t w;
+    asm("{\n\t.reg .b16 lo, hi;\n\t"
+        "cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\n\t"
+        "cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\n\t"
+        "mov.b32 %0, {lo, hi};\n\t}"
+        : "=r"(w)
+        : "f"(v[0]), "f"(v[1]), "f"(v[2]), "f"(v[3]));
+    return w;
 }
 
-/* N (a multiple of 4) e4m3 bytes -> N fp32 (exact: every e4m3 value is an f16 value). */
+/* N (a multiple of 4) fp32 -> N e4m3 bytes as N / 4 words. */
+template <int N>
+__device__ __forceinline__ void ak_dev_e4m3w(const float *v, uint32_t *w) {
+    if (ak_maybe_nan(v, N)) {
+        for (int k = 0; k < N / 4; k++)
+            w[k] = (uint32_t)ak_f32_to_e4m3(v[4 * k]) | (uint32_t)ak_f32_to_e4m3(v[4 * k + 1]) << 8 |
+                   (uint32_t)ak_f32_to_e4m3(v[4 * k + 2]) << 16 | (uint32_t)ak_f32_to_e4m3(v[4 * k + 3]) << 24;
+        return;
+    }
+    for (int k = 0; k < N / 4; k++) w[k] = ak_dev_e4m3x4(v + 4 * k);
+}
+
+/* 16 fp32 -> 16 e4m3 bytes. */
+__device__ __forceinline__ void ak_dev_e4m3x16(const float v[16], uint8_t q[16]) {
+    uint32_t w[4];
+    ak_dev_e4m3w<16>(v, w);
+    memcpy(q, w, 16);
+}
+
+/* 4 e4m3 bytes (no NaN) of a word -> 4 fp32 (exact: every e4m3 value is an f16 value). */
+__device__ __forceinline__ void ak_dev_dec_e4m3x4(uint32_t w, float *v) {
+    asm("{\n\t.reg .b16 a, b, c, d;\n\t.reg .b32 p, q;\n\t"
+        "mov.b32 {a, b}, %4;\n\t"
+        "cvt.rn.f16x2.e4m3x2 p, a;\n\t"
+        "cvt.rn.f16x2.e4m3x2 q, b;\n\t"
+        "mov.b32 {a, b}, p;\n\t"
+        "mov.b32 {c, d}, q;\n\t"
+        "cvt.f32.f16 %0, a;\n\t"
+        "cvt.f32.f16 %1, b;\n\t"
+        "cvt.f32.f16 %2, c;\n\t"
+        "cvt.f32.f16 %3, d;\n\t}"
+        : "=f"(v[0]), "=f"(v[1]), "=f"(v[2]), "=f"(v[3])
+        : "r"(w));
+}
+
+/* N (a multiple of 4) e4m3 bytes -> N fp32. */
 template <int N>
 __device__ __forceinline__ void ak_dev_dec_e4m3n(const uint8_t *b, float *v) {
     uint32_t w[N / 4];
@@ -76,27 +113,36 @@ __device__ __forceinline__ void ak_dev_dec_e4m3n(const uint8_t *b, float *v) {
         for (int i = 0; i < N; i++) v[i] = ak_e4m3_to_f32(b[i]);
         return;
     }
-    for (int i = 0; i < N; i += 2) {
-        uint16_t pair = (uint16_t)(b[i] | (b[i + 1] << 8));
-        uint32_t h2;
-        asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(pair));
-        uint16_t lo = (uint16_t)(h2 & 0xffffu), hi = (uint16_t)(h2 >> 16);
-        asm("cvt.f32.f16 %0, %1;" : "=f"(v[i]) : "h"(lo));
-        asm("cvt.f32.f16 %0, %1;" : "=f"(v[i + 1]) : "h"(hi));
-    }
+    for (int k = 0; k < N / 4; k++) ak_dev_dec_e4m3x4(w[k], v + 4 * k);
 }
 
-/* n (even) fp32 -> bf16, two per instruction. */
+/* 2 fp32 (no NaN) -> one word of two bf16, lo in the low half. */
+__device__ __forceinline__ uint32_t ak_dev_bf16x2(float lo, float hi) {
+    uint32_t r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+/* N (even) fp32 -> bf16 as N / 2 words (NaN quieted as ak_f32_to_bf16). */
+template <int N>
+__device__ __forceinline__ void ak_dev_bf16w(const float *v, uint32_t *w) {
+    if (ak_maybe_nan(v, N)) {
+        for (int k = 0; k < N / 2; k++)
+            w[k] = (uint32_t)ak_f32_to_bf16(v[2 * k]) | (uint32_t)ak_f32_to_bf16(v[2 * k + 1]) << 16;
+        return;
+    }
+    for (int k = 0; k < N / 2; k++) w[k] = ak_dev_bf16x2(v[2 * k], v[2 * k + 1]);
+}
+
+/* n (even) fp32 -> bf16. */
 __device__ __forceinline__ void ak_dev_bf16xn(const float *v, uint16_t *h, int n) {
     if (ak_maybe_nan(v, n)) {
         for (int i = 0; i < n; i++) h[i] = ak_f32_to_bf16(v[i]);
         return;
     }
     for (int i = 0; i < n; i += 2) {
-        uint32_t r;
-        asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(v[i + 1]), "f"(v[i]));
-        h[i] = (uint16_t)(r & 0xffffu);
-        h[i + 1] = (uint16_t)(r >> 16);
+        const uint32_t r = ak_dev_bf16x2(v[i], v[i + 1]);
+        memcpy(h + i, &r, 4);
     }
 }
 
@@ -114,7 +160,8 @@ __device__ __forceinline__ void ak_dev_bf16xn(const float *v, uint16_t *h, int n
    other s takes __fdiv_rn. */
 struct ak_divisor {
     float s, rs;
-    int kind; /* 0: power of two (x * rs is exact), 1: correction, 2: __fdiv_rn */
+    int kind; /* 0: x * rs (s a power of two, or ak_divisor_bf16 for bf16 values), 1: correction,
+                 2: __fdiv_rn */
 };
 __device__ __forceinline__ ak_divisor ak_divisor_of(float s) {
     const uint32_t u = ak_f32_bits(s), e = u >> 23;
@@ -323,6 +370,7 @@ struct ak_mla_geo {
     uint32_t cap;    /* capacity in tokens */
     int32_t nope_chunks; /* 32 (512 dims) or 28 (V4, 448 dims) */
     int32_t rec_bytes;   /* 1152, 576, 656 or 576 (V4 data row) */
+    int32_t pshift;      /* log2(page size) when it is a power of two, else -1 */
     bool vec;        /* pool base and page stride 16-byte aligned */
 };
 
@@ -337,13 +385,18 @@ static ak_mla_geo ak_mla_geo_of(const ak_cache *c) {
     g.cap = (uint32_t)ak_cache_capacity(c);
     g.nope_chunks = c->layout == AK_LAYOUT_DSV4_FP8_UE8M0 ? 28 : 32;
     g.rec_bytes = ak_mla_rec_bytes(c->layout);
+    g.pshift = -1;
+    for (int32_t k = 0; k < 31; k++)
+        if (c->page_size == (int32_t)1 << k) g.pshift = k;
     g.vec = ak_vec_ok(c->data, g.stride);
     return g;
 }
 
 /* Byte address of token `slot`'s record (AoS) or data row (V4); *srow: the V4 scale row. */
 __device__ __forceinline__ uint8_t *ak_mla_rec(const ak_mla_geo &g, uint32_t slot, uint8_t **srow) {
-    const uint32_t page = slot / (uint32_t)g.c.page_size;
+    /* a shift for the usual page sizes: the division is ~20 instructions of the warp's issue per
+       token, in one lane (run s62) */
+    const uint32_t page = g.pshift >= 0 ? slot >> g.pshift : slot / (uint32_t)g.c.page_size;
     const uint32_t t = slot - page * (uint32_t)g.c.page_size;
     uint8_t *base = (uint8_t *)g.c.data + (int64_t)page * g.stride;
     *srow = base + (int64_t)g.c.page_size * AK_DSV4_DATA_BYTES + (int64_t)t * AK_DSV4_SCALE_BYTES;
@@ -784,9 +837,10 @@ __device__ __forceinline__ void ak_bf16x8_to_f32(uint4 w, float *v) {
 
 /* 16 fp32 -> bf16 (round to nearest even, NaN quieted as ak_f32_to_bf16) in two uint4. */
 __device__ __forceinline__ void ak_f32_to_bf16x16(const float v[16], uint4 o[2]) {
-    uint16_t h[16];
-    ak_dev_bf16xn(v, h, 16);
-    memcpy(o, h, 32);
+    uint32_t w[8];
+    ak_dev_bf16w<16>(v, w);
+    o[0] = make_uint4(w[0], w[1], w[2], w[3]);
+    o[1] = make_uint4(w[4], w[5], w[6], w[7]);
 }
 
 /* 16 e4m3 bytes -> fp32 times s (__fmul_rn), as ak_dev_dec_e4m3n. */
@@ -798,11 +852,9 @@ __device__ __forceinline__ void ak_e4m3x16_scaled(uint4 w, float s, float v[16])
 }
 
 __device__ __forceinline__ uint4 ak_e4m3x16_pack(const float v[16]) {
-    uint8_t q[16];
-    ak_dev_e4m3x16(v, q);
-    uint4 w;
-    memcpy(&w, q, 16);
-    return w;
+    uint32_t w[4];
+    ak_dev_e4m3w<16>(v, w);
+    return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
 /* 656 -> FP8-PT NoPE bytes without the fp32 round trip, when the tile scale s and k_scale k are
@@ -1073,11 +1125,9 @@ __device__ __forceinline__ void ak_lean_step(const ak_mla_job &j, int64_t i0, in
                 const float s = SL == AK_LAYOUT_DSA_FP8_BLOCKSCALE ? *(const float *)(a + 512 + 4 * (g >> 4)) : ks;
                 ak_dev_dec_e4m3n<8>(a + 8 * g, v);
                 for (int i = 0; i < 8; i++) v[i] = __fmul_rn(v[i], s);
-                uint16_t hb[8];
-                ak_dev_bf16xn(v, hb, 8);
-                uint4 o;
-                memcpy(&o, hb, 16);
-                *(uint4 *)(dp[k] + 16 * g) = o;
+                uint32_t o[4];
+                ak_dev_bf16w<8>(v, o);
+                *(uint4 *)(dp[k] + 16 * g) = make_uint4(o[0], o[1], o[2], o[3]);
             }
             continue;
         }
@@ -1148,6 +1198,16 @@ __device__ __forceinline__ void ak_lean_step(const ak_mla_job &j, int64_t i0, in
     }
 }
 
+/* Kind 1 -> 0 where the values divided are bf16 and x * rs encodes as x / s for all of them
+   (ak_e4m3_recip_exact, one significand per thread: about one scale in 40000 fails). The whole
+   block calls it. The product costs one multiply per value instead of the correction's three
+   instructions, a compare and a select (run s61: BF16 -> FP8-PT at k_scale 0.0179 was issue-bound,
+   443 warp instructions per token). */
+__device__ __forceinline__ void ak_divisor_bf16(ak_divisor &d) {
+    static_assert(AK_LEAN_THREADS >= 128, "one significand per thread");
+    const bool ok = threadIdx.x >= 128 || ak_e4m3_recip_exact(d.s, d.rs, threadIdx.x);
+    if (__syncthreads_and(ok)) d.kind = 0;
+}
 /* MODE: AK_MLA_WRITE / CONVERT / GATHER. SL: source layout (AK_LEAN_ROWS for write). DL:
    destination layout (write / convert). DT: gather output dtype. Staged instantiations
    (ak_lean_staged) double-buffer each warp's source bytes in shared memory: the next step's
@@ -1160,8 +1220,11 @@ __global__ void __launch_bounds__(AK_LEAN_THREADS, (ak_lean_min_blocks<MODE, SL,
     const int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const int64_t step = (((int64_t)gridDim.x * blockDim.x) >> 5) * U;
     const float ks = SL == AK_LAYOUT_MLA_FP8_PERTENSOR ? ak_kv_k_scale(&j.src.c) : 1.0f;
-    const ak_divisor kd = ak_divisor_of(
+    ak_divisor kd = ak_divisor_of(
         MODE != AK_MLA_GATHER && DL == AK_LAYOUT_MLA_FP8_PERTENSOR ? ak_kv_k_scale(&j.dst.c) : 1.0f);
+    /* the values a lean quantizer divides are bf16: input rows, or 656 keys rounded to bf16 */
+    static_assert(SL != AK_LAYOUT_DSV4_FP8_UE8M0 || DL != AK_LAYOUT_MLA_FP8_PERTENSOR, "V4 values are not bf16");
+    if (MODE != AK_MLA_GATHER && DL == AK_LAYOUT_MLA_FP8_PERTENSOR && kd.kind == 1) ak_divisor_bf16(kd);
     enum { SBYTES = STAGED ? U * G::RB : 16 };
     static_assert(AK_LEAN_THREADS / 32 * 2 * SBYTES <= 48 * 1024, "static stage over 48 KB");
     __shared__ __align__(16) uint8_t stage[AK_LEAN_THREADS / 32][2][SBYTES];

@@ -1,0 +1,146 @@
+// access_floor.cu -- the bandwidth a pure byte move reaches with the access pattern of the
+// indexer-cache (IDX132) gather and write cases of `attnkit bench` (262144 random distinct slots of
+// a 1M-token pool, 64-token pages of 64 x 128 key bytes then 64 x 4 scale bytes), next to the copy
+// bandwidth of the same run. No conversion: each 8-lane group moves one token's 16-byte pieces and
+// lane 0 its scale, U tokens per thread in flight, as many warps as fit. What the codec kernels
+// cannot beat with this layout (docs/perf.md, session 12).
+// build: nvcc -O3 -gencode=arch=compute_90a,code=sm_90a scripts/access_floor.cu -o /tmp/access_floor
+#include <cstdio>
+#include <cstdint>
+#include <cstdlib>
+#include <vector>
+#include <algorithm>
+#include <random>
+#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("%s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
+
+static const int64_t POOL = 1 << 20, N = 262144, PAGE = 64 * 132;
+
+// gather: key bytes (and scale) of random slots -> contiguous rows (and scales)
+template <int U, bool SCALE>
+__global__ void __launch_bounds__(256) gather(const uint8_t *pool, const int32_t *slots, uint8_t *out, float *osc, int64_t n) {
+    const int sub = threadIdx.x & 7;
+    const int64_t g = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 3, ng = ((int64_t)gridDim.x * blockDim.x) >> 3;
+    for (int64_t b = g; b < n; b += ng * U) {
+        uint4 v[U];
+        float s[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int64_t i = b + u * ng;
+            if (i >= n) continue;
+            const int32_t slot = slots[i];
+            const uint8_t *pg = pool + (int64_t)(slot >> 6) * PAGE;
+            v[u] = *(const uint4 *)(pg + (slot & 63) * 128 + sub * 16);
+            if (SCALE && sub == 0) s[u] = *(const float *)(pg + 8192 + (slot & 63) * 4);
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int64_t i = b + u * ng;
+            if (i >= n) continue;
+            *(uint4 *)(out + i * 128 + sub * 16) = v[u];
+            if (SCALE && sub == 0) osc[i] = s[u];
+        }
+    }
+}
+
+// write: 256-byte input rows -> 128 key bytes and a 4-byte scale at random slots
+template <int U, bool SCALE>
+__global__ void __launch_bounds__(256) scatter(uint8_t *pool, const int32_t *slots, const uint8_t *in, int64_t n) {
+    const int sub = threadIdx.x & 7;
+    const int64_t g = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 3, ng = ((int64_t)gridDim.x * blockDim.x) >> 3;
+    for (int64_t b = g; b < n; b += ng * U) {
+        uint4 v[U], w[U];
+        int32_t sl[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int64_t i = b + u * ng;
+            sl[u] = i < n ? slots[i] : -1;
+            if (i >= n) continue;
+            v[u] = *(const uint4 *)(in + i * 256 + sub * 32);
+            w[u] = *(const uint4 *)(in + i * 256 + sub * 32 + 16);
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (sl[u] < 0) continue;
+            uint8_t *pg = pool + (int64_t)(sl[u] >> 6) * PAGE;
+            *(uint4 *)(pg + (sl[u] & 63) * 128 + sub * 16) = make_uint4(v[u].x ^ w[u].x, v[u].y ^ w[u].y, v[u].z ^ w[u].z, v[u].w ^ w[u].w);
+            if (SCALE && sub == 0) *(float *)(pg + 8192 + (sl[u] & 63) * 4) = __uint_as_float(v[u].x);
+        }
+    }
+}
+
+template <typename F>
+static float med_us(F f) {
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    for (int i = 0; i < 3; i++) f();
+    std::vector<float> t;
+    for (int i = 0; i < 25; i++) {
+        CK(cudaEventRecord(a));
+        f();
+        CK(cudaEventRecord(b));
+        CK(cudaEventSynchronize(b));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, a, b));
+        t.push_back(ms * 1000.0f);
+    }
+    CK(cudaGetLastError());
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+}
+
+int main() {
+    const size_t cb = (size_t)2 << 30;
+    void *c0, *c1;
+    CK(cudaMalloc(&c0, cb));
+    CK(cudaMalloc(&c1, cb));
+    CK(cudaMemset(c0, 1, cb));
+    const float tc = med_us([&] { CK(cudaMemcpyAsync(c1, c0, cb, cudaMemcpyDeviceToDevice)); });
+    const double copy = 2.0 * cb / tc / 1e3; // GB/s
+    printf("copy %.1f GB/s (2 GiB, read + write)\n", copy);
+    uint8_t *pool, *out, *in;
+    float *osc;
+    int32_t *ds, *dp;
+    CK(cudaMalloc(&pool, (POOL / 64) * PAGE));
+    CK(cudaMemset(pool, 3, (POOL / 64) * PAGE));
+    CK(cudaMalloc(&out, N * 128));
+    CK(cudaMalloc(&osc, N * 4));
+    CK(cudaMalloc(&in, N * 256));
+    CK(cudaMemset(in, 5, N * 256));
+    std::vector<int32_t> perm(POOL), pages(POOL / 64);
+    std::mt19937 rng(7);
+    for (int64_t i = 0; i < POOL; i++) perm[i] = (int32_t)i;
+    std::shuffle(perm.begin(), perm.end(), rng);
+    for (int64_t i = 0; i < POOL / 64; i++) pages[i] = (int32_t)i;
+    std::shuffle(pages.begin(), pages.end(), rng);
+    std::vector<int32_t> runs(N);
+    for (int64_t i = 0; i < N; i++) runs[i] = pages[i / 64] * 64 + (int32_t)(i % 64);
+    CK(cudaMalloc(&ds, N * 4));
+    CK(cudaMalloc(&dp, N * 4));
+    CK(cudaMemcpy(ds, perm.data(), N * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dp, runs.data(), N * 4, cudaMemcpyHostToDevice));
+    int sms;
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+#define G(U, S, cap)                                                                                             \
+    {                                                                                                            \
+        int grid = (int)std::min<int64_t>((N * 8 / U + 255) / 256, (int64_t)sms * cap);                         \
+        float t = med_us([&] { gather<U, S><<<grid, 256>>>(pool, ds, out, osc, N); });                          \
+        double by = N * (S ? 264.0 : 256.0);                                                                     \
+        printf("gather U %d scale %d grid %5d: %7.1f us %7.1f GB/s %5.1f%% of copy\n", U, S, grid, t, by / t / 1e3, \
+               100.0 * by / t / 1e3 / copy);                                                                     \
+    }
+#define W(U, S, cap, sl, name)                                                                                   \
+    {                                                                                                            \
+        int grid = (int)std::min<int64_t>((N * 8 / U + 255) / 256, (int64_t)sms * cap);                         \
+        float t = med_us([&] { scatter<U, S><<<grid, 256>>>(pool, sl, in, N); });                               \
+        double by = N * (S ? 388.0 : 384.0);                                                                     \
+        printf("write %s U %d scale %d grid %5d: %7.1f us %7.1f GB/s %5.1f%% of copy\n", name, U, S, grid, t,    \
+               by / t / 1e3, 100.0 * by / t / 1e3 / copy);                                                       \
+    }
+    G(1, true, 1000) G(2, true, 1000) G(4, true, 1000) G(8, true, 1000) G(4, true, 8) G(8, true, 8)
+    G(1, false, 1000) G(4, false, 1000) G(8, false, 8)
+    W(1, true, 1000, ds, "random") W(2, true, 1000, ds, "random") W(4, true, 1000, ds, "random") W(4, true, 8, ds, "random")
+    W(1, false, 1000, ds, "random") W(4, false, 1000, ds, "random")
+    W(1, true, 1000, dp, "pages ") W(2, true, 1000, dp, "pages ") W(4, true, 1000, dp, "pages ") W(4, true, 8, dp, "pages ")
+    return 0;
+}
