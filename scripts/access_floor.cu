@@ -68,6 +68,61 @@ __global__ void __launch_bounds__(256) scatter(uint8_t *pool, const int32_t *slo
     }
 }
 
+
+// MLA records: per token A bytes at page + t * A (a 656 record, or a V4 576-byte data row) and,
+// for V4, 8 scale bytes at page + P * A + t * 8; the other side S contiguous bytes per token
+// (bf16 rows). A warp moves U tokens per step, lanes over 16-byte pieces, every load first.
+template <int U, int A, int B, int S, bool GATHER>
+__global__ void __launch_bounds__(256) mla_move(uint8_t *pool, const int32_t *slots, uint8_t *rows, int64_t n, int P, int64_t pstride) {
+    const int lane = threadIdx.x & 31;
+    const int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5, nw = ((int64_t)gridDim.x * blockDim.x) >> 5;
+    constexpr int PA = A / 16, PS = S / 16, NR = ((GATHER ? PA : PS) + 31) / 32, NW = ((GATHER ? PS : PA) + 31) / 32;
+    for (int64_t b = w * U; b < n; b += nw * U) {
+        uint4 v[U][NR];
+        uint2 sc[U];
+        uint8_t *rec[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int64_t i = b + u;
+            rec[u] = nullptr;
+            if (i >= n) continue;
+            const int32_t slot = slots[i];
+            uint8_t *pg = pool + (int64_t)(slot / P) * pstride;
+            rec[u] = pg + (int64_t)(slot % P) * A;
+#pragma unroll
+            for (int r = 0; r < NR; r++) {
+                const int p = r * 32 + lane;
+                if (GATHER) { if (p < PA) v[u][r] = *(const uint4 *)(rec[u] + p * 16); }
+                else if (p < PS) v[u][r] = *(const uint4 *)(rows + i * S + p * 16);
+            }
+            if (B && lane == 0) {
+                uint2 *sp = (uint2 *)(pg + (int64_t)P * A + (int64_t)(slot % P) * 8);
+                if (GATHER) sc[u] = *sp;
+                else rec[u] = rec[u]; // scale written below
+                (void)sp;
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int64_t i = b + u;
+            if (i >= n) continue;
+#pragma unroll
+            for (int r = 0; r < NW; r++) {
+                const int p = r * 32 + lane;
+                const uint4 x = v[u][r % NR];
+                const uint4 y = make_uint4(x.x ^ p, x.y, x.z, x.w);
+                if (GATHER) { if (p < PS) *(uint4 *)(rows + i * S + p * 16) = B && lane == 0 ? make_uint4(y.x ^ sc[u].x, y.y, y.z, y.w) : y; }
+                else if (p < PA) *(uint4 *)(rec[u] + p * 16) = y;
+            }
+            if (!GATHER && B && lane == 0) {
+                const int32_t slot = slots[i];
+                uint8_t *pg = pool + (int64_t)(slot / P) * pstride;
+                *(uint2 *)(pg + (int64_t)P * A + (int64_t)(slot % P) * 8) = make_uint2(v[u][0].x, v[u][0].y);
+            }
+        }
+    }
+}
+
 template <typename F>
 static float med_us(F f) {
     cudaEvent_t a, b;
@@ -142,5 +197,28 @@ int main() {
     W(1, true, 1000, ds, "random") W(2, true, 1000, ds, "random") W(4, true, 1000, ds, "random") W(4, true, 8, ds, "random")
     W(1, false, 1000, ds, "random") W(4, false, 1000, ds, "random")
     W(1, true, 1000, dp, "pages ") W(2, true, 1000, dp, "pages ") W(4, true, 1000, dp, "pages ") W(4, true, 8, dp, "pages ")
+
+    // MLA record pools of 1M tokens: 656 (P 64, AoS) and V4 (P 64 for writes, 256 for gathers)
+    uint8_t *mpool, *mrows;
+    CK(cudaMalloc(&mpool, (size_t)POOL * 656));
+    CK(cudaMemset(mpool, 7, (size_t)POOL * 656));
+    CK(cudaMalloc(&mrows, (size_t)N * 1152));
+    CK(cudaMemset(mrows, 9, (size_t)N * 1152));
+#define M(U, A, B, S, GA, P, sl, name, cap)                                                                         \
+    {                                                                                                            \
+        int grid = (int)std::min<int64_t>((N * 32 / U + 255) / 256, (int64_t)sms * cap);                        \
+        const int64_t ps = (int64_t)P * (A + B);                                                                 \
+        float t = med_us([&] { mla_move<U, A, B, S, GA><<<grid, 256>>>(mpool, sl, mrows, N, P, ps); });           \
+        double by = N * (double)(A + B + S);                                                                     \
+        printf("%-26s U %d grid %5d: %7.1f us %7.1f GB/s %5.1f%% of copy\n", name, U, grid, t, by / t / 1e3,     \
+               100.0 * by / t / 1e3 / copy);                                                                     \
+    }
+    M(2, 656, 0, 1152, true, 64, ds, "gather 656 (C3)", 1000) M(4, 656, 0, 1152, true, 64, ds, "gather 656 (C3)", 1000)
+    M(2, 576, 8, 1024, true, 256, ds, "gather V4 P256 (C6)", 1000) M(4, 576, 8, 1024, true, 256, ds, "gather V4 P256 (C6)", 1000)
+    M(2, 576, 0, 1024, true, 256, ds, "gather V4 rows only", 1000)
+    M(2, 656, 0, 1152, false, 64, ds, "write 656 random (C2)", 1000) M(4, 656, 0, 1152, false, 64, ds, "write 656 random (C2)", 1000)
+    M(2, 656, 0, 1152, false, 64, dp, "write 656 pages (C2)", 1000)
+    M(2, 576, 8, 1024, false, 64, ds, "write V4 random (C9)", 1000) M(4, 576, 8, 1024, false, 64, ds, "write V4 random (C9)", 1000)
+    M(2, 576, 8, 1024, false, 64, dp, "write V4 pages (C9)", 1000) M(4, 576, 8, 1024, false, 64, dp, "write V4 pages (C9)", 1000)
     return 0;
 }
