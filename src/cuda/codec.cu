@@ -1111,9 +1111,14 @@ __device__ __forceinline__ void ak_lean_step(const ak_mla_job &j, int64_t i0, in
         const uint8_t *b = STAGED ? a + G::SA : ak_shfl_ptr(mb, k);
         dp[k] = (uint8_t *)ak_shfl_ptr(md, k);
         dsp[k] = V4 && MODE != AK_MLA_GATHER ? (uint8_t *)ak_shfl_ptr(mds, k) : NULL;
-        raw[k][0] = raw[k][1] = make_uint4(0, 0, 0, 0);
-        sc[k] = 0.0f;
-        if (REMAP || st[k] != AK_TOK_LIVE) continue;
+        /* staged: a token's stage bytes are read whatever its state (stale for a skipped token,
+           whose results are never stored), which spares a zeroed copy and a predicated move per
+           word (s66) */
+        if (!STAGED) {
+            raw[k][0] = raw[k][1] = make_uint4(0, 0, 0, 0);
+            sc[k] = 0.0f;
+        }
+        if (REMAP || (!STAGED && st[k] != AK_TOK_LIVE)) continue;
         if (V4 && lane >= 28) { /* V4 RoPE: bf16 */
             const uint8_t *p = SL == AK_LEAN_ROWS ? b + (lane - 28) * 32 : a + 448 + (lane - 28) * 32;
             raw[k][0] = *(const uint4 *)p;
@@ -1138,7 +1143,7 @@ __device__ __forceinline__ void ak_lean_step(const ak_mla_job &j, int64_t i0, in
         const uint8_t *b = STAGED ? a + G::SA : ak_shfl_ptr(mb, rk);
         rdp = (uint8_t *)ak_shfl_ptr(md, rk);
         if (lane >= 4 * U) rst = AK_TOK_SKIP;
-        if (rst == AK_TOK_LIVE) {
+        if (STAGED || rst == AK_TOK_LIVE) {
             if (SL == AK_LAYOUT_MLA_FP8_PERTENSOR) {
                 rr[0] = *(const uint4 *)(a + 512 + rc * 16);
             } else {
