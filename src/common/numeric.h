@@ -209,7 +209,7 @@ AK_HD int32_t ak_scale_pow2_amax_floor_exp(float amax) {
    significand is 1 + m / 128 (m < 128), whatever its exponent and sign; s in [2^-89, 2^125].
    Why it can be decided per significand: rounding to fp32 commutes with powers of two while the
    results stay normal, so for x = (1 + m / 128) 2^E the pair (x / s, x * rs) is this function's
-   pair (a, b) scaled by 2^E. The pair differs by at most an ulp, so the bytes differ only where
+   pair (a, b) scaled by 2^E. The two are a few ulps apart at most, so the bytes differ only where
    an e4m3 rounding boundary lies between them. The e4m3 normal binades [2^-6, 2^9) share one grid
    (448 and above all saturate, a subset of its boundaries), the subnormal binades [2^-10, 2^-6)
    each have their own, below 2^-10 everything encodes to a signed zero and from 2^9 up to 448.
