@@ -827,6 +827,14 @@ template <int MODE, int SL, int DL> __host__ __device__ constexpr int ak_lean_u(
 template <int MODE, int SL, int DL> __host__ __device__ constexpr bool ak_lean_staged() {
     return MODE != AK_MLA_GATHER;
 }
+/* Warp steps per warp the grid is sized for (ak_lean_grid, run s70): one for the 4-token gathers,
+   about two for the staged kernels, 16 for 656 -> FP8-PT, whose decode, rescale and encode make it
+   the one compute-heavy instantiation (at two it lost 5 points). */
+template <int MODE, int SL, int DL> __host__ __device__ constexpr int ak_lean_steps() {
+    return MODE == AK_MLA_GATHER && ak_lean_u<MODE, SL, DL>() == 4 ? 1
+           : MODE == AK_MLA_CONVERT && SL == AK_LAYOUT_DSA_FP8_BLOCKSCALE && DL == AK_LAYOUT_MLA_FP8_PERTENSOR ? 16
+                                                                                                           : 2;
+}
 template <int MODE, int SL, int DL> __host__ __device__ constexpr int ak_lean_min_blocks() {
     return MODE == AK_MLA_GATHER && SL == AK_LAYOUT_DSV4_FP8_UE8M0 ? 6 : 4;
 }
@@ -1500,25 +1508,25 @@ static ak_status ak_run_copy(ak_context *ctx, const ak_mla_job *j) {
     return AK_OK;
 }
 
-static int ak_lean_grid(const ak_context *ctx, int64_t n, int u) {
-    return ak_grid_for(ctx, (n + u - 1) / u * 32, AK_LEAN_THREADS);
-}
-
-/* The register-loading gathers of 4 tokens per warp step take a warp per step up to 1024 blocks
-   per SM instead of striding a grid of 32 per SM: a finished block's SM starts a new one at once,
-   where a striding warp issued its next step's loads only after its own stores (run s69: C3
-   84.4-84.9 -> 85.4-85.7% of copy; the V4 gather, 2 tokens per step at 6 blocks per SM, lost 3
-   points this way and keeps the stride). */
-static int ak_lean_gather_grid(const ak_context *ctx, int64_t n, int u) {
-    const int64_t blocks = ((n + u - 1) / u * 32 + AK_LEAN_THREADS - 1) / AK_LEAN_THREADS;
-    const int64_t cap = (int64_t)(ctx->info.sm_count > 0 ? ctx->info.sm_count : 132) * 1024;
-    return (int)(blocks < 1 ? 1 : blocks < cap ? blocks : cap);
+/* Blocks of a lean or copy kernel over n tokens, u per warp step, `steps` steps per warp
+   (ak_lean_steps): the staged kernels (and the V4 gather) run best at about two (the first step's
+   copies are in flight before the loop, the second's behind the first's conversion), the 4-token
+   register-loading gathers at one (run s70: with the grid capped at 32 blocks per SM, as before, a
+   1 GiB convert took about 14 steps per warp and lost 1-7 points of copy; at one step the staged
+   writers lose their overlap, 7 points). At least one step per warp until the GPU is full, so
+   small calls stay parallel; at most 1024 blocks per SM (larger calls stride). */
+static int ak_lean_grid(const ak_context *ctx, int64_t n, int u, int steps) {
+    const int64_t sms = ctx->info.sm_count > 0 ? ctx->info.sm_count : 132, wpb = AK_LEAN_THREADS / 32;
+    const int64_t warps = (n + u - 1) / u, full = (warps + wpb - 1) / wpb;
+    int64_t blocks = (warps + steps * wpb - 1) / (steps * wpb);
+    if (blocks < full && blocks < sms * 4) blocks = full < sms * 4 ? full : sms * 4;
+    return (int)(blocks < 1 ? 1 : blocks < sms * 1024 ? blocks : sms * 1024);
 }
 
 template <int MODE, int SL, int DL, int DT>
 static ak_status ak_lean_go(ak_context *ctx, const ak_mla_job *j) {
     constexpr int U = ak_lean_u<MODE, SL, DL>();
-    const int grid = MODE == AK_MLA_GATHER && U == 4 ? ak_lean_gather_grid(ctx, j->n, U) : ak_lean_grid(ctx, j->n, U);
+    const int grid = ak_lean_grid(ctx, j->n, U, ak_lean_steps<MODE, SL, DL>());
     ak_mla_lean_kernel<MODE, SL, DL, DT, U><<<grid, AK_LEAN_THREADS, 0, ak_stream(ctx)>>>(*j);
     AK_CUDA_CHECK_LAUNCH("ak_mla_lean_kernel");
     return AK_OK;
@@ -1568,7 +1576,7 @@ static ak_status ak_mla_lean(ak_context *ctx, const ak_mla_job *j, bool *done) {
     *done = true;
     if (sl == dl) {
         if (sl != AK_LAYOUT_DSV4_FP8_UE8M0) return ak_run_copy(ctx, j);
-        ak_mla_copy_kernel<<<ak_lean_grid(ctx, j->n, AK_LEAN_U), AK_LEAN_THREADS, 0, ak_stream(ctx)>>>(*j);
+        ak_mla_copy_kernel<<<ak_lean_grid(ctx, j->n, AK_LEAN_U, 2), AK_LEAN_THREADS, 0, ak_stream(ctx)>>>(*j);
         AK_CUDA_CHECK_LAUNCH("ak_mla_copy_kernel");
         return AK_OK;
     }
