@@ -383,7 +383,7 @@ struct ak_mla_geo {
     uint32_t cap;    /* capacity in tokens */
     int32_t nope_chunks; /* 32 (512 dims) or 28 (V4, 448 dims) */
     int32_t rec_bytes;   /* 1152, 576, 656 or 576 (V4 data row) */
-    int32_t pshift;      /* log2(page size) when it is a power of two, else -1 */
+    int32_t pshift;      /* ak_page_shift(page size) */
     bool vec;        /* pool base and page stride 16-byte aligned */
 };
 
@@ -398,17 +398,13 @@ static ak_mla_geo ak_mla_geo_of(const ak_cache *c) {
     g.cap = (uint32_t)ak_cache_capacity(c);
     g.nope_chunks = c->layout == AK_LAYOUT_DSV4_FP8_UE8M0 ? 28 : 32;
     g.rec_bytes = ak_mla_rec_bytes(c->layout);
-    g.pshift = -1;
-    for (int32_t k = 0; k < 31; k++)
-        if (c->page_size == (int32_t)1 << k) g.pshift = k;
+    g.pshift = ak_page_shift(c->page_size);
     g.vec = ak_vec_ok(c->data, g.stride);
     return g;
 }
 
 /* Byte address of token `slot`'s record (AoS) or data row (V4); *srow: the V4 scale row. */
 __device__ __forceinline__ uint8_t *ak_mla_rec(const ak_mla_geo &g, uint32_t slot, uint8_t **srow) {
-    /* a shift for the usual page sizes: the division is ~20 instructions of the warp's issue per
-       token, in one lane (run s62) */
     const uint32_t page = g.pshift >= 0 ? slot >> g.pshift : slot / (uint32_t)g.c.page_size;
     const uint32_t t = slot - page * (uint32_t)g.c.page_size;
     uint8_t *base = (uint8_t *)g.c.data + (int64_t)page * g.stride;
@@ -1706,8 +1702,7 @@ __global__ void ak_idx_write_kernel(ak_idx_geo g, ak_rows in, const int32_t *slo
 #pragma unroll
         for (int u = 0; u < AK_IDX_WU; u++) {
             const bool ok = slot[u] < g.cap;
-            float amax = 0.0f;
-            for (int k = 0; k < 16; k++) amax = fmaxf(amax, fabsf(v[u][k]));
+            float amax = ak_absmax16(v[u]);
             uint32_t page = ok ? slot[u] / 64u : 0, t = ok ? slot[u] % 64u : 0;
             uint8_t *pg = g.data + (int64_t)page * g.stride;
             if (!g.fp4) {
@@ -1778,8 +1773,7 @@ __global__ void __launch_bounds__(256, 3) ak_idx_write_bf16_kernel(ak_idx_geo g,
             float v[16];
             ak_bf16x8_to_f32(raw[u][0], v);
             ak_bf16x8_to_f32(raw[u][1], v + 8);
-            float amax = 0.0f;
-            for (int k = 0; k < 16; k++) amax = fmaxf(amax, fabsf(v[k]));
+            float amax = ak_absmax16(v);
             const bool ok = slot[u] < g.cap;
             const uint32_t page = ok ? slot[u] / 64u : 0, t = ok ? slot[u] % 64u : 0;
             ak_idx_store_fp8(g, g.data + (int64_t)page * g.stride, t, ok, sub, amax, v, rule);

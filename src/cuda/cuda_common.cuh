@@ -59,4 +59,12 @@ static inline cudaError_t ak_launch_pdl(const ak_context *ctx, const void *fn, u
 
 static inline int ak_ceil_div_i64(int64_t a, int64_t b) { return (int)((a + b - 1) / b); }
 
+/* log2(page_size) when it is a power of two (every common size), else -1: kernels find a slot's
+   page by a shift instead of a 32-bit division (~20 instructions) where they can. */
+static inline int32_t ak_page_shift(int32_t page_size) {
+    for (int32_t k = 0; k < 31; k++)
+        if (page_size == (int32_t)1 << k) return k;
+    return -1;
+}
+
 #endif /* AK_CUDA_COMMON_CUH */

@@ -653,9 +653,7 @@ static void ak_sd_list_fill(ak_sd_list *l, const ak_cache *c, const ak_tensor *i
     l->pool = (const uint8_t *)c->data;
     l->page_stride = ak_cache_stride(c);
     l->page_size = c->page_size;
-    l->page_shift = -1;
-    for (int k = 0; k < 31; k++)
-        if (c->page_size == (int32_t)1 << k) l->page_shift = k;
+    l->page_shift = ak_page_shift(c->page_size);
     l->capacity = (uint32_t)((int64_t)c->num_pages * c->page_size);
     l->k_scale_ptr = c->k_scale_ptr;
     l->k_scale = c->k_scale > 0.0f ? c->k_scale : 1.0f;
