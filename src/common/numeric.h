@@ -138,9 +138,10 @@ AK_HD uint8_t ak_f32_to_e4m3(float x) {
 /* ---- UE8M0 scale byte: 2^(e-127) ------------------------------------------------------------ */
 
 AK_HD float ak_ue8m0_to_f32(uint8_t e) {
-    if (e == 0xffu) return ak_f32_from_bits(0x7fc00000u);
-    if (e == 0) return ak_f32_from_bits(0x00400000u); /* 2^-127, subnormal in fp32 */
-    return ak_f32_from_bits((uint32_t)e << 23);
+    /* selects, not branches: in the GPU kernels a branch here put a convergence barrier between
+       each key's scale byte and its use, so no load could be hoisted past it (docs/perf.md, x66) */
+    const uint32_t b = e == 0xffu ? 0x7fc00000u : e == 0 ? 0x00400000u /* 2^-127, subnormal */ : (uint32_t)e << 23;
+    return ak_f32_from_bits(b);
 }
 
 /* ceil(log2(t)) for a positive normal fp32 t: the exponent, plus one if any mantissa bit is set. */

@@ -65,7 +65,7 @@ __device__ __forceinline__ void ak_sd_copy_tile(const uint8_t *pool, const int64
 template <int LAYOUT>
 __device__ __forceinline__ float ak_sd_chunk_scale(const uint8_t *rec, const uint8_t *v4sc, int u) {
     if (LAYOUT == AK_LAYOUT_DSA_FP8_BLOCKSCALE) return reinterpret_cast<const float *>(rec + 512)[u >> 1];
-    if (LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0) return ak_sd_ue8m0(v4sc[u]);
+    if (LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0) return ak_ue8m0_to_f32(v4sc[u]);
     return 1.0f;
 }
 

@@ -5,6 +5,7 @@
 #ifndef AK_SPARSE_DECODE_CUH
 #define AK_SPARSE_DECODE_CUH
 
+#include "common/numeric.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/ptx.cuh"
 
@@ -78,12 +79,6 @@ __device__ __forceinline__ void ak_sd_dequant16(uint4 raw, float s, uint4 &lo, u
     }
     lo = make_uint4(o[0], o[1], o[2], o[3]);
     hi = make_uint4(o[4], o[5], o[6], o[7]);
-}
-
-__device__ __forceinline__ float ak_sd_ue8m0(uint32_t e) {
-    if (e == 0xffu) return __int_as_float(0x7fc00000);
-    if (e == 0) return __int_as_float(0x00400000);
-    return __int_as_float((int)(e << 23));
 }
 
 /* Per-tensor fp8 (MLA_FP8_PERTENSOR): the key is float(q) k_scale in fp32 (layouts.md 4), which

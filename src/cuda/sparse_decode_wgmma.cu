@@ -152,7 +152,7 @@ __device__ __forceinline__ void ak_sdw_dequant(const ak_sdw_raw<LAYOUT> &x, int 
     for (int i = 0; i < 8; i++) {
         if (lane < R::NQL) {
             uint4 lo, hi;
-            ak_sd_dequant16(x.f[i], ak_sd_ue8m0(x.s[i]), lo, hi);
+            ak_sd_dequant16(x.f[i], ak_ue8m0_to_f32((uint8_t)x.s[i]), lo, hi);
             *reinterpret_cast<uint4 *>(ks + ak_sdx_off<AK_SD_KEYS>(w + 8 * i, lane * 16)) = lo;
             *reinterpret_cast<uint4 *>(ks + ak_sdx_off<AK_SD_KEYS>(w + 8 * i, lane * 16 + 8)) = hi;
         }
@@ -671,7 +671,7 @@ __device__ __forceinline__ void ak_sdx_convert(const uint8_t *stg, uint8_t *kb, 
     for (int i = 0; i < KPW; i++) {
         const int k = (i + (lane >> SH)) & (KPW - 1);
         const bool ok = (vm >> k) & 1u;
-        float s = M::PT ? 1.0f : M::V4 ? ak_sd_ue8m0(sc[i]) : __uint_as_float(sc[i]);
+        float s = M::PT ? 1.0f : M::V4 ? ak_ue8m0_to_f32((uint8_t)sc[i]) : __uint_as_float(sc[i]);
         uint4 raw = f[i];
         if (!ok) raw = make_uint4(0, 0, 0, 0), s = 0.0f;
         uint4 lo, hi;
