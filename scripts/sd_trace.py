@@ -1,0 +1,270 @@
+#!/usr/bin/env python3
+"""sd_trace.py DIR -- instruments a copy of the tree at DIR (never the working tree) for per-unit
+timelines of the sparse decode kernels: clock64 stamps of the producer (warp 0, lane 0) and the
+consumers (their first thread) of ak_sdx_main (64-head tiles) and ak_sdt_main (swap-AB), written to a
+device array for 64 sampled CTAs, printed by `attnkit bench` after each mla_decode_sparse case as
+averages in cycles (docs/perf.md, session 13). Run through scripts/sd_trace.sh."""
+import sys
+d = sys.argv[1]
+f=d+'/src/cuda/sparse_decode_wgmma.cu'
+s=open(f).read()
+hdr='''
+/* sd_trace.py: stamps; streams 0-13 (ak_sdx_main), ak_tr2 (ak_sdt_main) */
+#define AK_TR_CTAS 64
+#define AK_TR_N 80
+#define AK_TR_S 14
+__device__ unsigned long long ak_tr[AK_TR_CTAS][AK_TR_S][AK_TR_N];
+__device__ __forceinline__ unsigned long long ak_clk() { unsigned long long t; asm volatile("mov.u64 %0, %%clock64;" : "=l"(t)::"memory"); return t; }
+__device__ __forceinline__ int ak_trc() { int stride = gridDim.x > 256 ? 8 : gridDim.x > 64 ? 4 : 1; return blockIdx.x % stride == 0 && blockIdx.x / stride < AK_TR_CTAS ? (int)(blockIdx.x / stride) : -1; }
+#define TR(sx, jx) do { const int c_ = ak_trc(); if (c_ >= 0 && (jx) < AK_TR_N) ak_tr[c_][sx][jx] = ak_clk(); } while (0)
+'''
+i=s.index('/* Byte offset of the 16-byte chunk')
+s=s[:i]+hdr+s[i:]
+def rep(old,new,count=1):
+    global s
+    n=s.count(old)
+    assert n>=count, (old,n)
+    s=s.replace(old,new,count)
+# producer (sdx): streams 3 P_SW,4 P_SD,5 P_ED,6 P_FA, 10 P_CI (copy issue start)
+rep('''        const int un = NST == 3 ? uc : ub;\n''','''        const int un = NST == 3 ? uc : ub;\n        if (w == 0 && lane == 0) TR(10, j);\n''')
+rep('''        ak_mbar_wait(sbar + 8 * (j % NST), (j / NST) & 1); /* unit a's records landed */
+        const int b = j % NBUF;
+        ak_mbar_wait(bar + 8 * (NBUF + b), ((j / NBUF) & 1) ^ 1); /* EMPTY[b] */''','''        if (w == 0 && lane == 0) TR(3, j);
+        ak_mbar_wait(sbar + 8 * (j % NST), (j / NST) & 1); /* unit a's records landed */
+        if (w == 0 && lane == 0) TR(4, j);
+        const int b = j % NBUF;
+        ak_mbar_wait(bar + 8 * (NBUF + b), ((j / NBUF) & 1) ^ 1); /* EMPTY[b] */
+        if (w == 0 && lane == 0) TR(5, j);''')
+rep('''        ak_mbar_arrive(bar + 8 * b); /* FULL[b] */\n''','''        ak_mbar_arrive(bar + 8 * b); /* FULL[b] */\n        if (w == 0 && lane == 0) TR(6, j);\n''')
+# kernel start
+rep('''static_assert(AK_SDW_HEADS * AK_SDX_XSTR * 4 <= ak_sdx_map<LAYOUT>::VALID, "staged rows fit before the masks");
+    ak_grid_dep_wait();''','''static_assert(AK_SDW_HEADS * AK_SDX_XSTR * 4 <= ak_sdx_map<LAYOUT>::VALID, "staged rows fit before the masks");
+    if (threadIdx.x == 0) TR(7, 9);
+    ak_grid_dep_wait();
+    if (threadIdx.x == 0) TR(7, 0);''')
+rep('''    ak_sdw_load_q<DQK, AK_SDW_HEADS, 256>(p, qs, r, i, h0, ctid);
+    ak_fence_proxy_async(); /* Q tile writes -> the wgmma (async proxy) reads */
+    ak_bar_sync(1, 256);''','''    ak_sdw_load_q<DQK, AK_SDW_HEADS, 256>(p, qs, r, i, h0, ctid);
+    ak_fence_proxy_async(); /* Q tile writes -> the wgmma (async proxy) reads */
+    ak_bar_sync(1, 256);
+    if (ctid == 0) TR(7, 1);''')
+# consumer wg1: first wait
+rep('''        if (u < u_end) {
+            ak_mbar_wait(bar, 0);
+            kv = *reinterpret_cast<const uint32_t *>(smem + M::VALID);''','''        if (u < u_end) {
+            if (ctid == 0) TR(0, 0);
+            ak_mbar_wait(bar, 0);
+            if (ctid == 0) TR(1, 0);
+            kv = *reinterpret_cast<const uint32_t *>(smem + M::VALID);''')
+rep('''            ak_sdx_softmax(ex ? kq.sl[1] : kq.sl[0], ex ? kq.rel[1] : kq.rel[0], s, kv, c4, m_run, l_run, pa, o, alpha);''','''            ak_sdx_softmax(ex ? kq.sl[1] : kq.sl[0], ex ? kq.rel[1] : kq.rel[0], s, kv, c4, m_run, l_run, pa, o, alpha);
+            if (ctid == 0) TR(2, j);''')
+rep('''            if (un < u_end) {
+                ak_mbar_wait(bar + 8 * ((j + 1) % NBUF), ((j + 1) / NBUF) & 1); /* FULL */''','''            if (un < u_end) {
+                if (ctid == 0) TR(0, j + 1);
+                ak_mbar_wait(bar + 8 * ((j + 1) % NBUF), ((j + 1) / NBUF) & 1); /* FULL */
+                if (ctid == 0) TR(1, j + 1);''')
+rep('''        if (c4 == 0)
+#pragma unroll
+            for (int hr = 0; hr < 2; hr++) ml_s[rows[hr]] = m_run[hr], ml_s[64 + rows[hr]] = l_run[hr];''','''        if (ctid == 0) TR(7, 2);
+        if (c4 == 0)
+#pragma unroll
+            for (int hr = 0; hr < 2; hr++) ml_s[rows[hr]] = m_run[hr], ml_s[64 + rows[hr]] = l_run[hr];''')
+# wg2
+rep('''            ak_bar_sync(2, 256); /* P and alpha of unit j */''','''            if (ctid == 128) TR(11, j);
+            ak_bar_sync(2, 256); /* P and alpha of unit j */
+            if (ctid == 128) TR(8, j);''')
+rep('''            ak_mbar_arrive(bar + 8 * (NBUF + b)); /* EMPTY[b] */
+            u = un;
+        }
+    }''','''            ak_mbar_arrive(bar + 8 * (NBUF + b)); /* EMPTY[b] */
+            if (ctid == 128) TR(9, j);
+            u = un;
+        }
+    }''')
+# end
+rep('''    if (p.splits > 1 || p.out_bulk)
+        ak_sdw_write_bulk(p, smem + M::Q, alpha_s, o, m_run, l_run, kq.ref, r, i, h0, split, wg, wr, g, c4, ctid);
+    else
+        ak_sdw_write_rows(p, o, m_run, l_run, kq.ref, r, i, h0, split, wg, wr, g, c4);
+}''','''    if (ctid == 0) TR(7, 3);
+    if (p.splits > 1 || p.out_bulk)
+        ak_sdw_write_bulk(p, smem + M::Q, alpha_s, o, m_run, l_run, kq.ref, r, i, h0, split, wg, wr, g, c4, ctid);
+    else
+        ak_sdw_write_rows(p, o, m_run, l_run, kq.ref, r, i, h0, split, wg, wr, g, c4);
+    __syncwarp();
+    if (ctid == 0) TR(7, 4);
+}''')
+# copy call (13) and conversion end (12) of the producer's step
+rep('''                                     stage + (uint32_t)(st * 8 * M::STG), sbar + 8 * st);
+        }
+''', '''                                     stage + (uint32_t)(st * 8 * M::STG), sbar + 8 * st);
+        }
+        if (w == 0 && lane == 0) TR(13, j);
+''')
+rep('''        ak_sdx_convert<LAYOUT, AK_SDX_UNIT, KPW>(stage_p + (j % NST) * 8 * M::STG, kb, 8 * w, lane, va);
+''', '''        ak_sdx_convert<LAYOUT, AK_SDX_UNIT, KPW>(stage_p + (j % NST) * 8 * M::STG, kb, 8 * w, lane, va);
+        if (w == 0 && lane == 0) TR(12, j);
+''')
+# host side: averages over the sampled CTAs, printed after each case (the cmd_bench.c hook below)
+s += '''
+#include <stdio.h>
+extern "C" void ak_trace_dump_sdt(const char *tag);
+extern "C" void ak_trace_dump(const char *tag) {
+    ak_trace_dump_sdt(tag);
+    static unsigned long long h[AK_TR_CTAS][AK_TR_S][AK_TR_N];
+    if (cudaDeviceSynchronize() != cudaSuccess || cudaMemcpyFromSymbol(h, ak_tr, sizeof h) != cudaSuccess) return;
+    static unsigned long long z[AK_TR_CTAS][AK_TR_S][AK_TR_N];
+    cudaMemcpyToSymbol(ak_tr, z, sizeof z);
+    double a[21] = {0};
+    int nc = 0;
+    for (int c = 0; c < AK_TR_CTAS; c++) {
+        unsigned long long *m = h[c][7];
+        if (m[0] == 0 || m[4] == 0) continue;
+        int n = 0;
+        while (n < AK_TR_N && h[c][1][n] != 0) n++;
+        if (n < 2) continue;
+        double v[21] = {0};
+        for (int j = 0; j < n; j++) {
+            v[5] += (double)(h[c][1][j] - h[c][0][j]);                 /* consumer 1's FULL wait */
+            if (h[c][2][j]) v[6] += (double)(h[c][2][j] - h[c][1][j]); /* FULL seen -> softmax done */
+            if (h[c][4][j]) {
+                v[7] += (double)(h[c][4][j] - h[c][3][j]); /* stage wait */
+                v[8] += (double)(h[c][5][j] - h[c][4][j]); /* EMPTY wait */
+                v[9] += (double)(h[c][6][j] - h[c][5][j]); /* conversion, fence, FULL arrival */
+            }
+            if (h[c][10][j] && h[c][3][j]) v[10] += (double)(h[c][3][j] - h[c][10][j]); /* copies, next slots */
+            if (h[c][13][j]) v[18] += (double)(h[c][13][j] - h[c][10][j]); /* the copy call alone */
+            if (h[c][12][j]) v[19] += (double)(h[c][6][j] - h[c][12][j]);  /* fence and arrival alone */
+            if (h[c][8][j]) v[11] += (double)(h[c][8][j] - h[c][11][j]), v[12] += (double)(h[c][9][j] - h[c][8][j]);
+        }
+        for (int k = 5; k < 20; k++) v[k] /= n;
+        v[0] = (double)(m[0] - m[9]);               /* griddepcontrol.wait */
+        v[1] = (double)(m[1] - m[0]);               /* Q in shared memory */
+        v[2] = (double)(h[c][1][0] - m[0]);         /* first FULL seen */
+        v[3] = (double)(h[c][6][0] - m[0]);         /* first FULL arrival */
+        v[4] = (double)(h[c][1][n - 1] - h[c][1][0]) / (n - 1); /* unit cycle */
+        v[13] = (double)(m[2] - h[c][1][n - 1]);
+        v[14] = (double)(m[3] - m[2]);
+        v[15] = (double)(m[4] - m[3]);
+        v[16] = (double)(m[4] - m[9]);
+        v[17] = n;
+        for (int k = 0; k < 21; k++) a[k] += v[k];
+        nc++;
+    }
+    if (nc == 0) return;
+    for (int k = 0; k < 21; k++) a[k] /= nc;
+    fprintf(stderr, "trace %s: %d CTAs (cycles, means) units %.0f | dep wait %.0f, Q %.0f, first FULL seen %.0f, "
+            "first FULL arrival %.0f | unit cycle %.0f: consumer 1 FULL wait %.0f, FULL -> softmax done %.0f | "
+            "producer: copies and next slots %.0f (copy call %.0f), stage wait %.0f, EMPTY wait %.0f, convert %.0f "
+            "(fence and arrival %.0f) | consumer 2: P wait %.0f, P V to EMPTY %.0f | last unit -> loop end %.0f, "
+            "-> epilogue %.0f, epilogue %.0f | CTA %.0f\\n",
+            tag, nc, a[17], a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[10], a[18], a[7], a[8], a[9], a[19], a[11],
+            a[12], a[13], a[14], a[15], a[16]);
+}
+'''
+open(f, 'w').write(s)
+# bench hook: after each mla_decode_sparse case is timed (the stamps hold its last replay)
+cb = d + '/tools/cmd_bench.c'
+t = open(cb).read()
+old = '            if (cuda) st = ak_bench_cuda_time(ctx, c, o.quick, &med, &mn, &rsd, &n);'
+assert t.count(old) == 1
+t = t.replace(old, old + '\n            if (cuda && strncmp(c->op, "mla_decode_sparse", 17) == 0) { void ak_trace_dump(const char *); ak_trace_dump(c->shape); }')
+open(cb, 'w').write(t)
+
+# ---- ak_sdt_main
+f = d + '/src/cuda/sparse_decode_wgmma.cu'
+s = open(f).read()
+def rep(old, new):
+    global s
+    assert s.count(old) == 1, (old[:70], s.count(old))
+    s = s.replace(old, new)
+rep('#define TR(sx, jx)','''__device__ unsigned long long ak_tr2[AK_TR_CTAS][12][AK_TR_N];
+#define TR2(sx, jx) do { const int c_ = ak_trc(); if (c_ >= 0 && (jx) < AK_TR_N) ak_tr2[c_][sx][jx] = ak_clk(); } while (0)
+#define TR(sx, jx)''')
+# producer
+rep('''    for (int j = 0; ua < u_end; j++) {
+        uint32_t vn = 0u;
+        if (ub < u_end)''','''    for (int j = 0; ua < u_end; j++) {
+        if (w == 0 && lane == 0) TR2(0, j);
+        uint32_t vn = 0u;
+        if (ub < u_end)''')
+rep('''        const int ud = ub < u_end ? ak_sdt_nextu(p, ub, t_end, len0, len1) : u_end;''','''        if (w == 0 && lane == 0) TR2(1, j);
+        const int ud = ub < u_end ? ak_sdt_nextu(p, ub, t_end, len0, len1) : u_end;''')
+rep('''        const int n = j >> 1, b = n & 1, half = j & 1;   /* tile n of this CTA, its buffer, this half */
+        if (half == 0) ak_mbar_wait(bar + 8 * (2 + b), ((n >> 1) & 1) ^ 1); /* EMPTY[b] */''','''        if (w == 0 && lane == 0) TR2(2, j);
+        const int n = j >> 1, b = n & 1, half = j & 1;   /* tile n of this CTA, its buffer, this half */
+        if (half == 0) ak_mbar_wait(bar + 8 * (2 + b), ((n >> 1) & 1) ^ 1); /* EMPTY[b] */
+        if (w == 0 && lane == 0) TR2(3, j);''')
+rep('''        ak_mbar_arrive(bar + 8 * b); /* FULL[b] (both halves: 512 arrivals) */''','''        ak_mbar_arrive(bar + 8 * b); /* FULL[b] (both halves: 512 arrivals) */
+        if (w == 0 && lane == 0) TR2(4, j);''')
+# consumer
+rep('''    ak_sdw_load_q<DQK, NH, 128>(p, qs, r, i, h0, ct);
+    ak_fence_proxy_async(); /* Q writes -> the wgmma (async proxy) reads */
+    ak_bar_sync(1, 128);''','''    if (ct == 0) TR2(11, 0);
+    ak_sdw_load_q<DQK, NH, 128>(p, qs, r, i, h0, ct);
+    ak_fence_proxy_async(); /* Q writes -> the wgmma (async proxy) reads */
+    ak_bar_sync(1, 128);
+    if (ct == 0) TR2(11, 1);''')
+rep('''        const int b = n & 1;
+        ak_mbar_wait(bar + 8 * b, (n >> 1) & 1); /* FULL[b] */
+        float s[NS];
+        ak_sdt_qk<NH, KSTEPS>(s, dk0 + b * KBUF, dq0);
+        ak_wgmma_wait0();''','''        const int b = n & 1;
+        if (ct == 0) TR2(5, n);
+        ak_mbar_wait(bar + 8 * b, (n >> 1) & 1); /* FULL[b] */
+        if (ct == 0) TR2(6, n);
+        float s[NS];
+        ak_sdt_qk<NH, KSTEPS>(s, dk0 + b * KBUF, dq0);
+        ak_wgmma_wait0();
+        if (ct == 0) TR2(7, n);''')
+rep('''        ak_bar_sync(1, 128);
+        bool rescale = false;''','''        ak_bar_sync(1, 128);
+        if (ct == 0) TR2(8, n);
+        bool rescale = false;''')
+rep('''        ak_bar_sync(2, 128);     /* P^T complete; every thread has read the column maxima */''','''        ak_bar_sync(2, 128);     /* P^T complete; every thread has read the column maxima */
+        if (ct == 0) TR2(9, n);''')
+rep('''        ak_mbar_arrive(bar + 8 * (2 + b)); /* EMPTY[b] */
+    }
+
+    ak_grid_dep_launch(); /* the next kernel may start its CTAs during this epilogue */
+    /* Column sums''','''        ak_mbar_arrive(bar + 8 * (2 + b)); /* EMPTY[b] */
+        if (ct == 0) TR2(10, n);
+    }
+    if (ct == 0) TR2(11, 2);
+
+    ak_grid_dep_launch(); /* the next kernel may start its CTAs during this epilogue */
+    /* Column sums''')
+s += '''
+extern "C" void ak_trace_dump_sdt(const char *tag) {
+    static unsigned long long h[AK_TR_CTAS][12][AK_TR_N];
+    if (cudaMemcpyFromSymbol(h, ak_tr2, sizeof h) != cudaSuccess) return;
+    static unsigned long long z[AK_TR_CTAS][12][AK_TR_N];
+    cudaMemcpyToSymbol(ak_tr2, z, sizeof z);
+    double a[16] = {0}; int nc = 0;
+    for (int c = 0; c < AK_TR_CTAS; c++) {
+        if (h[c][11][0] == 0 || h[c][11][2] == 0) continue;
+        int ns = 0; while (ns < AK_TR_N && h[c][4][ns] != 0) ns++;
+        int nt = 0; while (nt < AK_TR_N && h[c][10][nt] != 0) nt++;
+        if (ns < 4 || nt < 2) continue;
+        double v[16] = {0};
+        for (int j = 1; j < ns; j++) {
+            v[0] += h[c][1][j] - h[c][0][j]; v[1] += h[c][2][j] - h[c][1][j]; v[2] += h[c][3][j] - h[c][2][j];
+            v[3] += h[c][4][j] - h[c][3][j]; v[4] += (j + 1 < ns ? h[c][0][j + 1] : h[c][4][j]) - h[c][4][j];
+        }
+        for (int k = 0; k < 5; k++) v[k] /= (ns - 1);
+        for (int n = 1; n < nt; n++) {
+            v[5] += h[c][6][n] - h[c][5][n]; v[6] += h[c][7][n] - h[c][6][n]; v[7] += h[c][8][n] - h[c][7][n];
+            v[8] += h[c][9][n] - h[c][8][n]; v[9] += h[c][10][n] - h[c][9][n]; v[10] += (n + 1 < nt ? h[c][5][n + 1] : h[c][10][n]) - h[c][10][n];
+        }
+        for (int k = 5; k < 11; k++) v[k] /= (nt - 1);
+        v[11] = (double)(h[c][10][nt - 1] - h[c][6][0]) / nt; v[12] = h[c][11][1] - h[c][11][0]; v[13] = h[c][6][0] - h[c][11][0]; v[14] = ns; v[15] = nt;
+        for (int k = 0; k < 16; k++) a[k] += v[k];
+        nc++;
+    }
+    if (nc == 0) return;
+    for (int k = 0; k < 16; k++) a[k] /= nc;
+    fprintf(stderr, "sdt %s: %d CTAs, %.0f half-steps, %.0f tiles | producer per half-step: copy %.0f, slot+stage wait %.0f, EMPTY wait %.0f, convert+fence+arrive %.0f, loop %.0f | consumer per tile %.0f: FULL wait %.0f, S %.0f, colmax+bar %.0f, softmax+P+bar %.0f, PV %.0f, loop %.0f | Q %.0f, first FULL %.0f\\n",
+            tag, nc, a[14], a[15], a[0], a[1], a[2], a[3], a[4], a[11], a[5], a[6], a[7], a[8], a[9], a[10], a[12], a[13]);
+}
+'''
+open(f, 'w').write(s)

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# sd_trace.sh -- per-unit timelines of the sparse decode kernels on a GPU machine: copies this tree
+# to $WORK (default /tmp/sd_trace), instruments the copy (scripts/sd_trace.py), builds its attnkit
+# and runs the mla_decode_sparse cases that FILTER names (AK_BENCH_FILTER syntax), printing each
+# case's averages in cycles per unit next to its time. The stamps cost ~1-3% of the time.
+set -eo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$PATH:/usr/local/cuda/bin"
+W=${WORK:-/tmp/sd_trace}
+rm -rf "$W"
+mkdir -p "$W/src"
+tar --exclude='./build*' --exclude=./.git -cf - . | tar -x -m -C "$W/src"
+python3 scripts/sd_trace.py "$W/src"
+cmake -S "$W/src" -B "$W/build" -DAK_REQUIRE_CUDA=ON -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$W/build" -j"$(nproc)" --target attnkit_cli 2>&1 | grep -E " error" || true
+AK_BENCH_FILTER="${FILTER:-}" "$W/build/attnkit" bench --backend cuda --op mla_decode_sparse 2>&1 |
+  grep -E "^(fence|sdt|trace|mla_decode_sparse)" | cut -c1-800
