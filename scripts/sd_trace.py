@@ -9,10 +9,10 @@ d = sys.argv[1]
 f=d+'/src/cuda/sparse_decode_wgmma.cu'
 s=open(f).read()
 hdr='''
-/* sd_trace.py: stamps; streams 0-13 (ak_sdx_main), ak_tr2 (ak_sdt_main) */
+/* sd_trace.py: stamps; streams 0-15 (ak_sdx_main), ak_tr2 (ak_sdt_main) */
 #define AK_TR_CTAS 64
 #define AK_TR_N 80
-#define AK_TR_S 14
+#define AK_TR_S 16
 __device__ unsigned long long ak_tr[AK_TR_CTAS][AK_TR_S][AK_TR_N];
 __device__ __forceinline__ unsigned long long ak_clk() { unsigned long long t; asm volatile("mov.u64 %0, %%clock64;" : "=l"(t)::"memory"); return t; }
 __device__ __forceinline__ int ak_trc() { int stride = gridDim.x > 256 ? 8 : gridDim.x > 64 ? 4 : 1; return blockIdx.x % stride == 0 && blockIdx.x / stride < AK_TR_CTAS ? (int)(blockIdx.x / stride) : -1; }
@@ -94,6 +94,17 @@ rep('''    if (p.splits > 1 || p.out_bulk)
     __syncwarp();
     if (ctid == 0) TR(7, 4);
 }''')
+# consumer 1: the P barrier passed (14) and S of the next unit complete (15)
+rep('''            ak_bar_sync(2, 256); /* P and alpha of this unit are ready */
+''', '''            ak_bar_sync(2, 256); /* P and alpha of this unit are ready */
+            if (ctid == 0) TR(14, j);
+''')
+rep('''            ak_mbar_arrive(bar + 8 * (NBUF + b)); /* EMPTY[b] */
+            ak_wgmma_wait0();
+''', '''            ak_mbar_arrive(bar + 8 * (NBUF + b)); /* EMPTY[b] */
+            ak_wgmma_wait0();
+            if (ctid == 0) TR(15, j + 1);
+''')
 # copy call (13) and conversion end (12) of the producer's step
 rep('''                                     stage + (uint32_t)(st * 8 * M::STG), sbar + 8 * st);
         }
@@ -115,7 +126,7 @@ extern "C" void ak_trace_dump(const char *tag) {
     if (cudaDeviceSynchronize() != cudaSuccess || cudaMemcpyFromSymbol(h, ak_tr, sizeof h) != cudaSuccess) return;
     static unsigned long long z[AK_TR_CTAS][AK_TR_S][AK_TR_N];
     cudaMemcpyToSymbol(ak_tr, z, sizeof z);
-    double a[21] = {0};
+    double a[21] = {0}, xa[2] = {0};
     int nc = 0;
     for (int c = 0; c < AK_TR_CTAS; c++) {
         unsigned long long *m = h[c][7];
@@ -123,7 +134,7 @@ extern "C" void ak_trace_dump(const char *tag) {
         int n = 0;
         while (n < AK_TR_N && h[c][1][n] != 0) n++;
         if (n < 2) continue;
-        double v[21] = {0};
+        double v[21] = {0}, x[2] = {0};
         for (int j = 0; j < n; j++) {
             v[5] += (double)(h[c][1][j] - h[c][0][j]);                 /* consumer 1's FULL wait */
             if (h[c][2][j]) v[6] += (double)(h[c][2][j] - h[c][1][j]); /* FULL seen -> softmax done */
@@ -136,8 +147,11 @@ extern "C" void ak_trace_dump(const char *tag) {
             if (h[c][13][j]) v[18] += (double)(h[c][13][j] - h[c][10][j]); /* the copy call alone */
             if (h[c][12][j]) v[19] += (double)(h[c][6][j] - h[c][12][j]);  /* fence and arrival alone */
             if (h[c][8][j]) v[11] += (double)(h[c][8][j] - h[c][11][j]), v[12] += (double)(h[c][9][j] - h[c][8][j]);
+            if (j > 0 && h[c][15][j] && h[c][2][j]) v[20] += (double)(h[c][15][j] - h[c][1][j]), x[0] += (double)(h[c][2][j] - h[c][15][j]);
+            if (h[c][14][j] && h[c][2][j]) x[1] += (double)(h[c][14][j] - h[c][2][j]);
         }
-        for (int k = 5; k < 20; k++) v[k] /= n;
+        x[0] /= n; x[1] /= n; xa[0] += x[0]; xa[1] += x[1];
+        for (int k = 5; k < 21; k++) v[k] /= n;
         v[0] = (double)(m[0] - m[9]);               /* griddepcontrol.wait */
         v[1] = (double)(m[1] - m[0]);               /* Q in shared memory */
         v[2] = (double)(h[c][1][0] - m[0]);         /* first FULL seen */
@@ -153,6 +167,7 @@ extern "C" void ak_trace_dump(const char *tag) {
     }
     if (nc == 0) return;
     for (int k = 0; k < 21; k++) a[k] /= nc;
+    fprintf(stderr, "trace %s: consumer 1 per unit: FULL seen -> S done %.0f, S done -> softmax done %.0f, softmax done -> P barrier passed %.0f\\n", tag, a[20], xa[0] / nc, xa[1] / nc);
     fprintf(stderr, "trace %s: %d CTAs (cycles, means) units %.0f | dep wait %.0f, Q %.0f, first FULL seen %.0f, "
             "first FULL arrival %.0f | unit cycle %.0f: consumer 1 FULL wait %.0f, FULL -> softmax done %.0f | "
             "producer: copies and next slots %.0f (copy call %.0f), stage wait %.0f, EMPTY wait %.0f, convert %.0f "
