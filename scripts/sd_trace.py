@@ -232,10 +232,8 @@ rep('''        const int b = n & 1;
         ak_sdt_qk<NH, KSTEPS>(s, dk0 + b * KBUF, dq0);
         ak_wgmma_wait0();
         if (ct == 0) TR2(7, n);''')
-rep('''        ak_bar_sync(1, 128);
-        bool rescale = false;''','''        ak_bar_sync(1, 128);
-        if (ct == 0) TR2(8, n);
-        bool rescale = false;''')
+rep('''        /* P = 2^(s - m) rounded to bf16 into P^T [head][key] (swizzled); this thread's key sums */''','''        if (ct == 0) TR2(8, n);
+        /* P = 2^(s - m) rounded to bf16 into P^T [head][key] (swizzled); this thread's key sums */''')
 rep('''        ak_bar_sync(2, 128);     /* P^T complete; every thread has read the column maxima */''','''        ak_bar_sync(2, 128);     /* P^T complete; every thread has read the column maxima */
         if (ct == 0) TR2(9, n);''')
 rep('''        ak_mbar_arrive(bar + 8 * (2 + b)); /* EMPTY[b] */
@@ -278,7 +276,7 @@ extern "C" void ak_trace_dump_sdt(const char *tag) {
     }
     if (nc == 0) return;
     for (int k = 0; k < 16; k++) a[k] /= nc;
-    fprintf(stderr, "sdt %s: %d CTAs, %.0f half-steps, %.0f tiles | producer per half-step: copy %.0f, slot+stage wait %.0f, EMPTY wait %.0f, convert+fence+arrive %.0f, loop %.0f | consumer per tile %.0f: FULL wait %.0f, S %.0f, colmax+bar %.0f, softmax+P+bar %.0f, PV %.0f, loop %.0f | Q %.0f, first FULL %.0f\\n",
+    fprintf(stderr, "sdt %s: %d CTAs, %.0f half-steps, %.0f tiles | producer per half-step: copy %.0f, slot+stage wait %.0f, EMPTY wait %.0f, convert+fence+arrive %.0f, loop %.0f | consumer per tile %.0f: FULL wait %.0f, S %.0f, column maxima %.0f, softmax+P+bar %.0f, PV %.0f, loop %.0f | Q %.0f, first FULL %.0f\\n",
             tag, nc, a[14], a[15], a[0], a[1], a[2], a[3], a[4], a[11], a[5], a[6], a[7], a[8], a[9], a[10], a[12], a[13]);
 }
 '''

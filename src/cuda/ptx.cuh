@@ -189,6 +189,16 @@ __device__ __forceinline__ void ak_bar_sync(int id, int n) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
 }
 
+/* bar.sync that also returns whether any of the n threads passed pred true (bar.red.or). */
+__device__ __forceinline__ bool ak_bar_any(int id, int n, bool pred) {
+    uint32_t r;
+    asm volatile("{\n.reg .pred p, q;\nsetp.ne.u32 q, %1, 0;\nbar.red.or.pred p, %2, %3, q;\nselp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(r)
+                 : "r"((uint32_t)pred), "r"(id), "r"(n)
+                 : "memory");
+    return r != 0;
+}
+
 /* Shrinks / grows the registers of every warp of this warpgroup to N per thread. */
 template <int N> __device__ __forceinline__ void ak_setmaxnreg_dec(void) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
