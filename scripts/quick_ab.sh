@@ -13,7 +13,7 @@ OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 export PATH="$PATH:/usr/local/cuda/bin"
 cmake -S . -B build-gpu -DAK_REQUIRE_CUDA=ON -DCMAKE_BUILD_TYPE=Release >/dev/null &&
-  cmake --build build-gpu -j16 --target attnkit_cli gpu_test_sparse_decode 2>&1 | grep -E " error|C7520" | head
+  cmake --build build-gpu -j16 --target attnkit_cli gpu_test_sparse_decode 2>&1 | grep -E " error|C75[0-9][0-9]" | head
 for d in ${BASE:-}; do
   cmake -S "$d" -B "build-$(basename "$d")" -DAK_REQUIRE_CUDA=ON -DCMAKE_BUILD_TYPE=Release >/dev/null &&
     cmake --build "build-$(basename "$d")" -j16 --target attnkit_cli 2>&1 | grep " error" | head -3
