@@ -574,7 +574,8 @@ AK_TEST(sparse_decode_long) {
 /* Batches large enough that the plan (on a ~132-SM GPU) picks the wgmma kernels, with one split
    and with several, on every record path: the warp-specialized kernel (656, per-tensor fp8; h_q
    40..128; V4 from 32 units), the swap-AB kernel (656, per-tensor fp8; h_q <= 32 from 8 (token, head tile) units:
-   16- and 32-head tiles, padded columns at h_q 8 and 20), the pipelined one (MLA_BF16
+   16- and 32-head tiles, padded columns at h_q 8 and 20), the register-dequantizing one (656,
+   per-tensor fp8; h_q <= 16 at 16 or more tiles per CTA), the pipelined one (MLA_BF16
    double-buffered and at 64 rows; V4 from 8 to 31 units runs there in the matrix and graph cases),
    with aligned output rows (stored by bulk copies) and padded ones. The small cases above mostly
    run the mma.sync kernel. */
@@ -594,6 +595,9 @@ AK_TEST(sparse_decode_wide) {
         {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 4, 4, 8, 128, 0}, {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 32, 1, 16, 256, 64},
         /* V4 on the warp-specialized kernel with splits (64 units; the 128-unit case above has one) */
         {AK_LAYOUT_DSV4_FP8_UE8M0, 32, 1, 128, 128, 512},
+        /* the register-dequantizing kernel (h_q <= 16, 16 or more tiles per CTA: 67 or more units at
+           one split): one real head of sixteen, and per-tensor fp8 with an extra list at s_q 2 */
+        {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 68, 1, 1, 1024, 0}, {AK_LAYOUT_MLA_FP8_PERTENSOR, 36, 2, 4, 1024, 64},
     };
     for (size_t n = 0; n < sizeof k / sizeof k[0]; n++) {
         if (sd_quick() && n % 2 == 1) continue;

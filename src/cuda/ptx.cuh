@@ -131,6 +131,16 @@ __device__ __forceinline__ void ak_wgmma_m64n16k16_ss(float *d, uint64_t da, uin
                  : "l"(da), "l"(db), "r"(scale_d), "n"(TA));
 }
 
+/* D[64x16] (+)= A[64x16] B[16x16]: bf16 A from registers (the wgmma A fragment, as for
+   ak_wgmma_m64n256k16_rs_tb), B from shared memory K-major, f32 accumulators (8 per thread). */
+__device__ __forceinline__ void ak_wgmma_m64n16k16_rs(float *d, const uint32_t *a, uint64_t db, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+}
+
 /* Waits until at most N committed wgmma groups of this warpgroup are pending (groups complete in
    commit order). */
 template <int N> __device__ __forceinline__ void ak_wgmma_wait(void) {

@@ -181,7 +181,7 @@ __device__ __forceinline__ void ak_sd_split_range(int s, int n_tiles, int splits
 }
 
 struct ak_sd_plan {
-    int kernel; /* 0: ak_sd_main (mma.sync); 1: ak_sdw_main, 2: ak_sdx_main, 3: ak_sdt_main (sparse_decode_wgmma.cu) */
+    int kernel; /* 0: ak_sd_main (mma.sync); 1: ak_sdw_main, 2: ak_sdx_main, 3: ak_sdt_main, 4: ak_sdr_main (sparse_decode_wgmma.cu) */
     int mw, htiles, splits, n_tiles;
     int64_t rows;
     size_t smem, ws_bytes;
@@ -189,7 +189,8 @@ struct ak_sd_plan {
 
 /* The wgmma kernels (sparse_decode_wgmma.cu): ak_sdw_plan returns 1 and fills the plan when one
    of them serves the call (656 and per-tensor fp8: the swap-AB kernel at h_q <= 32 with 16- or
-   32-head tiles, the warp-specialized one at h_q > 32; V4 and MLA_BF16: the pipelined one at
+   32-head tiles, or at 16 heads and 16 or more tiles per CTA the register-dequantizing one; the
+   warp-specialized one at h_q > 32; V4 and MLA_BF16: the pipelined one at
    h_q > 32; 64-head tiles for both); ak_sdw_launch runs it (pl.mw: head tile / 16), and
    ak_sd_combine merges its partial rows like those of ak_sd_main. */
 int ak_sdw_plan(const ak_context *ctx, const ak_mla_decode_args *a, ak_sd_plan *pl);

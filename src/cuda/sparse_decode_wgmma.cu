@@ -1,10 +1,11 @@
 /*
  * sparse_decode_wgmma.cu -- sparse MLA decode on Hopper tensor cores (wgmma), same semantics, split
- * rule and partial-row format as sparse_decode.cu (see its header comment). Three kernels: the
+ * rule and partial-row format as sparse_decode.cu (see its header comment). Four kernels: the
  * pipelined ak_sdw_main below (MLA_BF16, and V4 below 32 units; h_q > 32, 64-head tiles), the
  * warp-specialized ak_sdx_main further down (656, per-tensor fp8 and V4 from 32 (token, head tile)
- * units; h_q > 32, 64-head tiles) and the swap-AB
- * ak_sdt_main after it (656 and per-tensor fp8, h_q <= 32, 16- or 32-head tiles).
+ * units; h_q > 32, 64-head tiles), the swap-AB ak_sdt_main after it (656 and per-tensor fp8,
+ * h_q <= 32, 16- or 32-head tiles) and the register-dequantizing ak_sdr_main last (656 and
+ * per-tensor fp8, h_q <= 16 at 16 or more 64-key tiles per CTA).
  *
  * ak_sdw_main: one CTA = (request r, query token i, 64-head tile, KV split), two warpgroups (256
  * threads).
@@ -1363,10 +1364,451 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
     }
 }
 
+/*
+ * ak_sdr_main: 656 and per-tensor fp8 at h_q <= 16, the keys dequantized in the consumers'
+ * registers. One CTA = (token, 16-head tile, KV split): four producer warps that only issue bulk
+ * copies (16 keys of each 64-key tile, into a ring of four raw tiles) and two consumer warpgroups,
+ * warpgroup c serving the tiles n with n % 2 == c; their states merge at the end.
+ *
+ * S^T = K Q^T with K as the wgmma A operand from registers: each thread loads the fp8 bytes of its
+ * two keys (rows 16 w + g and + 8) and dequantizes them exactly as the layout defines (656:
+ * bf16_rn(float(v) s), per-tensor: bf16(v)), B = Q from shared memory. The dims of each k16 step
+ * are permuted, the same way in Q, so that a thread's A values of a key are adjacent bytes: in
+ * scale block b lane c4 owns bytes 32 c4 .. + 31, its step q of the block bytes 4 q .. + 3; the
+ * RoPE's step q is 16 c4 + 4 q.
+ * O^T += V^T P'^T with V^T from registers too: e4m3 -> bf16 of v 2^-120 by moving its sign,
+ * exponent and mantissa bits (exact; e4m3 subnormals become bf16 subnormals), and per scale block b
+ * a copy of P'^T = bf16(P prel s_kb 2^64), so O carries 2^-56, undone with the row's factor (bf16
+ * keeps fp32's range: P <= 2^8 under the lazy rescale, scales below 2^56). The rows of an O^T m-tile
+ * lie in one scale block: m-tile 2 b + e, row 16 w + g + 8 hr is dim 128 b + 4 (8 w + g) + 2 e + hr.
+ * P V with unrounded 656 scales thus rounds P s once instead of P and v s apart: the same error
+ * bound (two bf16 roundings per term at most).
+ */
+#define AK_SDR_PW 4 /* producer warps: 16 keys of each tile */
+#define AK_SDR_THREADS (32 * AK_SDR_PW + 256)
+#define AK_SDR_NBUF 4
+#define AK_SDR_PREG 40 /* registers after setmaxnreg (128 x 40 + 256 x 232 <= 64 K) */
+#define AK_SDR_CREG 232
+
+template <int LAYOUT> struct ak_sdr_map {
+    enum {
+        PT = LAYOUT == AK_LAYOUT_MLA_FP8_PERTENSOR,
+        CPY = ak_sd_geo<LAYOUT>::REC,
+        STR = PT ? 592 : 656,         /* stage row stride: 16 or 80 bytes mod 128 (conflict-free loads) */
+        NPB = PT ? 1 : 4,             /* P'^T copies (656: one per scale block) */
+        Q = 0,                        /* [9][16 heads][128 B] bf16, permuted columns, swizzled */
+        P = Q + 9 * 16 * 128,         /* [2][NPB][16 heads][128 B] bf16 P'^T, swizzled */
+        STAGE = P + 2 * NPB * 2048,   /* [NBUF][64 keys][STR] raw records */
+        VALID = STAGE + AK_SDR_NBUF * 64 * STR, /* [NBUF][4 warps] u16 validity bits */
+        RED = VALID + AK_SDR_NBUF * 8,          /* [2][4 warps][16] f32 column max, then sums */
+        ML = RED + 2 * 4 * 16 * 4,              /* [2][16][2] f32 final max and sum per warpgroup */
+        BAR = (ML + 2 * 16 * 2 * 4 + 7) & ~7,   /* FULL[NBUF], EMPTY[NBUF], MERGE[2] */
+        BYTES = BAR + (2 * AK_SDR_NBUF + 2) * 8,
+        OSTR = AK_SD_DV + 4 /* f32 row stride of the output staging (in STAGE) */
+    };
+};
+
+/* Logical column (16 kk + j, j = 8 hi + 2 c + e) of the permuted k16 steps holding physical dim d. */
+__device__ __forceinline__ int ak_sdr_col(int d) {
+    if (d < 512) {
+        const int r = d & 127;
+        return 16 * (8 * (d >> 7) + ((r >> 2) & 7)) + 8 * ((r >> 1) & 1) + 2 * (r >> 5) + (r & 1);
+    }
+    const int r = d - 512;
+    return 16 * (32 + ((r >> 2) & 3)) + 8 * ((r >> 1) & 1) + 2 * (r >> 4) + (r & 1);
+}
+
+/* Q [16 heads x 576] bf16 of token (r, i), heads h0 .., -> qs in permuted columns (zero rows past
+   h_q); ct: consumer thread (256). */
+__device__ __forceinline__ void ak_sdr_load_q(const ak_sd_params &p, uint8_t *qs, int64_t r, int64_t i, int h0,
+                                              int ct) {
+    const uint16_t *qb = p.q + r * p.q_s0 + i * p.q_s1;
+    for (int it = ct; it < 16 * 72; it += 256) { /* 8 dims per item */
+        const int hl = it / 72, d0 = (it % 72) * 8, h = h0 + hl;
+        uint4 x = make_uint4(0, 0, 0, 0);
+        if (h < p.h_q) {
+            const uint16_t *src = qb + (int64_t)h * p.q_s2 + d0;
+            if (p.q_vec) {
+                x = ak_ldg_nc_v4(src);
+            } else {
+                uint32_t w[4];
+                for (int e = 0; e < 4; e++) w[e] = (uint32_t)src[2 * e] | ((uint32_t)src[2 * e + 1] << 16);
+                x = make_uint4(w[0], w[1], w[2], w[3]);
+            }
+        }
+        const uint32_t wd[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int col = ak_sdr_col(d0 + 2 * k);
+            *reinterpret_cast<uint32_t *>(qs + ak_sdx_off<16>(hl, col) + (col & 7) * 2) = wd[k];
+        }
+    }
+}
+
+/* The e4m3 pair in half H of w (low byte first) -> bf16x2 of bf16_rn(float(v) s) (s 1: bf16(v),
+   exact); the half is picked in the conversion's operand, not by a shift. */
+template <int H> __device__ __forceinline__ uint32_t ak_sdr_deq2(uint32_t w, float s) {
+    uint32_t h;
+    if (H) asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %1;\ncvt.rn.f16x2.e4m3x2 %0, h;\n}\n" : "=r"(h) : "r"(w));
+    else asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %1;\ncvt.rn.f16x2.e4m3x2 %0, l;\n}\n" : "=r"(h) : "r"(w));
+    const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&h));
+    return ak_sd_pack_bf16(f.x * s, f.y * s);
+}
+
+/* The e4m3 bytes 0 and 2 (02) or 1 and 3 (13) of x -> bf16x2 of v 2^-120, exactly. */
+__device__ __forceinline__ uint32_t ak_sdr_bf16_02(uint32_t x) {
+    return ((x << 4) & 0x07f007f0u) | ((x << 8) & 0x80008000u);
+}
+__device__ __forceinline__ uint32_t ak_sdr_bf16_13(uint32_t x) {
+    return ((x >> 4) & 0x07f007f0u) | (x & 0x80008000u);
+}
+
+template <int LAYOUT>
+__device__ __forceinline__ void ak_sdr_produce(const ak_sd_params &p, uint8_t *smem, int64_t r, int64_t i,
+                                               int32_t len0, int32_t len1, int t_begin, int t_end) {
+    typedef ak_sdr_map<LAYOUT> M;
+    const int w = (int)threadIdx.x >> 5, lane = (int)threadIdx.x & 31, key = 16 * w + (lane & 15);
+    const uint32_t bar = ak_smem_addr(smem + M::BAR), stage = ak_smem_addr(smem + M::STAGE);
+    int t = ak_sdw_next(p, t_begin, t_end, len0, len1);
+    if (t >= t_end) return;
+    bool ok;
+    int32_t slot = ak_sdw_slot(p, r, i, t, key, len0, len1, ok);
+    for (int n = 0; t < t_end; n++) {
+        const int b = n % AK_SDR_NBUF;
+        const int tn = ak_sdw_next(p, t + 1, t_end, len0, len1);
+        bool okn = false;
+        const int32_t sn = ak_sdw_slot(p, r, i, tn < t_end ? tn : t, key, len0, len1, okn);
+        okn = okn && tn < t_end;
+        ak_mbar_wait(bar + 8 * (AK_SDR_NBUF + b), ((n / AK_SDR_NBUF) & 1) ^ 1); /* EMPTY[b] */
+        const ak_sd_list &l = p.list[t >= p.list[0].tiles];
+        int64_t ro = -1, so;
+        if (lane < 16) ak_sdw_locate<LAYOUT>(l, ok ? slot : -1, ro, so);
+        const uint32_t vm = __ballot_sync(0xffffffffu, ro >= 0);
+        if (lane == 0) {
+            *reinterpret_cast<uint16_t *>(smem + M::VALID + 8 * b + 2 * w) = (uint16_t)vm;
+            ak_mbar_arrive_tx(bar + 8 * b, (uint32_t)__popc(vm) * M::CPY); /* FULL[b] */
+        }
+        if (ro >= 0) ak_bulk_g2s(stage + (uint32_t)((b * 64 + key) * M::STR), l.pool + ro, M::CPY, bar + 8 * b);
+        t = tn;
+        slot = sn;
+        ok = okn;
+    }
+}
+
+template <int LAYOUT>
+__global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_params p) {
+    ak_grid_dep_wait(); /* a programmatic dependent launch: inputs and workspace are free to use after this */
+    typedef ak_sdr_map<LAYOUT> M;
+    enum { PT = M::PT, NB = M::NPB };
+    extern __shared__ __align__(16) uint8_t smem_raw[];
+    uint8_t *smem = smem_raw + ((1024u - (ak_smem_addr(smem_raw) & 1023u)) & 1023u);
+    const uint32_t bar = ak_smem_addr(smem + M::BAR);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+
+    int64_t cta = blockIdx.x;
+    const int split = (int)(cta % p.splits);
+    cta /= p.splits;
+    const int h0 = (int)(cta % p.htiles) * 16;
+    const int64_t ri = cta / p.htiles, r = ri / p.s_q, i = ri % p.s_q;
+    const int32_t len0 = ak_sd_len(p.list[0], r, i), len1 = ak_sd_len(p.list[1], r, i);
+    int t_begin, t_end;
+    ak_sd_split_range(split, p.list[0].tiles + p.list[1].tiles, p.splits, t_begin, t_end);
+
+    if (tid == 0) {
+        for (int b = 0; b < AK_SDR_NBUF; b++) {
+            ak_mbar_init(bar + 8 * b, AK_SDR_PW);         /* FULL: one arrival per producer warp */
+            ak_mbar_init(bar + 8 * (AK_SDR_NBUF + b), 128); /* EMPTY: the tile's warpgroup */
+        }
+        for (int k = 0; k < 2; k++) ak_mbar_init(bar + 8 * (2 * AK_SDR_NBUF + k), 256); /* MERGE: both warpgroups */
+    }
+    __syncthreads();
+    if (warp < AK_SDR_PW) {
+        ak_setmaxnreg_dec<AK_SDR_PREG>();
+        ak_sdr_produce<LAYOUT>(p, smem, r, i, len0, len1, t_begin, t_end);
+        return;
+    }
+    ak_setmaxnreg_inc<AK_SDR_CREG>();
+    const int ct = tid - 32 * AK_SDR_PW, w = (ct >> 5) & 3, g = lane >> 2, c4 = lane & 3;
+    const int wg = __shfl_sync(0xffffffffu, ct >> 7, 0); /* warp-uniform: the descriptors stay uniform */
+    uint8_t *qs = smem + M::Q, *pt = smem + M::P + wg * NB * 2048;
+    float *red = reinterpret_cast<float *>(smem + M::RED) + wg * 64;
+    const uint32_t mbar = bar + 8 * 2 * AK_SDR_NBUF;
+    ak_sdr_load_q(p, qs, r, i, h0, ct);
+    ak_fence_proxy_async(); /* Q writes -> the wgmma (async proxy) reads */
+    ak_bar_sync(1, 256);
+
+    /* O^T m-tile mb: o[mb][4 j + 2 hr + e] = dim 128 (mb / 2) + 4 (8 w + g) + 2 (mb % 2) + hr,
+       head 8 j + 2 c4 + e */
+    float o[8][8];
+#pragma unroll
+    for (int mb = 0; mb < 8; mb++)
+#pragma unroll
+        for (int k = 0; k < 8; k++) o[mb][k] = 0.0f;
+    float m_run[4], l_part[4]; /* head columns c = 2 j + e */
+    const ak_sd_kscale kq = ak_sd_kscales<LAYOUT>(p);
+#pragma unroll
+    for (int c = 0; c < 4; c++) m_run[c] = -INFINITY, l_part[c] = 0.0f;
+    const uint64_t dq0 = ak_wgmma_desc_sw128(ak_smem_addr(qs), 16, 1024);
+    const uint64_t dp0 = ak_wgmma_desc_sw128(ak_smem_addr(pt), 16, 1024);
+    const int k0 = 16 * w + g; /* this thread's keys (S^T rows) k0 and k0 + 8 */
+    const int bar1 = 2 + 2 * wg, bar2 = 3 + 2 * wg; /* this warpgroup's named barriers */
+
+    int n = 0;
+    for (int t = ak_sdw_next(p, t_begin, t_end, len0, len1); t < t_end; t = ak_sdw_next(p, t + 1, t_end, len0, len1), n++) {
+        if ((n & 1) != wg) continue;
+        const int b = n % AK_SDR_NBUF;
+        ak_mbar_wait(bar + 8 * b, (n / AK_SDR_NBUF) & 1); /* FULL[b] */
+        const uint8_t *st = smem + M::STAGE + b * 64 * M::STR;
+        const uint8_t *rw[2] = {st + k0 * M::STR, st + (k0 + 8) * M::STR};
+        const uint16_t *vb = reinterpret_cast<const uint16_t *>(smem + M::VALID + 8 * b);
+        const uint32_t kv[2] = {(uint32_t)(vb[k0 >> 4] >> (k0 & 15)) & 1u,
+                                (uint32_t)(vb[(k0 + 8) >> 4] >> ((k0 + 8) & 15)) & 1u};
+        float sc[2][4];
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) {
+            if (PT) {
+                sc[hr][0] = sc[hr][1] = sc[hr][2] = sc[hr][3] = 1.0f;
+            } else {
+                const float4 x = *reinterpret_cast<const float4 *>(rw[hr] + 512);
+                sc[hr][0] = x.x, sc[hr][1] = x.y, sc[hr][2] = x.z, sc[hr][3] = x.w;
+            }
+        }
+        /* S^T: per scale block 8 k16 steps from the thread's 32 bytes of each key, then the RoPE;
+           the groups alternate between two accumulators (half the dependent chain) */
+        float s2[2][8];
+#pragma unroll
+        for (int grp = 0; grp < 5; grp++) {
+            uint32_t a[8][4];
+            const int nq = grp < 4 ? 8 : 4;
+#pragma unroll
+            for (int hr = 0; hr < 2; hr++) {
+                if (grp < 4) {
+                    const uint4 x = *reinterpret_cast<const uint4 *>(rw[hr] + 128 * grp + 32 * c4);
+                    const uint4 y = *reinterpret_cast<const uint4 *>(rw[hr] + 128 * grp + 32 * c4 + 16);
+                    const uint32_t wd[8] = {x.x, x.y, x.z, x.w, y.x, y.y, y.z, y.w};
+                    const float sv = sc[hr][grp];
+#pragma unroll
+                    for (int q = 0; q < 8; q++) {
+                        a[q][hr] = ak_sdr_deq2<0>(wd[q], sv);
+                        a[q][2 + hr] = ak_sdr_deq2<1>(wd[q], sv);
+                    }
+                } else if (PT) {
+                    const uint4 x = *reinterpret_cast<const uint4 *>(rw[hr] + 512 + 16 * c4);
+                    const uint32_t wd[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+                    for (int q = 0; q < 4; q++) {
+                        a[q][hr] = ak_sdr_deq2<0>(wd[q], 1.0f);
+                        a[q][2 + hr] = ak_sdr_deq2<1>(wd[q], 1.0f);
+                    }
+                } else { /* bf16 as stored */
+                    const uint4 x = *reinterpret_cast<const uint4 *>(rw[hr] + 528 + 32 * c4);
+                    const uint4 y = *reinterpret_cast<const uint4 *>(rw[hr] + 528 + 32 * c4 + 16);
+                    a[0][hr] = x.x, a[0][2 + hr] = x.y, a[1][hr] = x.z, a[1][2 + hr] = x.w;
+                    a[2][hr] = y.x, a[2][2 + hr] = y.y, a[3][hr] = y.z, a[3][2 + hr] = y.w;
+                }
+            }
+            ak_wgmma_fence();
+#pragma unroll
+            for (int q = 0; q < nq; q++) {
+                const int kk = 8 * grp + q;
+                const uint32_t qo = (kk >> 2) * 2048 + (kk & 3) * 32;
+                ak_wgmma_m64n16k16_rs(s2[grp & 1], a[q], dq0 + (qo >> 4), q > 0 || grp >= 2);
+            }
+            ak_wgmma_commit();
+            ak_wgmma_wait<1>(); /* the group before has completed: its A registers are free */
+        }
+        ak_wgmma_wait0();
+        float s[8];
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            ak_reg_fence(s2[0][k]);
+            ak_reg_fence(s2[1][k]);
+            s[k] = s2[0][k] + s2[1][k];
+        }
+        const bool ex = t >= p.list[0].tiles; /* this tile's list (ak_sd_kscale) */
+        const float sl = ex ? kq.sl[1] : kq.sl[0], prel = ex ? kq.rel[1] : kq.rel[0];
+#pragma unroll
+        for (int k = 0; k < 8; k++) s[k] = kv[(k >> 1) & 1] ? s[k] * sl : -INFINITY;
+        /* column max over the warpgroup's 64 keys (shuffles, then the four warps); lazy rescale
+           per head as in ak_sdt_main */
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                float m = fmaxf(s[4 * j + e], s[4 * j + 2 + e]);
+                m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 4));
+                m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 8));
+                m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 16));
+                if (g == 0) red[w * 16 + 8 * j + 2 * c4 + e] = m;
+            }
+        ak_bar_sync(bar1, 128);
+        bool rescale = false;
+        float alpha[4], m_use[4];
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int h = 8 * (c >> 1) + 2 * c4 + (c & 1);
+            const float m = fmaxf(fmaxf(red[h], red[16 + h]), fmaxf(red[32 + h], red[48 + h]));
+            const bool keep = m <= m_run[c] + 8.0f;
+            const float m_new = keep ? m_run[c] : fmaxf(m_run[c], m);
+            m_use[c] = m_new == -INFINITY ? 0.0f : m_new;
+            alpha[c] = keep ? 1.0f : ak_ex2(m_run[c] - m_use[c]);
+            rescale |= !keep;
+            m_run[c] = m_new;
+        }
+        /* P'^T [block][head][key] = bf16(P prel s_kb 2^64); invalid keys 0 (their bytes are stale) */
+        float pw[2][NB];
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++)
+#pragma unroll
+            for (int bb = 0; bb < NB; bb++) pw[hr][bb] = kv[hr] ? prel * sc[hr][bb] * 0x1p64f : 0.0f;
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int c = 2 * j + e, h = 8 * j + 2 * c4 + e;
+                float sum = 0.0f;
+#pragma unroll
+                for (int hr = 0; hr < 2; hr++) {
+                    const int key = k0 + 8 * hr;
+                    const float pv = ak_ex2(s[4 * j + 2 * hr + e] - m_use[c]);
+                    sum += pv;
+                    uint8_t *dst = pt + h * 128 + ((((key >> 3) ^ (h & 7))) << 4) + (key & 7) * 2;
+#pragma unroll
+                    for (int bb = 0; bb < NB; bb++)
+                        *reinterpret_cast<__nv_bfloat16 *>(dst + bb * 2048) = __float2bfloat16_rn(pv * pw[hr][bb]);
+                }
+                l_part[c] = l_part[c] * alpha[c] + sum;
+            }
+        if (__any_sync(0xffffffffu, rescale)) {
+#pragma unroll
+            for (int mb = 0; mb < 8; mb++)
+#pragma unroll
+                for (int k = 0; k < 8; k++) o[mb][k] *= alpha[(k >> 2) * 2 + (k & 1)];
+        }
+        ak_fence_proxy_async(); /* P'^T writes -> the wgmma reads */
+        ak_bar_sync(bar2, 128);  /* P'^T complete; every thread has read the column maxima */
+        /* O^T += V^T P'^T, 16 keys per step: keys 16 kc + 2 c4 (+ 1, + 8, + 9), 4 dims of each block */
+#pragma unroll
+        for (int mb = 0; mb < 8; mb++)
+#pragma unroll
+            for (int k = 0; k < 8; k++) ak_reg_fence(o[mb][k]);
+#pragma unroll
+        for (int kc = 0; kc < 4; kc++) {
+            const int kb = 16 * kc + 2 * c4;
+            uint32_t a[8][4];
+#pragma unroll
+            for (int blk = 0; blk < 4; blk++) {
+                uint32_t x[4];
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    x[j] = *reinterpret_cast<const uint32_t *>(st + (kb + (j & 1) + 8 * (j >> 1)) * M::STR +
+                                                               128 * blk + 4 * (8 * w + g));
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const uint32_t sel = e ? 0x7632u : 0x5410u;
+                    const uint32_t lo = __byte_perm(x[0], x[1], sel), hi = __byte_perm(x[2], x[3], sel);
+                    a[2 * blk + e][0] = ak_sdr_bf16_02(lo);
+                    a[2 * blk + e][1] = ak_sdr_bf16_13(lo);
+                    a[2 * blk + e][2] = ak_sdr_bf16_02(hi);
+                    a[2 * blk + e][3] = ak_sdr_bf16_13(hi);
+                }
+            }
+            if (kc == 3) ak_mbar_arrive(bar + 8 * (AK_SDR_NBUF + b)); /* EMPTY[b]: the tile's last raw bytes are read */
+            ak_wgmma_fence();
+#pragma unroll
+            for (int mb = 0; mb < 8; mb++)
+                ak_wgmma_m64n16k16_rs(o[mb], a[mb], dp0 + (((NB == 4 ? (mb >> 1) : 0) * 2048 + kc * 32) >> 4), 1);
+            ak_wgmma_commit();
+            ak_wgmma_wait<1>();
+        }
+        ak_wgmma_wait0();
+#pragma unroll
+        for (int mb = 0; mb < 8; mb++)
+#pragma unroll
+            for (int k = 0; k < 8; k++) ak_reg_fence(o[mb][k]);
+    }
+
+    ak_grid_dep_launch(); /* the next kernel may start its CTAs during this epilogue */
+    /* Column sums: over the g lanes, then the four warps (fixed order: the same bits every run). */
+#pragma unroll
+    for (int c = 0; c < 4; c++) {
+        l_part[c] += __shfl_xor_sync(0xffffffffu, l_part[c], 4);
+        l_part[c] += __shfl_xor_sync(0xffffffffu, l_part[c], 8);
+        l_part[c] += __shfl_xor_sync(0xffffffffu, l_part[c], 16);
+    }
+    if (g == 0) { /* the last column maxima were read before the last tile's second barrier */
+#pragma unroll
+        for (int c = 0; c < 4; c++) red[w * 16 + 8 * (c >> 1) + 2 * c4 + (c & 1)] = l_part[c];
+    }
+    ak_bar_sync(bar1, 128);
+    float *ml = reinterpret_cast<float *>(smem + M::ML);
+    if (w == 0 && g == 0) {
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int h = 8 * (c >> 1) + 2 * c4 + (c & 1);
+            ml[(wg * 16 + h) * 2] = m_run[c];
+            ml[(wg * 16 + h) * 2 + 1] = (red[h] + red[16 + h]) + (red[32 + h] + red[48 + h]);
+        }
+    }
+    /* both warpgroups' states (every product has completed and every copy landed: the stages are
+       free for the output staging); through mbarriers: racecheck reported this hand-off across a
+       256-thread named barrier (x77, x79) */
+    ak_mbar_arrive(mbar);
+    ak_mbar_wait(mbar, 0);
+    /* Per head: the merged max, sum and lse (warpgroup 0's term first: the same bits every run),
+       each warpgroup's O^T column times its factor (ak_sd_row_scale; per-tensor fp8: times
+       ak_sd_kscale::ref; 2^56 undoes P' and V's factors) -> shared [wg][head][dim] f32, then rows
+       out in 16-byte pieces, the two terms summed in a fixed order. */
+    float *os = reinterpret_cast<float *>(smem + M::STAGE);
+    const int64_t rows = (int64_t)p.b * p.s_q * p.h_q;
+#pragma unroll
+    for (int c = 0; c < 4; c++) {
+        const int hl = 8 * (c >> 1) + 2 * c4 + (c & 1), h = h0 + hl;
+        const float m0 = ml[hl * 2], l0 = ml[hl * 2 + 1], m1 = ml[(16 + hl) * 2], l1 = ml[(16 + hl) * 2 + 1];
+        const float mt = fmaxf(m0, m1), mu = mt == -INFINITY ? 0.0f : mt;
+        const float lt = l0 * ak_ex2(m0 - mu) + l1 * ak_ex2(m1 - mu);
+        float lse;
+        const float f = ak_sd_row_scale(p, mt, lt, h, 1.0f, lse) * kq.ref * 0x1p56f * ak_ex2(m_run[c] - mu);
+        if (wg == 0 && w == 0 && g == 0 && h < p.h_q) {
+            if (p.splits > 1) p.lacc[split * rows + (r * p.s_q + i) * p.h_q + h] = lse;
+            else if (p.lse != NULL) p.lse[r * p.l_s0 + i * p.l_s1 + h * p.l_s2] = lse;
+        }
+#pragma unroll
+        for (int mb = 0; mb < 8; mb++)
+#pragma unroll
+            for (int hr = 0; hr < 2; hr++)
+                os[(wg * 16 + hl) * M::OSTR + 128 * (mb >> 1) + 4 * (8 * w + g) + 2 * (mb & 1) + hr] =
+                    o[mb][4 * (c >> 1) + 2 * hr + (c & 1)] * f;
+    }
+    ak_mbar_arrive(mbar + 8);
+    ak_mbar_wait(mbar + 8, 0);
+    for (int it = ct; it < 16 * (AK_SD_DV / 4); it += 256) {
+        const int hl = it / (AK_SD_DV / 4), d = (it % (AK_SD_DV / 4)) * 4, h = h0 + hl;
+        if (h >= p.h_q) continue;
+        const float4 v0 = *reinterpret_cast<const float4 *>(os + hl * M::OSTR + d);
+        const float4 v1 = *reinterpret_cast<const float4 *>(os + (16 + hl) * M::OSTR + d);
+        const float4 v = make_float4(v0.x + v1.x, v0.y + v1.y, v0.z + v1.z, v0.w + v1.w);
+        if (p.splits > 1) {
+            *reinterpret_cast<float4 *>(p.oacc + ((int64_t)split * rows + (r * p.s_q + i) * p.h_q + h) * AK_SD_DV + d) = v;
+        } else {
+            const int64_t ob = r * p.o_s0 + i * p.o_s1 + h * p.o_s2 + d;
+            if (p.out_f32) {
+                float *dst = (float *)p.out + ob;
+                dst[0] = v.x, dst[1] = v.y, dst[2] = v.z, dst[3] = v.w;
+            } else {
+                uint16_t *dst = (uint16_t *)p.out + ob;
+                *reinterpret_cast<uint32_t *>(dst) = ak_sd_pack_bf16(v.x, v.y);
+                *reinterpret_cast<uint32_t *>(dst + 2) = ak_sd_pack_bf16(v.z, v.w);
+            }
+        }
+    }
+}
+
 /* ---- host side ----------------------------------------------------------------------------- */
 
 /* Serves sparse decode on Hopper tensor cores. 656 and per-tensor fp8: h_q <= 32 on the swap-AB
-   kernel (kernel 3, 16- or 32-head tiles; at b 128 s_q 1 h_q 32 91 us against 135 for the
+   kernel (kernel 3, 16- or 32-head tiles; at 16 heads with 16 or more tiles per CTA the
+   register-dequantizing kernel 4; at b 128 s_q 1 h_q 32 91 us against 135 for the
    64-row warp-specialized kernel and 163 for the 32-row mma.sync tiles, h_q 16 79 against 108 on
    mma.sync: docs/perf.md runs x13, x15) from 8 (token, head tile) units, h_q > 32 on the
    warp-specialized kernel (kernel 2), as V4 from 32 (token, head tile) units; MLA_BF16 and the
@@ -1383,12 +1825,12 @@ int ak_sdw_plan(const ak_context *ctx, const ak_mla_decode_args *a, ak_sd_plan *
     const int64_t b = a->q->shape[0], s_q = a->q->shape[1], h_q = a->q->shape[2];
     const int ws = layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE || layout == AK_LAYOUT_MLA_FP8_PERTENSOR;
     if (a->block_table != NULL) return 0;
-    if (ws && h_q <= 32) { /* the swap-AB kernel: 16- or 32-head tiles, nothing padded to 64 rows */
+    if (ws && h_q <= 32) { /* 16 or 32 heads per CTA, nothing padded to 64 rows */
         const int nh = h_q <= 16 ? 16 : 32;
         if (b * s_q * ((h_q + nh - 1) / nh) < 8) return 0;
-        pl->kernel = 3;
         pl->mw = nh / 16;
         pl->htiles = (int)((h_q + nh - 1) / nh);
+        pl->kernel = 3;
         pl->smem = 1024 + (layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE
                                ? (nh == 16 ? (size_t)ak_sdt_map<AK_LAYOUT_DSA_FP8_BLOCKSCALE, 16>::BYTES
                                            : (size_t)ak_sdt_map<AK_LAYOUT_DSA_FP8_BLOCKSCALE, 32>::BYTES)
@@ -1422,6 +1864,14 @@ int ak_sdw_plan(const ak_context *ctx, const ak_mla_decode_args *a, ak_sd_plan *
         if (waves * (per + 2) < best) best = waves * (per + 2), splits = sp;
     }
     pl->splits = (int)splits;
+    /* 16-head tiles of 16 or more 64-key tiles per CTA: the register-dequantizing kernel, whose
+       tiles cost ~12% less but whose CTAs ~4 us more than the swap-AB kernel's (x82: b 128 h_q 16,
+       32 tiles per CTA, 78.6 -> 74.5 us; b 32, 8 tiles, 27.6 -> 29.7) */
+    if (pl->kernel == 3 && pl->mw == 1 && (pl->n_tiles + splits - 1) / splits >= 16) {
+        pl->kernel = 4;
+        pl->smem = 1024 + (layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE ? (size_t)ak_sdr_map<AK_LAYOUT_DSA_FP8_BLOCKSCALE>::BYTES
+                                                                  : (size_t)ak_sdr_map<AK_LAYOUT_MLA_FP8_PERTENSOR>::BYTES);
+    }
     pl->rows = b * s_q * h_q;
     pl->ws_bytes = splits > 1 ? (size_t)splits * (size_t)pl->rows * (AK_SD_DV + 1) * sizeof(float) : 0;
     return 1;
@@ -1450,6 +1900,18 @@ static ak_status ak_sdt_launch_t(ak_context *ctx, const ak_sd_params &p, const a
 }
 
 template <int LAYOUT>
+static ak_status ak_sdr_launch_t(ak_context *ctx, const ak_sd_params &p, const ak_sd_plan &pl) {
+    static_assert(1024 + ak_sdr_map<LAYOUT>::BYTES <= 232448, "shared memory of ak_sdr_main (227 KB per block)");
+    static_assert(2 * 16 * (AK_SD_DV + 4) * 4 <= AK_SDR_NBUF * 64 * ak_sdr_map<LAYOUT>::STR, "output staging fits the stages");
+    AK_CUDA_TRY(cudaFuncSetAttribute(ak_sdr_main<LAYOUT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl.smem));
+    const int64_t grid = (int64_t)p.b * p.s_q * pl.htiles * pl.splits;
+    void *args[] = {(void *)&p};
+    AK_CUDA_TRY(ak_launch_pdl(ctx, (const void *)ak_sdr_main<LAYOUT>, (unsigned)grid, AK_SDR_THREADS, pl.smem, args));
+    AK_CUDA_CHECK_LAUNCH("ak_sdr_main");
+    return AK_OK;
+}
+
+template <int LAYOUT>
 static ak_status ak_sdw_launch_t(ak_context *ctx, const ak_sd_params &p, const ak_sd_plan &pl) {
     AK_CUDA_TRY(cudaFuncSetAttribute(ak_sdw_main<LAYOUT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      (int)pl.smem));
@@ -1461,6 +1923,9 @@ static ak_status ak_sdw_launch_t(ak_context *ctx, const ak_sd_params &p, const a
 }
 
 ak_status ak_sdw_launch(ak_context *ctx, const ak_sd_params &p, const ak_sd_plan &pl, int layout) {
+    if (pl.kernel == 4)
+        return layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE ? ak_sdr_launch_t<AK_LAYOUT_DSA_FP8_BLOCKSCALE>(ctx, p, pl)
+                                                      : ak_sdr_launch_t<AK_LAYOUT_MLA_FP8_PERTENSOR>(ctx, p, pl);
     if (pl.kernel == 3) {
         if (layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE)
             return pl.mw == 1 ? ak_sdt_launch_t<AK_LAYOUT_DSA_FP8_BLOCKSCALE, 16>(ctx, p, pl)
