@@ -599,8 +599,13 @@ AK_TEST(sparse_decode_wide) {
            one split): one real head of sixteen, and per-tensor fp8 with an extra list at s_q 2 */
         {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 68, 1, 1, 1024, 0}, {AK_LAYOUT_MLA_FP8_PERTENSOR, 36, 2, 4, 1024, 64},
     };
+    ak_device_info di;
+    CHECK_STATUS(ak_context_device_info(gpu, &di), AK_OK);
     for (size_t n = 0; n < sizeof k / sizeof k[0]; n++) {
         if (sd_quick() && n % 2 == 1) continue;
+        /* the register-dequantizing kernel serves devices of high copy bandwidth per SM (H200):
+           claim one for its cases, so that it runs on any device */
+        if (n >= 12) CHECK_STATUS(ak_context_set_ceilings(gpu, 64e9 * di.sm_count, 0.0), AK_OK);
         sd_case c;
         memset(&c, 0, sizeof c);
         c.layout = k[n].l, c.b = k[n].b, c.s_q = k[n].s_q, c.h_q = k[n].h_q, c.topk = k[n].topk;

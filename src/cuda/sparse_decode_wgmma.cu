@@ -1864,10 +1864,14 @@ int ak_sdw_plan(const ak_context *ctx, const ak_mla_decode_args *a, ak_sd_plan *
         if (waves * (per + 2) < best) best = waves * (per + 2), splits = sp;
     }
     pl->splits = (int)splits;
-    /* 16-head tiles of 16 or more 64-key tiles per CTA: the register-dequantizing kernel, whose
-       tiles cost ~12% less but whose CTAs ~4 us more than the swap-AB kernel's (x82: b 128 h_q 16,
-       32 tiles per CTA, 78.6 -> 74.5 us; b 32, 8 tiles, 27.6 -> 29.7) */
-    if (pl->kernel == 3 && pl->mw == 1 && (pl->n_tiles + splits - 1) / splits >= 16) {
+    /* 16-head tiles of 16 or more 64-key tiles per CTA, on a device of at least 28 GB/s of copy
+       bandwidth per SM (the context's ceiling: H200 ~32, H100 ~23): the register-dequantizing
+       kernel, whose tiles cost ~12% fewer cycles but whose CTAs ~4 us more than the swap-AB
+       kernel's (x82, H200: b 128 h_q 16, 32 tiles per CTA, 78.3 -> 74.0 us; b 32, 8 tiles, 27.6 ->
+       29.7). On an H100, where the same call is nearer its memory bound, it took 82 -> 86 us in
+       graph replay, so there the swap-AB kernel stays. */
+    const double bw_per_sm = ctx->info.copy_bytes_per_s / (double)slots;
+    if (pl->kernel == 3 && pl->mw == 1 && (pl->n_tiles + splits - 1) / splits >= 16 && bw_per_sm >= 28e9) {
         pl->kernel = 4;
         pl->smem = 1024 + (layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE ? (size_t)ak_sdr_map<AK_LAYOUT_DSA_FP8_BLOCKSCALE>::BYTES
                                                                   : (size_t)ak_sdr_map<AK_LAYOUT_MLA_FP8_PERTENSOR>::BYTES);
