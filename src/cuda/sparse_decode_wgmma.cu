@@ -1130,6 +1130,136 @@ __device__ __forceinline__ void ak_sdt_qk(float *s, uint64_t dk0, uint64_t dq0) 
     ak_wgmma_commit();
 }
 
+/* The softmax pieces of the kernels whose S^T fragment holds keys 16 w + g (+ 8) of a 64-key tile
+   and head columns 8 j + 2 c4 + e (ak_sdt_main, ak_sdr_main): s[4 j + 2 hr + e], NH / 4 columns
+   c = 2 j + e per thread, red [4 warps][NH] f32 in shared memory, `bar` the warpgroup's named
+   barrier. */
+
+/* Column max over the tile's 64 keys (shuffles over g, then the four warps through red) and the
+   lazy rescale per head: a head keeps its running max unless a value passes it by more than 8;
+   returns whether any of this thread's heads moved. */
+template <int NH>
+__device__ __forceinline__ bool ak_sdt_colmax(const float *s, float *m_run, float *m_use, float *alpha, float *red,
+                                              int w, int g, int c4, int bar) {
+#pragma unroll
+    for (int j = 0; j < NH / 8; j++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            float m = fmaxf(s[4 * j + e], s[4 * j + 2 + e]);
+            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 4));
+            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 8));
+            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 16));
+            if (g == 0) red[w * NH + 8 * j + 2 * c4 + e] = m;
+        }
+    ak_bar_sync(bar, 128);
+    bool rescale = false;
+#pragma unroll
+    for (int j = 0; j < NH / 8; j++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int c = 2 * j + e, h = 8 * j + 2 * c4 + e;
+            const float m = fmaxf(fmaxf(red[h], red[NH + h]), fmaxf(red[2 * NH + h], red[3 * NH + h]));
+            const bool keep = m <= m_run[c] + 8.0f;
+            const float m_new = keep ? m_run[c] : fmaxf(m_run[c], m);
+            m_use[c] = m_new == -INFINITY ? 0.0f : m_new;
+            alpha[c] = keep ? 1.0f : ak_ex2(m_run[c] - m_use[c]);
+            rescale |= !keep;
+            m_run[c] = m_new;
+        }
+    return rescale;
+}
+
+/* P = 2^(s - m) into NB copies of P^T [head][key] (2 KB each, swizzled), copy b as bf16(P pw[hr][b])
+   for the thread's key rows hr; this thread's key sums into l_part. */
+template <int NH, int NB>
+__device__ __forceinline__ void ak_sdt_pwrite(const float *s, const float *m_use, const float *alpha,
+                                              const float (*pw)[NB], float *l_part, uint8_t *pt, int w, int g,
+                                              int c4) {
+#pragma unroll
+    for (int j = 0; j < NH / 8; j++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int c = 2 * j + e, h = 8 * j + 2 * c4 + e;
+            float sum = 0.0f;
+#pragma unroll
+            for (int hr = 0; hr < 2; hr++) {
+                const int key = 16 * w + g + 8 * hr;
+                const float pv = ak_ex2(s[4 * j + 2 * hr + e] - m_use[c]);
+                sum += pv;
+                uint8_t *dst = pt + h * 128 + ((((key >> 3) ^ (h & 7))) << 4) + (key & 7) * 2;
+#pragma unroll
+                for (int bb = 0; bb < NB; bb++)
+                    *reinterpret_cast<__nv_bfloat16 *>(dst + bb * 2048) = __float2bfloat16_rn(pv * pw[hr][bb]);
+            }
+            l_part[c] = l_part[c] * alpha[c] + sum;
+        }
+}
+
+/* The column sums at the end: over the g lanes, then into red for the four warps (fixed order: the
+   same bits every run); the caller's barrier publishes them. */
+template <int NH>
+__device__ __forceinline__ void ak_sdt_colsum(float *l_part, float *red, int w, int g, int c4) {
+#pragma unroll
+    for (int c = 0; c < NH / 4; c++) {
+        l_part[c] += __shfl_xor_sync(0xffffffffu, l_part[c], 4);
+        l_part[c] += __shfl_xor_sync(0xffffffffu, l_part[c], 8);
+        l_part[c] += __shfl_xor_sync(0xffffffffu, l_part[c], 16);
+    }
+    if (g == 0) {
+#pragma unroll
+        for (int c = 0; c < NH / 4; c++) red[w * NH + 8 * (c >> 1) + 2 * c4 + (c & 1)] = l_part[c];
+    }
+}
+
+/* One CTA's work from blockIdx (splits fastest, then head tiles of nh heads): its split, first head,
+   request and query token, the token's list lengths and its tiles [t_begin, t_end). */
+struct ak_sdt_work {
+    int split, h0, t_begin, t_end;
+    int64_t r, i;
+    int32_t len0, len1;
+};
+__device__ __forceinline__ ak_sdt_work ak_sdt_cta(const ak_sd_params &p, int nh) {
+    ak_sdt_work k;
+    int64_t cta = blockIdx.x;
+    k.split = (int)(cta % p.splits);
+    cta /= p.splits;
+    k.h0 = (int)(cta % p.htiles) * nh;
+    const int64_t ri = cta / p.htiles;
+    k.r = ri / p.s_q;
+    k.i = ri % p.s_q;
+    k.len0 = ak_sd_len(p.list[0], k.r, k.i);
+    k.len1 = ak_sd_len(p.list[1], k.r, k.i);
+    ak_sd_split_range(k.split, p.list[0].tiles + p.list[1].tiles, p.splits, k.t_begin, k.t_end);
+    return k;
+}
+
+/* Head h's lse of token (r, i): this split's partial lse with splits, else the output lse (if any). */
+__device__ __forceinline__ void ak_sdt_store_lse(const ak_sd_params &p, float lse, int64_t r, int64_t i, int h,
+                                                 int split) {
+    if (p.splits > 1) p.lacc[split * ((int64_t)p.b * p.s_q * p.h_q) + (r * p.s_q + i) * p.h_q + h] = lse;
+    else if (p.lse != NULL) p.lse[r * p.l_s0 + i * p.l_s1 + h * p.l_s2] = lse;
+}
+
+/* Dims d .. d + 3 of head h's finished row of token (r, i), already scaled: this split's partial row
+   (f32) with splits, else the output row (bf16 or f32), 4-byte stores (no alignment assumed). */
+__device__ __forceinline__ void ak_sdt_store4(const ak_sd_params &p, float4 v, int64_t r, int64_t i, int h, int d,
+                                              int split) {
+    if (p.splits > 1) {
+        const int64_t rows = (int64_t)p.b * p.s_q * p.h_q;
+        *reinterpret_cast<float4 *>(p.oacc + ((int64_t)split * rows + (r * p.s_q + i) * p.h_q + h) * AK_SD_DV + d) = v;
+    } else {
+        const int64_t ob = r * p.o_s0 + i * p.o_s1 + h * p.o_s2 + d;
+        if (p.out_f32) {
+            float *dst = (float *)p.out + ob;
+            dst[0] = v.x, dst[1] = v.y, dst[2] = v.z, dst[3] = v.w;
+        } else {
+            uint16_t *dst = (uint16_t *)p.out + ob;
+            *reinterpret_cast<uint32_t *>(dst) = ak_sd_pack_bf16(v.x, v.y);
+            *reinterpret_cast<uint32_t *>(dst + 2) = ak_sd_pack_bf16(v.z, v.w);
+        }
+    }
+}
+
 template <int LAYOUT, int NH>
 __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_params p) {
     ak_grid_dep_wait(); /* a programmatic dependent launch: inputs and workspace are free to use after this */
@@ -1141,14 +1271,10 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
     const uint32_t bar = ak_smem_addr(smem + M::BAR);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
-    int64_t cta = blockIdx.x;
-    const int split = (int)(cta % p.splits);
-    cta /= p.splits;
-    const int h0 = (int)(cta % p.htiles) * NH;
-    const int64_t ri = cta / p.htiles, r = ri / p.s_q, i = ri % p.s_q;
-    const int32_t len0 = ak_sd_len(p.list[0], r, i), len1 = ak_sd_len(p.list[1], r, i);
-    int t_begin, t_end;
-    ak_sd_split_range(split, p.list[0].tiles + p.list[1].tiles, p.splits, t_begin, t_end);
+    const ak_sdt_work wk = ak_sdt_cta(p, NH);
+    const int split = wk.split, h0 = wk.h0, t_begin = wk.t_begin, t_end = wk.t_end;
+    const int64_t r = wk.r, i = wk.i;
+    const int32_t len0 = wk.len0, len1 = wk.len1;
 
     if (tid == 0) {
         for (int b = 0; b < 2; b++) {
@@ -1225,31 +1351,7 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
         bool rescale = false;
         float alpha[NC], m_use[NC];
         if (NH == 16 || ak_bar_any(1, 128, out)) {
-            /* column max over this warp's 16 keys, then over the four warps */
-#pragma unroll
-            for (int j = 0; j < NH / 8; j++)
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    float m = fmaxf(s[4 * j + e], s[4 * j + 2 + e]);
-                    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 4));
-                    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 8));
-                    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 16));
-                    if (g == 0) red[w * NH + 8 * j + 2 * c4 + e] = m;
-                }
-            ak_bar_sync(1, 128);
-#pragma unroll
-            for (int j = 0; j < NH / 8; j++)
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const int c = 2 * j + e, h = 8 * j + 2 * c4 + e;
-                    const float m = fmaxf(fmaxf(red[h], red[NH + h]), fmaxf(red[2 * NH + h], red[3 * NH + h]));
-                    const bool keep = m <= m_run[c] + 8.0f;
-                    const float m_new = keep ? m_run[c] : fmaxf(m_run[c], m);
-                    m_use[c] = m_new == -INFINITY ? 0.0f : m_new;
-                    alpha[c] = keep ? 1.0f : ak_ex2(m_run[c] - m_use[c]);
-                    rescale |= !keep;
-                    m_run[c] = m_new;
-                }
+            rescale = ak_sdt_colmax<NH>(s, m_run, m_use, alpha, red, w, g, c4, 1);
         } else {
 #pragma unroll
             for (int c = 0; c < NC; c++) {
@@ -1258,22 +1360,8 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
             }
         }
         /* P = 2^(s - m) rounded to bf16 into P^T [head][key] (swizzled); this thread's key sums */
-#pragma unroll
-        for (int j = 0; j < NH / 8; j++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int c = 2 * j + e, h = 8 * j + 2 * c4 + e;
-                float sum = 0.0f;
-#pragma unroll
-                for (int hr = 0; hr < 2; hr++) {
-                    const int key = 16 * w + g + 8 * hr;
-                    const float pv = ak_ex2(s[4 * j + 2 * hr + e] - m_use[c]);
-                    sum += pv;
-                    const __nv_bfloat16 pb = __float2bfloat16_rn(pv * prel);
-                    *reinterpret_cast<__nv_bfloat16 *>(pt + h * 128 + ((((key >> 3) ^ (h & 7))) << 4) + (key & 7) * 2) = pb;
-                }
-                l_part[c] = l_part[c] * alpha[c] + sum;
-            }
+        const float pw[2][1] = {{prel}, {prel}};
+        ak_sdt_pwrite<NH, 1>(s, m_use, alpha, pw, l_part, pt, w, g, c4);
         if (__any_sync(0xffffffffu, rescale)) {
 #pragma unroll
             for (int mb = 0; mb < 8; mb++)
@@ -1306,25 +1394,13 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
     }
 
     ak_grid_dep_launch(); /* the next kernel may start its CTAs during this epilogue */
-    /* Column sums: over the g lanes, then the four warps (fixed order: the same bits every run). */
-#pragma unroll
-    for (int c = 0; c < NC; c++) {
-        l_part[c] += __shfl_xor_sync(0xffffffffu, l_part[c], 4);
-        l_part[c] += __shfl_xor_sync(0xffffffffu, l_part[c], 8);
-        l_part[c] += __shfl_xor_sync(0xffffffffu, l_part[c], 16);
-    }
-    if (g == 0) { /* the last column maxima were read before the last tile's second barrier */
-#pragma unroll
-        for (int j = 0; j < NH / 8; j++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) red[w * NH + 8 * j + 2 * c4 + e] = l_part[2 * j + e];
-    }
+    /* column sums (the last column maxima were read before the last tile's second barrier) */
+    ak_sdt_colsum<NH>(l_part, red, w, g, c4);
     ak_bar_sync(1, 128);
     /* Per head: the factor of its O^T column and its lse (ak_sd_row_scale; per-tensor fp8: times
        ak_sd_kscale::ref); O^T * factor -> shared [head][dim] f32 in
        K buffer 0 (every product that read it has completed), then rows out in 16-byte pieces. */
     float *os = reinterpret_cast<float *>(smem + M::K);
-    const int64_t rows = (int64_t)p.b * p.s_q * p.h_q;
 #pragma unroll
     for (int j = 0; j < NH / 8; j++)
 #pragma unroll
@@ -1333,10 +1409,7 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
             const float lsum = (red[hl] + red[NH + hl]) + (red[2 * NH + hl] + red[3 * NH + hl]);
             float lse;
             const float f = ak_sd_row_scale(p, m_run[c], lsum, h, 1.0f, lse) * kq.ref;
-            if (w == 0 && g == 0 && h < p.h_q) {
-                if (p.splits > 1) p.lacc[split * rows + (r * p.s_q + i) * p.h_q + h] = lse;
-                else if (p.lse != NULL) p.lse[r * p.l_s0 + i * p.l_s1 + h * p.l_s2] = lse;
-            }
+            if (w == 0 && g == 0 && h < p.h_q) ak_sdt_store_lse(p, lse, r, i, h, split);
 #pragma unroll
             for (int mb = 0; mb < 8; mb++)
 #pragma unroll
@@ -1347,20 +1420,7 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
     for (int it = ct; it < NH * (AK_SD_DV / 4); it += 128) {
         const int hl = it / (AK_SD_DV / 4), d = (it % (AK_SD_DV / 4)) * 4, h = h0 + hl;
         if (h >= p.h_q) continue;
-        const float4 v = *reinterpret_cast<const float4 *>(os + hl * M::OSTR + d);
-        if (p.splits > 1) {
-            *reinterpret_cast<float4 *>(p.oacc + ((int64_t)split * rows + (r * p.s_q + i) * p.h_q + h) * AK_SD_DV + d) = v;
-        } else {
-            const int64_t ob = r * p.o_s0 + i * p.o_s1 + h * p.o_s2 + d;
-            if (p.out_f32) {
-                float *dst = (float *)p.out + ob;
-                dst[0] = v.x, dst[1] = v.y, dst[2] = v.z, dst[3] = v.w;
-            } else {
-                uint16_t *dst = (uint16_t *)p.out + ob;
-                *reinterpret_cast<uint32_t *>(dst) = ak_sd_pack_bf16(v.x, v.y);
-                *reinterpret_cast<uint32_t *>(dst + 2) = ak_sd_pack_bf16(v.z, v.w);
-            }
-        }
+        ak_sdt_store4(p, *reinterpret_cast<const float4 *>(os + hl * M::OSTR + d), r, i, h, d, split);
     }
 }
 
@@ -1505,14 +1565,10 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
     const uint32_t bar = ak_smem_addr(smem + M::BAR);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
-    int64_t cta = blockIdx.x;
-    const int split = (int)(cta % p.splits);
-    cta /= p.splits;
-    const int h0 = (int)(cta % p.htiles) * 16;
-    const int64_t ri = cta / p.htiles, r = ri / p.s_q, i = ri % p.s_q;
-    const int32_t len0 = ak_sd_len(p.list[0], r, i), len1 = ak_sd_len(p.list[1], r, i);
-    int t_begin, t_end;
-    ak_sd_split_range(split, p.list[0].tiles + p.list[1].tiles, p.splits, t_begin, t_end);
+    const ak_sdt_work wk = ak_sdt_cta(p, 16);
+    const int split = wk.split, h0 = wk.h0, t_begin = wk.t_begin, t_end = wk.t_end;
+    const int64_t r = wk.r, i = wk.i;
+    const int32_t len0 = wk.len0, len1 = wk.len1;
 
     if (tid == 0) {
         for (int b = 0; b < AK_SDR_NBUF; b++) {
@@ -1629,56 +1685,16 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
         const float sl = ex ? kq.sl[1] : kq.sl[0], prel = ex ? kq.rel[1] : kq.rel[0];
 #pragma unroll
         for (int k = 0; k < 8; k++) s[k] = kv[(k >> 1) & 1] ? s[k] * sl : -INFINITY;
-        /* column max over the warpgroup's 64 keys (shuffles, then the four warps); lazy rescale
-           per head as in ak_sdt_main */
-#pragma unroll
-        for (int j = 0; j < 2; j++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                float m = fmaxf(s[4 * j + e], s[4 * j + 2 + e]);
-                m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 4));
-                m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 8));
-                m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 16));
-                if (g == 0) red[w * 16 + 8 * j + 2 * c4 + e] = m;
-            }
-        ak_bar_sync(bar1, 128);
-        bool rescale = false;
+        /* column max over the warpgroup's 64 keys; lazy rescale per head */
         float alpha[4], m_use[4];
-#pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int h = 8 * (c >> 1) + 2 * c4 + (c & 1);
-            const float m = fmaxf(fmaxf(red[h], red[16 + h]), fmaxf(red[32 + h], red[48 + h]));
-            const bool keep = m <= m_run[c] + 8.0f;
-            const float m_new = keep ? m_run[c] : fmaxf(m_run[c], m);
-            m_use[c] = m_new == -INFINITY ? 0.0f : m_new;
-            alpha[c] = keep ? 1.0f : ak_ex2(m_run[c] - m_use[c]);
-            rescale |= !keep;
-            m_run[c] = m_new;
-        }
+        const bool rescale = ak_sdt_colmax<16>(s, m_run, m_use, alpha, red, w, g, c4, bar1);
         /* P'^T [block][head][key] = bf16(P prel s_kb 2^64); invalid keys 0 (their bytes are stale) */
         float pw[2][NB];
 #pragma unroll
         for (int hr = 0; hr < 2; hr++)
 #pragma unroll
             for (int bb = 0; bb < NB; bb++) pw[hr][bb] = kv[hr] ? prel * sc[hr][bb] * 0x1p64f : 0.0f;
-#pragma unroll
-        for (int j = 0; j < 2; j++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int c = 2 * j + e, h = 8 * j + 2 * c4 + e;
-                float sum = 0.0f;
-#pragma unroll
-                for (int hr = 0; hr < 2; hr++) {
-                    const int key = k0 + 8 * hr;
-                    const float pv = ak_ex2(s[4 * j + 2 * hr + e] - m_use[c]);
-                    sum += pv;
-                    uint8_t *dst = pt + h * 128 + ((((key >> 3) ^ (h & 7))) << 4) + (key & 7) * 2;
-#pragma unroll
-                    for (int bb = 0; bb < NB; bb++)
-                        *reinterpret_cast<__nv_bfloat16 *>(dst + bb * 2048) = __float2bfloat16_rn(pv * pw[hr][bb]);
-                }
-                l_part[c] = l_part[c] * alpha[c] + sum;
-            }
+        ak_sdt_pwrite<16, NB>(s, m_use, alpha, pw, l_part, pt, w, g, c4);
         if (__any_sync(0xffffffffu, rescale)) {
 #pragma unroll
             for (int mb = 0; mb < 8; mb++)
@@ -1729,17 +1745,8 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
     }
 
     ak_grid_dep_launch(); /* the next kernel may start its CTAs during this epilogue */
-    /* Column sums: over the g lanes, then the four warps (fixed order: the same bits every run). */
-#pragma unroll
-    for (int c = 0; c < 4; c++) {
-        l_part[c] += __shfl_xor_sync(0xffffffffu, l_part[c], 4);
-        l_part[c] += __shfl_xor_sync(0xffffffffu, l_part[c], 8);
-        l_part[c] += __shfl_xor_sync(0xffffffffu, l_part[c], 16);
-    }
-    if (g == 0) { /* the last column maxima were read before the last tile's second barrier */
-#pragma unroll
-        for (int c = 0; c < 4; c++) red[w * 16 + 8 * (c >> 1) + 2 * c4 + (c & 1)] = l_part[c];
-    }
+    /* column sums (the last column maxima were read before the last tile's second barrier) */
+    ak_sdt_colsum<16>(l_part, red, w, g, c4);
     ak_bar_sync(bar1, 128);
     float *ml = reinterpret_cast<float *>(smem + M::ML);
     if (w == 0 && g == 0) {
@@ -1760,7 +1767,6 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
        ak_sd_kscale::ref; 2^56 undoes P' and V's factors) -> shared [wg][head][dim] f32, then rows
        out in 16-byte pieces, the two terms summed in a fixed order. */
     float *os = reinterpret_cast<float *>(smem + M::STAGE);
-    const int64_t rows = (int64_t)p.b * p.s_q * p.h_q;
 #pragma unroll
     for (int c = 0; c < 4; c++) {
         const int hl = 8 * (c >> 1) + 2 * c4 + (c & 1), h = h0 + hl;
@@ -1769,10 +1775,7 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
         const float lt = l0 * ak_ex2(m0 - mu) + l1 * ak_ex2(m1 - mu);
         float lse;
         const float f = ak_sd_row_scale(p, mt, lt, h, 1.0f, lse) * kq.ref * 0x1p56f * ak_ex2(m_run[c] - mu);
-        if (wg == 0 && w == 0 && g == 0 && h < p.h_q) {
-            if (p.splits > 1) p.lacc[split * rows + (r * p.s_q + i) * p.h_q + h] = lse;
-            else if (p.lse != NULL) p.lse[r * p.l_s0 + i * p.l_s1 + h * p.l_s2] = lse;
-        }
+        if (wg == 0 && w == 0 && g == 0 && h < p.h_q) ak_sdt_store_lse(p, lse, r, i, h, split);
 #pragma unroll
         for (int mb = 0; mb < 8; mb++)
 #pragma unroll
@@ -1787,20 +1790,7 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
         if (h >= p.h_q) continue;
         const float4 v0 = *reinterpret_cast<const float4 *>(os + hl * M::OSTR + d);
         const float4 v1 = *reinterpret_cast<const float4 *>(os + (16 + hl) * M::OSTR + d);
-        const float4 v = make_float4(v0.x + v1.x, v0.y + v1.y, v0.z + v1.z, v0.w + v1.w);
-        if (p.splits > 1) {
-            *reinterpret_cast<float4 *>(p.oacc + ((int64_t)split * rows + (r * p.s_q + i) * p.h_q + h) * AK_SD_DV + d) = v;
-        } else {
-            const int64_t ob = r * p.o_s0 + i * p.o_s1 + h * p.o_s2 + d;
-            if (p.out_f32) {
-                float *dst = (float *)p.out + ob;
-                dst[0] = v.x, dst[1] = v.y, dst[2] = v.z, dst[3] = v.w;
-            } else {
-                uint16_t *dst = (uint16_t *)p.out + ob;
-                *reinterpret_cast<uint32_t *>(dst) = ak_sd_pack_bf16(v.x, v.y);
-                *reinterpret_cast<uint32_t *>(dst + 2) = ak_sd_pack_bf16(v.z, v.w);
-            }
-        }
+        ak_sdt_store4(p, make_float4(v0.x + v1.x, v0.y + v1.y, v0.z + v1.z, v0.w + v1.w), r, i, h, d, split);
     }
 }
 
@@ -1881,49 +1871,41 @@ int ak_sdw_plan(const ak_context *ctx, const ak_mla_decode_args *a, ak_sd_plan *
     return 1;
 }
 
+/* One launch of kernel fn (threads per CTA, pl.smem dynamic shared memory) over the plan's grid, as
+   a programmatic dependent launch. */
+static ak_status ak_sdw_launch_fn(ak_context *ctx, const void *fn, const char *name, int threads,
+                                  const ak_sd_params &p, const ak_sd_plan &pl) {
+    AK_CUDA_TRY(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl.smem));
+    const int64_t grid = (int64_t)p.b * p.s_q * pl.htiles * pl.splits;
+    void *args[] = {(void *)&p};
+    AK_CUDA_TRY(ak_launch_pdl(ctx, fn, (unsigned)grid, threads, pl.smem, args));
+    AK_CUDA_CHECK_LAUNCH(name);
+    return AK_OK;
+}
+
 template <int LAYOUT>
 static ak_status ak_sdx_launch_t(ak_context *ctx, const ak_sd_params &p, const ak_sd_plan &pl) {
     static_assert(1024 + ak_sdx_map<LAYOUT>::BYTES <= 232448, "shared memory of ak_sdx_main (227 KB per block)");
-    AK_CUDA_TRY(cudaFuncSetAttribute(ak_sdx_main<LAYOUT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl.smem));
-    const int64_t grid = (int64_t)p.b * p.s_q * pl.htiles * pl.splits;
-    void *args[] = {(void *)&p};
-    AK_CUDA_TRY(ak_launch_pdl(ctx, (const void *)ak_sdx_main<LAYOUT>, (unsigned)grid, AK_SDX_THREADS, pl.smem, args));
-    AK_CUDA_CHECK_LAUNCH("ak_sdx_main");
-    return AK_OK;
+    return ak_sdw_launch_fn(ctx, (const void *)ak_sdx_main<LAYOUT>, "ak_sdx_main", AK_SDX_THREADS, p, pl);
 }
 
 template <int LAYOUT, int NH>
 static ak_status ak_sdt_launch_t(ak_context *ctx, const ak_sd_params &p, const ak_sd_plan &pl) {
     static_assert(1024 + ak_sdt_map<LAYOUT, NH>::BYTES <= 232448, "shared memory of ak_sdt_main (227 KB per block)");
-    AK_CUDA_TRY(cudaFuncSetAttribute(ak_sdt_main<LAYOUT, NH>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl.smem));
-    const int64_t grid = (int64_t)p.b * p.s_q * pl.htiles * pl.splits;
-    void *args[] = {(void *)&p};
-    AK_CUDA_TRY(ak_launch_pdl(ctx, (const void *)ak_sdt_main<LAYOUT, NH>, (unsigned)grid, AK_SDT_THREADS, pl.smem, args));
-    AK_CUDA_CHECK_LAUNCH("ak_sdt_main");
-    return AK_OK;
+    return ak_sdw_launch_fn(ctx, (const void *)ak_sdt_main<LAYOUT, NH>, "ak_sdt_main", AK_SDT_THREADS, p, pl);
 }
 
 template <int LAYOUT>
 static ak_status ak_sdr_launch_t(ak_context *ctx, const ak_sd_params &p, const ak_sd_plan &pl) {
     static_assert(1024 + ak_sdr_map<LAYOUT>::BYTES <= 232448, "shared memory of ak_sdr_main (227 KB per block)");
-    static_assert(2 * 16 * (AK_SD_DV + 4) * 4 <= AK_SDR_NBUF * 64 * ak_sdr_map<LAYOUT>::STR, "output staging fits the stages");
-    AK_CUDA_TRY(cudaFuncSetAttribute(ak_sdr_main<LAYOUT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl.smem));
-    const int64_t grid = (int64_t)p.b * p.s_q * pl.htiles * pl.splits;
-    void *args[] = {(void *)&p};
-    AK_CUDA_TRY(ak_launch_pdl(ctx, (const void *)ak_sdr_main<LAYOUT>, (unsigned)grid, AK_SDR_THREADS, pl.smem, args));
-    AK_CUDA_CHECK_LAUNCH("ak_sdr_main");
-    return AK_OK;
+    static_assert(2 * 16 * (AK_SD_DV + 4) * 4 <= AK_SDR_NBUF * 64 * ak_sdr_map<LAYOUT>::STR,
+                  "output staging fits the stages");
+    return ak_sdw_launch_fn(ctx, (const void *)ak_sdr_main<LAYOUT>, "ak_sdr_main", AK_SDR_THREADS, p, pl);
 }
 
 template <int LAYOUT>
 static ak_status ak_sdw_launch_t(ak_context *ctx, const ak_sd_params &p, const ak_sd_plan &pl) {
-    AK_CUDA_TRY(cudaFuncSetAttribute(ak_sdw_main<LAYOUT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     (int)pl.smem));
-    const int64_t grid = (int64_t)p.b * p.s_q * pl.htiles * pl.splits;
-    void *args[] = {(void *)&p};
-    AK_CUDA_TRY(ak_launch_pdl(ctx, (const void *)ak_sdw_main<LAYOUT>, (unsigned)grid, AK_SDW_THREADS, pl.smem, args));
-    AK_CUDA_CHECK_LAUNCH("ak_sdw_main");
-    return AK_OK;
+    return ak_sdw_launch_fn(ctx, (const void *)ak_sdw_main<LAYOUT>, "ak_sdw_main", AK_SDW_THREADS, p, pl);
 }
 
 ak_status ak_sdw_launch(ak_context *ctx, const ak_sd_params &p, const ak_sd_plan &pl, int layout) {
