@@ -5,7 +5,8 @@
  * warp-specialized ak_sdx_main further down (656, per-tensor fp8 and V4 from 32 (token, head tile)
  * units; h_q > 32, 64-head tiles), the swap-AB ak_sdt_main after it (656 and per-tensor fp8,
  * h_q <= 32, 16- or 32-head tiles) and the register-dequantizing ak_sdr_main last (656 and
- * per-tensor fp8, h_q <= 16 at 16 or more 64-key tiles per CTA).
+ * per-tensor fp8, h_q <= 16 at 16 or more 64-key tiles per CTA, on devices of high copy bandwidth
+ * per SM: ak_sdw_plan).
  *
  * ak_sdw_main: one CTA = (request r, query token i, 64-head tile, KV split), two warpgroups (256
  * threads).
@@ -238,6 +239,14 @@ __device__ __forceinline__ void ak_sdw_cta(const ak_sd_params &p, int &split, in
     ri = cta / p.htiles;
 }
 
+/* Dims src .. src + 7 of a q row, as bf16 pairs: one 16-byte load where q rows are 16-byte aligned. */
+__device__ __forceinline__ uint4 ak_sd_ldq8(const ak_sd_params &p, const uint16_t *src) {
+    if (p.q_vec) return ak_ldg_nc_v4(src);
+    uint32_t w[4];
+    for (int e = 0; e < 4; e++) w[e] = (uint32_t)src[2 * e] | ((uint32_t)src[2 * e + 1] << 16);
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
 /* Q tile [NH heads x DQK] of token (r, i), heads h0 .., -> swizzled shared memory qs (column blocks
    of NH rows x 128 bytes), zero rows past h_q; t = this thread's index among the NT that load it, 9
    loads in flight per batch. */
@@ -253,16 +262,7 @@ __device__ __forceinline__ void ak_sdw_load_q(const ak_sd_params &p, uint8_t *qs
         for (int k = 0; k < QB; k++) {
             const int it = (k0 + k) * NT + t, row = it / QCH, c = it % QCH;
             qv[k] = make_uint4(0, 0, 0, 0);
-            if (k0 + k < QN && h0 + row < p.h_q) {
-                const uint16_t *src = qb + (int64_t)(h0 + row) * p.q_s2 + c * 8;
-                if (p.q_vec) {
-                    qv[k] = ak_ldg_nc_v4(src);
-                } else {
-                    uint32_t w[4];
-                    for (int e = 0; e < 4; e++) w[e] = (uint32_t)src[2 * e] | ((uint32_t)src[2 * e + 1] << 16);
-                    qv[k] = make_uint4(w[0], w[1], w[2], w[3]);
-                }
-            }
+            if (k0 + k < QN && h0 + row < p.h_q) qv[k] = ak_sd_ldq8(p, qb + (int64_t)(h0 + row) * p.q_s2 + c * 8);
         }
 #pragma unroll
         for (int k = 0; k < QB; k++) {
@@ -1241,7 +1241,8 @@ __device__ __forceinline__ void ak_sdt_store_lse(const ak_sd_params &p, float ls
 }
 
 /* Dims d .. d + 3 of head h's finished row of token (r, i), already scaled: this split's partial row
-   (f32) with splits, else the output row (bf16 or f32), 4-byte stores (no alignment assumed). */
+   (f32, one 16-byte store into the aligned workspace) with splits, else the output row (bf16 or
+   f32, 4-byte stores: output rows need not be 16-byte aligned). */
 __device__ __forceinline__ void ak_sdt_store4(const ak_sd_params &p, float4 v, int64_t r, int64_t i, int h, int d,
                                               int split) {
     if (p.splits > 1) {
@@ -1485,17 +1486,7 @@ __device__ __forceinline__ void ak_sdr_load_q(const ak_sd_params &p, uint8_t *qs
     const uint16_t *qb = p.q + r * p.q_s0 + i * p.q_s1;
     for (int it = ct; it < 16 * 72; it += 256) { /* 8 dims per item */
         const int hl = it / 72, d0 = (it % 72) * 8, h = h0 + hl;
-        uint4 x = make_uint4(0, 0, 0, 0);
-        if (h < p.h_q) {
-            const uint16_t *src = qb + (int64_t)h * p.q_s2 + d0;
-            if (p.q_vec) {
-                x = ak_ldg_nc_v4(src);
-            } else {
-                uint32_t w[4];
-                for (int e = 0; e < 4; e++) w[e] = (uint32_t)src[2 * e] | ((uint32_t)src[2 * e + 1] << 16);
-                x = make_uint4(w[0], w[1], w[2], w[3]);
-            }
-        }
+        const uint4 x = h < p.h_q ? ak_sd_ldq8(p, qb + (int64_t)h * p.q_s2 + d0) : make_uint4(0, 0, 0, 0);
         const uint32_t wd[4] = {x.x, x.y, x.z, x.w};
 #pragma unroll
         for (int k = 0; k < 4; k++) {
@@ -1797,8 +1788,8 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
 /* ---- host side ----------------------------------------------------------------------------- */
 
 /* Serves sparse decode on Hopper tensor cores. 656 and per-tensor fp8: h_q <= 32 on the swap-AB
-   kernel (kernel 3, 16- or 32-head tiles; at 16 heads with 16 or more tiles per CTA the
-   register-dequantizing kernel 4; at b 128 s_q 1 h_q 32 91 us against 135 for the
+   kernel (kernel 3, 16- or 32-head tiles; at 16 heads with 16 or more tiles per CTA, on devices of
+   at least 28 GB/s of copy per SM, the register-dequantizing kernel 4; at b 128 s_q 1 h_q 32 91 us against 135 for the
    64-row warp-specialized kernel and 163 for the 32-row mma.sync tiles, h_q 16 79 against 108 on
    mma.sync: docs/perf.md runs x13, x15) from 8 (token, head tile) units, h_q > 32 on the
    warp-specialized kernel (kernel 2), as V4 from 32 (token, head tile) units; MLA_BF16 and the
