@@ -69,6 +69,13 @@ __global__ void __launch_bounds__(256) scatter(uint8_t *pool, const int32_t *slo
 }
 
 
+// Plain contiguous copy, 16 bytes per thread and step: the same-size reference for the cases above
+// (a 100 MB move spends a larger share of its time filling and draining the GPU than a 2 GiB one).
+__global__ void __launch_bounds__(256) copy16(uint4 *dst, const uint4 *src, int64_t n) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        dst[i] = src[i];
+}
+
 // MLA records: per token A bytes at page + t * A (a 656 record, or a V4 576-byte data row) and,
 // for V4, 8 scale bytes at page + P * A + t * 8; the other side S contiguous bytes per token
 // (bf16 rows). A warp moves U tokens per step, lanes over 16-byte pieces, every load first.
@@ -153,6 +160,33 @@ int main() {
     const float tc = med_us([&] { CK(cudaMemcpyAsync(c1, c0, cb, cudaMemcpyDeviceToDevice)); });
     const double copy = 2.0 * cb / tc / 1e3; // GB/s
     printf("copy %.1f GB/s (2 GiB, read + write)\n", copy);
+    {
+        int sms0;
+        CK(cudaDeviceGetAttribute(&sms0, cudaDevAttrMultiProcessorCount, 0));
+        /* each size moves `mb` MiB in all (half read, half written): 2 GiB each way, then the bytes of
+           262144 tokens of C2 / C3 (1808 per token), C9 / C6 (1608), the indexer write (388) and C10 (264) */
+        const double mibs[] = {2048.0 * 2, 1808.0 * 0.25, 1608.0 * 0.25, 388.0 * 0.25, 264.0 * 0.25};
+        for (double mb : mibs) {
+            const int64_t n16 = (int64_t)(mb * 1048576.0 / 2 / 16), rot = (int64_t)(cb / 16) / n16;
+            int64_t k = 0; /* successive calls move other bytes of the 2 GiB buffers: no L2 reuse */
+            for (int cap : {4, 32}) {
+                const int grid = (int)std::min<int64_t>((n16 + 255) / 256, (int64_t)sms0 * cap);
+                const float t = med_us([&] {
+                    const int64_t o = (k++ % rot) * n16;
+                    copy16<<<grid, 256>>>((uint4 *)c1 + o, (const uint4 *)c0 + o, n16);
+                });
+                const double by = 2.0 * n16 * 16;
+                printf("copy kernel %7.1f MiB moved, %2d blocks/SM: %8.1f us %7.1f GB/s %5.1f%% of copy\n", by / 1048576.0,
+                       cap, t, by / t / 1e3, 100.0 * by / t / 1e3 / copy);
+            }
+            const float t2 = med_us([&] {
+                const int64_t o = (k++ % rot) * n16 * 16;
+                CK(cudaMemcpyAsync((uint8_t *)c1 + o, (const uint8_t *)c0 + o, (size_t)n16 * 16, cudaMemcpyDeviceToDevice));
+            });
+            printf("cudaMemcpy  %7.1f MiB moved:                %8.1f us %7.1f GB/s %5.1f%% of copy\n",
+                   2.0 * n16 * 16 / 1048576.0, t2, 2.0 * n16 * 16 / t2 / 1e3, 100.0 * 2.0 * n16 * 16 / t2 / 1e3 / copy);
+        }
+    }
     uint8_t *pool, *out, *in;
     float *osc;
     int32_t *ds, *dp;

@@ -7,7 +7,8 @@
  * (the FP8-PT writers also with a non-power-of-two k_scale), C8 (V4 256 -> 64 pages, touched-pages form with a random page permutation), C13 (656 re-page
  * into padded pages), C11 (MHA NHD -> HND) and C12 (MHA bf16 -> e4m3 and back).
  * write / gather: 262144 slots over a 1M-token pool (C2/C9/IDX132 writers; C3, C6 and C10
- * gathers), random distinct slots, and for the writers also whole pages in random page order.
+ * gathers), random distinct slots, and for the writers also whole pages in random page order; the
+ * indexer's cases also with every slot of the pool (n = 1M).
  * Pools and input rows are filled with random normal values on the device.
  *
  * A case's pools are allocated and filled by its first (warm-up) call and freed by destroy; the
@@ -358,26 +359,31 @@ ak_status ak_bench_codec(ak_context *ctx, const ak_bench_opts *o, const char *op
     int64_t n = o->quick ? 8192 : 262144, pool_tok = o->quick ? 4 * 8192 : 1048576;
     /* writes twice: random distinct slots (every token its own page, the worst case), and page
        runs (a prefill's tokens filling whole pages in random page order, how an engine's page
-       allocator places them) */
-    const struct { const char *name; ak_layout l; int32_t P; ak_quant_rule rule; int raw, runs; } rows[] = {
-        {"C2 bf16 rows->656", AK_LAYOUT_DSA_FP8_BLOCKSCALE, 64, AK_QUANT_DEFAULT, 0, 0},
-        {"C9 bf16 rows->V4", AK_LAYOUT_DSV4_FP8_UE8M0, 64, AK_QUANT_DEFAULT, 0, 0},
-        {"bf16 rows->IDX132", AK_LAYOUT_INDEXER_FP8, 64, AK_QUANT_DEFAULT, 0, 0},
-        {"C2 bf16 rows->656", AK_LAYOUT_DSA_FP8_BLOCKSCALE, 64, AK_QUANT_DEFAULT, 0, 1},
-        {"C9 bf16 rows->V4", AK_LAYOUT_DSV4_FP8_UE8M0, 64, AK_QUANT_DEFAULT, 0, 1},
-        {"bf16 rows->IDX132", AK_LAYOUT_INDEXER_FP8, 64, AK_QUANT_DEFAULT, 0, 1},
-        {"C3 656->bf16 rows", AK_LAYOUT_DSA_FP8_BLOCKSCALE, 64, AK_QUANT_DEFAULT, 0, 0},
-        {"C6 V4->bf16 rows", AK_LAYOUT_DSV4_FP8_UE8M0, 256, AK_QUANT_DEFAULT, 0, 0},
-        {"C10 IDX132->e4m3+scale", AK_LAYOUT_INDEXER_FP8, 64, AK_QUANT_DEFAULT, 1, 0},
+       allocator places them). The indexer cases also with n = the whole pool: at 262144 tokens
+       they move only 66-97 MiB in all, where even a device memcpy of the same bytes reaches
+       79-84% of the 2 GiB copy's rate (H100, docs/perf.md session 15) */
+    const struct { const char *name; ak_layout l; int32_t P; ak_quant_rule rule; int raw, runs, whole; } rows[] = {
+        {"C2 bf16 rows->656", AK_LAYOUT_DSA_FP8_BLOCKSCALE, 64, AK_QUANT_DEFAULT, 0, 0, 0},
+        {"C9 bf16 rows->V4", AK_LAYOUT_DSV4_FP8_UE8M0, 64, AK_QUANT_DEFAULT, 0, 0, 0},
+        {"bf16 rows->IDX132", AK_LAYOUT_INDEXER_FP8, 64, AK_QUANT_DEFAULT, 0, 0, 0},
+        {"bf16 rows->IDX132", AK_LAYOUT_INDEXER_FP8, 64, AK_QUANT_DEFAULT, 0, 0, 1},
+        {"C2 bf16 rows->656", AK_LAYOUT_DSA_FP8_BLOCKSCALE, 64, AK_QUANT_DEFAULT, 0, 1, 0},
+        {"C9 bf16 rows->V4", AK_LAYOUT_DSV4_FP8_UE8M0, 64, AK_QUANT_DEFAULT, 0, 1, 0},
+        {"bf16 rows->IDX132", AK_LAYOUT_INDEXER_FP8, 64, AK_QUANT_DEFAULT, 0, 1, 0},
+        {"bf16 rows->IDX132", AK_LAYOUT_INDEXER_FP8, 64, AK_QUANT_DEFAULT, 0, 1, 1},
+        {"C3 656->bf16 rows", AK_LAYOUT_DSA_FP8_BLOCKSCALE, 64, AK_QUANT_DEFAULT, 0, 0, 0},
+        {"C6 V4->bf16 rows", AK_LAYOUT_DSV4_FP8_UE8M0, 256, AK_QUANT_DEFAULT, 0, 0, 0},
+        {"C10 IDX132->e4m3+scale", AK_LAYOUT_INDEXER_FP8, 64, AK_QUANT_DEFAULT, 1, 0, 0},
+        {"C10 IDX132->e4m3+scale", AK_LAYOUT_INDEXER_FP8, 64, AK_QUANT_DEFAULT, 1, 0, 1},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
-        bkind k = i < 6 ? BK_WRITE : BK_GATHER;
+        bkind k = i < 8 ? BK_WRITE : BK_GATHER;
         if (!ak_bench_wants(op, k == BK_WRITE ? "write" : "gather")) continue;
         bstate s;
         memset(&s, 0, sizeof s);
         s.kind = k;
         s.seed = seed + 200 + i;
-        s.n = n;
+        s.n = rows[i].whole ? pool_tok : n;
         s.raw = rows[i].raw;
         s.page_runs = rows[i].runs;
         s.rule = rows[i].rule;
@@ -386,10 +392,10 @@ ak_status ak_bench_codec(ak_context *ctx, const ak_bench_opts *o, const char *op
         ak_layout_traits t;
         ak_layout_traits_get(rows[i].l, &t);
         int64_t row = (int64_t)t.d_qk * (s.raw ? 1 : 2) + (s.raw ? 4 : 0);
-        snprintf(shape, sizeof shape, "%s n %lld %s of %lld", rows[i].name, (long long)n,
+        snprintf(shape, sizeof shape, "%s n %lld %s of %lld", rows[i].name, (long long)s.n,
                  s.page_runs ? "in random whole pages" : "random slots", (long long)pool_tok);
         AK_TRY(add_case(out, &s, k == BK_WRITE ? "write" : "gather", shape,
-                        (double)n * (double)(token_bytes(&s.src) + row + 4)));
+                        (double)s.n * (double)(token_bytes(&s.src) + row + 4)));
     }
     return AK_OK;
 }
