@@ -29,8 +29,8 @@
  * Pipeline: the wgmma products are asynchronous, so the same warps that issue them work beside
  * them. While the tensor cores compute S for tile t + 1, the warps dequantize tile t + 2 (whose
  * records they loaded into registers one tile earlier, a warp per record) into the K buffer P V
- * of tile t has just released, then issue the register loads of tile t + 3. The proxy fence of
- * the K writes precedes those loads: the fence is a MEMBAR that would wait for them.
+ * of tile t has just released, then issue the register loads of tile t + 3 (after the proxy fence
+ * of the K writes, which does not wait for loads in flight either way: docs/cuda.md).
  */
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_common.cuh"
@@ -200,8 +200,7 @@ __device__ __forceinline__ void ak_sdw_stage(const ak_sd_params &p, int64_t r, i
         } else if (lane < 8) {
             kvalid[w + 8 * lane] = xro >= 0;
         }
-        /* K tile writes -> the wgmma (async proxy) reads, before the record loads below: the
-           fence (a MEMBAR) would otherwise wait for them */
+        /* K tile writes -> the wgmma (async proxy) reads */
         if (LAYOUT != AK_LAYOUT_MLA_BF16) ak_fence_proxy_async();
     }
     if (tnn < t_end) {
