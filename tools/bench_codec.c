@@ -362,31 +362,30 @@ ak_status ak_bench_codec(ak_context *ctx, const ak_bench_opts *o, const char *op
        allocator places them). The indexer cases also with n = the whole pool: at 262144 tokens
        they move only 66-97 MiB in all, where even a device memcpy of the same bytes reaches
        79-84% of the 2 GiB copy's rate (H100, docs/perf.md session 15) */
-    const struct { const char *name; ak_layout l; int32_t P; ak_quant_rule rule; int raw, runs, whole; } rows[] = {
-        {"C2 bf16 rows->656", AK_LAYOUT_DSA_FP8_BLOCKSCALE, 64, AK_QUANT_DEFAULT, 0, 0, 0},
-        {"C9 bf16 rows->V4", AK_LAYOUT_DSV4_FP8_UE8M0, 64, AK_QUANT_DEFAULT, 0, 0, 0},
-        {"bf16 rows->IDX132", AK_LAYOUT_INDEXER_FP8, 64, AK_QUANT_DEFAULT, 0, 0, 0},
-        {"bf16 rows->IDX132", AK_LAYOUT_INDEXER_FP8, 64, AK_QUANT_DEFAULT, 0, 0, 1},
-        {"C2 bf16 rows->656", AK_LAYOUT_DSA_FP8_BLOCKSCALE, 64, AK_QUANT_DEFAULT, 0, 1, 0},
-        {"C9 bf16 rows->V4", AK_LAYOUT_DSV4_FP8_UE8M0, 64, AK_QUANT_DEFAULT, 0, 1, 0},
-        {"bf16 rows->IDX132", AK_LAYOUT_INDEXER_FP8, 64, AK_QUANT_DEFAULT, 0, 1, 0},
-        {"bf16 rows->IDX132", AK_LAYOUT_INDEXER_FP8, 64, AK_QUANT_DEFAULT, 0, 1, 1},
-        {"C3 656->bf16 rows", AK_LAYOUT_DSA_FP8_BLOCKSCALE, 64, AK_QUANT_DEFAULT, 0, 0, 0},
-        {"C6 V4->bf16 rows", AK_LAYOUT_DSV4_FP8_UE8M0, 256, AK_QUANT_DEFAULT, 0, 0, 0},
-        {"C10 IDX132->e4m3+scale", AK_LAYOUT_INDEXER_FP8, 64, AK_QUANT_DEFAULT, 1, 0, 0},
-        {"C10 IDX132->e4m3+scale", AK_LAYOUT_INDEXER_FP8, 64, AK_QUANT_DEFAULT, 1, 0, 1},
+    const struct { const char *name; ak_layout l; int32_t P; int raw, whole; } rows[] = {
+        {"C2 bf16 rows->656", AK_LAYOUT_DSA_FP8_BLOCKSCALE, 64, 0, 0},
+        {"C9 bf16 rows->V4", AK_LAYOUT_DSV4_FP8_UE8M0, 64, 0, 0},
+        {"bf16 rows->IDX132", AK_LAYOUT_INDEXER_FP8, 64, 0, 0},
+        {"bf16 rows->IDX132", AK_LAYOUT_INDEXER_FP8, 64, 0, 1},
+        {"C3 656->bf16 rows", AK_LAYOUT_DSA_FP8_BLOCKSCALE, 64, 0, 0},
+        {"C6 V4->bf16 rows", AK_LAYOUT_DSV4_FP8_UE8M0, 256, 0, 0},
+        {"C10 IDX132->e4m3+scale", AK_LAYOUT_INDEXER_FP8, 64, 1, 0},
+        {"C10 IDX132->e4m3+scale", AK_LAYOUT_INDEXER_FP8, 64, 1, 1},
     };
-    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
-        bkind k = i < 8 ? BK_WRITE : BK_GATHER;
+    enum { NW = 4 }; /* the first NW rows are writers, the rest gathers */
+    /* cases: the writers with random slots, the writers with page runs, the gathers */
+    for (size_t c = 0; c < 2 * NW + (sizeof rows / sizeof rows[0] - NW); c++) {
+        const size_t i = c < 2 * NW ? c % NW : c - NW;
+        const bkind k = c < 2 * NW ? BK_WRITE : BK_GATHER;
         if (!ak_bench_wants(op, k == BK_WRITE ? "write" : "gather")) continue;
         bstate s;
         memset(&s, 0, sizeof s);
         s.kind = k;
-        s.seed = seed + 200 + i;
+        s.seed = seed + 200 + c;
         s.n = rows[i].whole ? pool_tok : n;
         s.raw = rows[i].raw;
-        s.page_runs = rows[i].runs;
-        s.rule = rows[i].rule;
+        s.page_runs = c >= NW && c < 2 * NW;
+        s.rule = AK_QUANT_DEFAULT;
         /* the slots scatter over a pool far larger than the caches */
         s.src = mla_desc(ctx, rows[i].l, (int32_t)(pool_tok / rows[i].P), rows[i].P, 0);
         ak_layout_traits t;
