@@ -350,13 +350,6 @@ __device__ __forceinline__ float ak_group_max(float v, int width) {
     return v;
 }
 
-/* Blocks for `items` threads' work, at most cap_per_sm per SM (the rest strides). */
-static int ak_grid_cap(const ak_context *ctx, int64_t items, int per_block, int cap_per_sm) {
-    int64_t blocks = (items + per_block - 1) / per_block;
-    int64_t cap = (int64_t)(ctx->info.sm_count > 0 ? ctx->info.sm_count : 132) * cap_per_sm;
-    if (blocks > cap) blocks = cap;
-    return blocks < 1 ? 1 : (int)blocks;
-}
 static int ak_grid_for(const ak_context *ctx, int64_t items, int per_block) {
     return ak_grid_cap(ctx, items, per_block, 32);
 }

@@ -59,6 +59,15 @@ static inline cudaError_t ak_launch_pdl(const ak_context *ctx, const void *fn, u
 
 static inline int ak_ceil_div_i64(int64_t a, int64_t b) { return (int)((a + b - 1) / b); }
 
+/* Blocks for `items` work items, per_block per block, at most cap_per_sm blocks per SM (a grid-stride
+   kernel strides over the rest). */
+static inline int ak_grid_cap(const ak_context *ctx, int64_t items, int per_block, int cap_per_sm) {
+    int64_t blocks = (items + per_block - 1) / per_block;
+    const int64_t cap = (int64_t)(ctx->info.sm_count > 0 ? ctx->info.sm_count : 132) * cap_per_sm;
+    if (blocks > cap) blocks = cap;
+    return blocks < 1 ? 1 : (int)blocks;
+}
+
 /* log2(page_size) when it is a power of two (every common size), else -1: kernels find a slot's
    page by a shift instead of a 32-bit division (~20 instructions) where they can. */
 static inline int32_t ak_page_shift(int32_t page_size) {

@@ -229,12 +229,13 @@ __device__ __forceinline__ void ak_sdw_qk(float *s, uint64_t dq0, uint64_t dk0) 
     ak_wgmma_commit();
 }
 
-/* This CTA's KV split, first head and token row ri = r * s_q + i, from blockIdx.x. */
-__device__ __forceinline__ void ak_sdw_cta(const ak_sd_params &p, int &split, int &h0, int64_t &ri) {
+/* This CTA's KV split, first head and token row ri = r * s_q + i, from blockIdx.x (splits fastest,
+   then head tiles of nh heads). */
+__device__ __forceinline__ void ak_sdw_cta(const ak_sd_params &p, int nh, int &split, int &h0, int64_t &ri) {
     int64_t cta = blockIdx.x;
     split = (int)(cta % p.splits);
     cta /= p.splits;
-    h0 = (int)(cta % p.htiles) * AK_SDW_HEADS;
+    h0 = (int)(cta % p.htiles) * nh;
     ri = cta / p.htiles;
 }
 
@@ -361,7 +362,7 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
     const int tok = BF16 ? tid >> 2 : warp + 8 * (lane & 7), q4 = tid & 3;
     int split, h0;
     int64_t ri;
-    ak_sdw_cta(p, split, h0, ri);
+    ak_sdw_cta(p, AK_SDW_HEADS, split, h0, ri);
     const int64_t r = ri / p.s_q, i = ri % p.s_q;
 
     const int32_t len0 = ak_sd_len(p.list[0], r, i), len1 = ak_sd_len(p.list[1], r, i);
@@ -880,7 +881,7 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     int split, h0;
     int64_t ri;
-    ak_sdw_cta(p, split, h0, ri);
+    ak_sdw_cta(p, AK_SDW_HEADS, split, h0, ri);
     const int64_t r = ri / p.s_q, i = ri % p.s_q;
     const int32_t len0 = ak_sd_len(p.list[0], r, i), len1 = ak_sd_len(p.list[1], r, i);
     int t_begin, t_end;
@@ -1210,8 +1211,8 @@ __device__ __forceinline__ void ak_sdt_colsum(float *l_part, float *red, int w, 
     }
 }
 
-/* One CTA's work from blockIdx (splits fastest, then head tiles of nh heads): its split, first head,
-   request and query token, the token's list lengths and its tiles [t_begin, t_end). */
+/* One CTA's work from blockIdx (ak_sdw_cta): its split, first head, request and query token, the
+   token's list lengths and its tiles [t_begin, t_end). */
 struct ak_sdt_work {
     int split, h0, t_begin, t_end;
     int64_t r, i;
@@ -1219,11 +1220,8 @@ struct ak_sdt_work {
 };
 __device__ __forceinline__ ak_sdt_work ak_sdt_cta(const ak_sd_params &p, int nh) {
     ak_sdt_work k;
-    int64_t cta = blockIdx.x;
-    k.split = (int)(cta % p.splits);
-    cta /= p.splits;
-    k.h0 = (int)(cta % p.htiles) * nh;
-    const int64_t ri = cta / p.htiles;
+    int64_t ri;
+    ak_sdw_cta(p, nh, k.split, k.h0, ri);
     k.r = ri / p.s_q;
     k.i = ri % p.s_q;
     k.len0 = ak_sd_len(p.list[0], k.r, k.i);
