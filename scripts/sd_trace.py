@@ -240,13 +240,13 @@ rep('''        ak_mbar_arrive(bar + 8 * (2 + b)); /* EMPTY[b] */
     }
 
     ak_grid_dep_launch(); /* the next kernel may start its CTAs during this epilogue */
-    /* Column sums''','''        ak_mbar_arrive(bar + 8 * (2 + b)); /* EMPTY[b] */
+    /* column sums''','''        ak_mbar_arrive(bar + 8 * (2 + b)); /* EMPTY[b] */
         if (ct == 0) TR2(10, n);
     }
     if (ct == 0) TR2(11, 2);
 
     ak_grid_dep_launch(); /* the next kernel may start its CTAs during this epilogue */
-    /* Column sums''')
+    /* column sums''')
 s += '''
 extern "C" void ak_trace_dump_sdt(const char *tag) {
     static unsigned long long h[AK_TR_CTAS][12][AK_TR_N];
