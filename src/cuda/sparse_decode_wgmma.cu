@@ -635,29 +635,66 @@ __device__ __forceinline__ uint32_t ak_sdx_copy(const ak_sd_list &l, int32_t slo
     return vm;
 }
 
+/* ak_sdx_convert for V4 (eight keys per warp): the 448 NoPE dims are 28 fp8 chunks of 16, seven
+   64-dim scale tiles of four chunks, so the warp's 8 keys x 7 tiles are 56 four-chunk pieces: seven
+   steps of all 32 lanes (ak_sdx_convert's map takes eight steps with lanes 28..31 idle here: 3-4%
+   slower, run x89). In step i lanes 4 k .. 4 k + 3 convert tile (i + k) % 7 of key k, one chunk
+   each; a store phase (eight lanes: keys k and k + 1, k even) then hits distinct 16-byte bank
+   groups, as the swizzle XORs the chunk position with the row. The 64 RoPE dims (bf16 at byte
+   448) are copied. */
+template <int BR>
+__device__ __forceinline__ void ak_sdx_convert_v4(const uint8_t *stg, uint8_t *kb, int n0, int lane, uint32_t vm) {
+    typedef ak_sdx_map<AK_LAYOUT_DSV4_FP8_UE8M0> M;
+    const int k = lane >> 2, q = lane & 3;
+    const uint8_t *rec = stg + k * M::STG;
+    const uint2 sc = *reinterpret_cast<const uint2 *>(rec + M::CPY); /* the key's ue8m0 bytes, tile t in byte t */
+    uint4 f[7], rp[2];
+#pragma unroll
+    for (int i = 0; i < 7; i++) {
+        const int t = i + k >= 7 ? i + k - 7 : i + k;
+        f[i] = *reinterpret_cast<const uint4 *>(rec + 16 * (4 * t + q));
+    }
+    const int rk0 = lane >> 3;
+#pragma unroll
+    for (int g = 0; g < 2; g++)
+        rp[g] = *reinterpret_cast<const uint4 *>(stg + (4 * g + rk0) * M::STG + 448 + 16 * (lane & 7));
+    const bool ok = (vm >> k) & 1u;
+#pragma unroll
+    for (int i = 0; i < 7; i++) {
+        const int t = i + k >= 7 ? i + k - 7 : i + k;
+        float s = ak_ue8m0_to_f32((uint8_t)(__byte_perm(sc.x, sc.y, (unsigned)t) & 0xffu));
+        uint4 raw = f[i];
+        if (!ok) raw = make_uint4(0, 0, 0, 0), s = 0.0f;
+        uint4 lo, hi;
+        ak_sd_dequant16(raw, s, lo, hi);
+        const int d = 64 * t + 16 * q;
+        *reinterpret_cast<uint4 *>(kb + ak_sdx_off<BR>(n0 + k, d)) = lo;
+        *reinterpret_cast<uint4 *>(kb + ak_sdx_off<BR>(n0 + k, d + 8)) = hi;
+    }
+#pragma unroll
+    for (int g = 0; g < 2; g++)
+        *reinterpret_cast<uint4 *>(kb + ak_sdx_off<BR>(n0 + 4 * g + rk0, 448 + (lane & 7) * 8)) =
+            (vm >> (4 * g + rk0)) & 1u ? rp[g] : make_uint4(0, 0, 0, 0);
+}
+
 /* Producer warp: its KPW (8 or 4) staged records -> rows n0 .. n0 + KPW - 1 of K buffer kb
-   (layouts.md 4); an invalid key (bit clear in vm; its stage bytes are stale) becomes a zero row. In
-   step i lane l converts fp8 chunk l (16 dims) of key (i + l / (32 / KPW)) % KPW, so the 32 lanes of
-   a store write four rows' worth of distinct banks (one row per step put 8 lanes on the same 16-byte
-   bank group); every shared load is issued before the first conversion. The 64 RoPE dims are
-   copied (656: bf16) or converted (per-tensor: fp8). Per-tensor keys become bf16(q), exact (the
-   consumers apply k_scale: ak_sd_kscale). */
+   (layouts.md 4); an invalid key (bit clear in vm; its stage bytes are stale) becomes a zero row. 656
+   and per-tensor fp8 here, V4 in ak_sdx_convert_v4. In step i lane l converts fp8 chunk l (16 dims)
+   of key (i + l / (32 / KPW)) % KPW, so the 32 lanes of a store write four rows' worth of distinct
+   banks (one row per step put 8 lanes on the same 16-byte bank group); every shared load is issued
+   before the first conversion. The 64 RoPE dims are copied (656: bf16) or converted (per-tensor:
+   fp8). Per-tensor keys become bf16(q), exact (the consumers apply k_scale: ak_sd_kscale). */
 template <int LAYOUT, int BR, int KPW>
 __device__ __forceinline__ void ak_sdx_convert(const uint8_t *stg, uint8_t *kb, int n0, int lane, uint32_t vm) {
     typedef ak_sdx_map<LAYOUT> M;
-    enum { SH = KPW == 8 ? 2 : 3,
-           NQ = M::V4 ? 448 : 512,        /* NoPE dims: fp8 chunk l (lane l < NQ / 16) */
-           RS = M::V4 ? 448 : 528 };      /* bf16 RoPE byte offset in the record (656, V4) */
-    const bool nq = M::V4 ? lane < NQ / 16 : true;
+    enum { SH = KPW == 8 ? 2 : 3 };
     uint4 f[KPW], rp[2];
     uint32_t sc[KPW];
 #pragma unroll
     for (int i = 0; i < KPW; i++) {
         const int k = (i + (lane >> SH)) & (KPW - 1);
         f[i] = *reinterpret_cast<const uint4 *>(stg + k * M::STG + 16 * lane);
-        sc[i] = M::PT ? 0u
-                : M::V4 ? (uint32_t)stg[k * M::STG + M::CPY + (lane >> 2)] /* ue8m0 byte of 64-dim tile l / 4 */
-                        : *reinterpret_cast<const uint32_t *>(stg + k * M::STG + 512 + 4 * (lane >> 3));
+        sc[i] = M::PT ? 0u : *reinterpret_cast<const uint32_t *>(stg + k * M::STG + 512 + 4 * (lane >> 3));
     }
     const int rk0 = M::PT ? lane >> 2 : lane >> 3; /* RoPE keys of this lane: rk0 (+ 4) */
     const bool rlane = !M::PT || KPW == 8 || lane < 16; /* per-tensor at 4 keys: lanes 0..15 */
@@ -666,21 +703,19 @@ __device__ __forceinline__ void ak_sdx_convert(const uint8_t *stg, uint8_t *kb, 
     } else {
 #pragma unroll
         for (int g = 0; g < KPW / 4; g++)
-            rp[g] = *reinterpret_cast<const uint4 *>(stg + (4 * g + rk0) * M::STG + RS + 16 * (lane & 7));
+            rp[g] = *reinterpret_cast<const uint4 *>(stg + (4 * g + rk0) * M::STG + 528 + 16 * (lane & 7));
     }
 #pragma unroll
     for (int i = 0; i < KPW; i++) {
         const int k = (i + (lane >> SH)) & (KPW - 1);
         const bool ok = (vm >> k) & 1u;
-        float s = M::PT ? 1.0f : M::V4 ? ak_ue8m0_to_f32((uint8_t)sc[i]) : __uint_as_float(sc[i]);
+        float s = M::PT ? 1.0f : __uint_as_float(sc[i]);
         uint4 raw = f[i];
         if (!ok) raw = make_uint4(0, 0, 0, 0), s = 0.0f;
         uint4 lo, hi;
         ak_sd_dequant16(raw, s, lo, hi);
-        if (nq) {
-            *reinterpret_cast<uint4 *>(kb + ak_sdx_off<BR>(n0 + k, lane * 16)) = lo;
-            *reinterpret_cast<uint4 *>(kb + ak_sdx_off<BR>(n0 + k, lane * 16 + 8)) = hi;
-        }
+        *reinterpret_cast<uint4 *>(kb + ak_sdx_off<BR>(n0 + k, lane * 16)) = lo;
+        *reinterpret_cast<uint4 *>(kb + ak_sdx_off<BR>(n0 + k, lane * 16 + 8)) = hi;
     }
     if (M::PT && rlane) {
         uint4 lo, hi;
@@ -691,7 +726,7 @@ __device__ __forceinline__ void ak_sdx_convert(const uint8_t *stg, uint8_t *kb, 
     } else if (!M::PT) {
 #pragma unroll
         for (int g = 0; g < KPW / 4; g++)
-            *reinterpret_cast<uint4 *>(kb + ak_sdx_off<BR>(n0 + 4 * g + rk0, NQ + (lane & 7) * 8)) =
+            *reinterpret_cast<uint4 *>(kb + ak_sdx_off<BR>(n0 + 4 * g + rk0, 512 + (lane & 7) * 8)) =
                 (vm >> (4 * g + rk0)) & 1u ? rp[g] : make_uint4(0, 0, 0, 0);
     }
 }
@@ -848,7 +883,10 @@ __device__ __forceinline__ void ak_sdx_produce(const ak_sd_params &p, uint8_t *s
         const int b = j % NBUF;
         ak_mbar_wait(bar + 8 * (NBUF + b), ((j / NBUF) & 1) ^ 1); /* EMPTY[b] */
         uint8_t *kb = smem + M::K + b * M::KB * M::KT;
-        ak_sdx_convert<LAYOUT, AK_SDX_UNIT, KPW>(stage_p + (j % NST) * 8 * M::STG, kb, 8 * w, lane, va);
+        if (M::V4)
+            ak_sdx_convert_v4<AK_SDX_UNIT>(stage_p + (j % NST) * 8 * M::STG, kb, 8 * w, lane, va);
+        else
+            ak_sdx_convert<LAYOUT, AK_SDX_UNIT, KPW>(stage_p + (j % NST) * 8 * M::STG, kb, 8 * w, lane, va);
         if (lane == 0) smem[M::VALID + 4 * b + w] = (uint8_t)va; /* byte w of the unit's mask */
         ak_fence_proxy_async(); /* K buffer writes -> the consumers' wgmma reads; stage reads -> refill */
         ak_mbar_arrive(bar + 8 * b); /* FULL[b] */
