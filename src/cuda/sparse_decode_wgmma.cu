@@ -637,7 +637,7 @@ __device__ __forceinline__ uint32_t ak_sdx_copy(const ak_sd_list &l, int32_t slo
 
 /* ak_sdx_convert for V4 (eight keys per warp): the 448 NoPE dims are 28 fp8 chunks of 16, seven
    64-dim scale tiles of four chunks, so the warp's 8 keys x 7 tiles are 56 four-chunk pieces: seven
-   steps of all 32 lanes (ak_sdx_convert's map takes eight steps with lanes 28..31 idle here: 3-4%
+   steps of all 32 lanes (ak_sdx_convert's map takes eight steps with lanes 28..31 idle here: 3-5%
    slower, run x89). In step i lanes 4 k .. 4 k + 3 convert tile (i + k) % 7 of key k, one chunk
    each; a store phase (eight lanes: keys k and k + 1, k even) then hits distinct 16-byte bank
    groups, as the swizzle XORs the chunk position with the row. The 64 RoPE dims (bf16 at byte
@@ -662,7 +662,7 @@ __device__ __forceinline__ void ak_sdx_convert_v4(const uint8_t *stg, uint8_t *k
 #pragma unroll
     for (int i = 0; i < 7; i++) {
         const int t = i + k >= 7 ? i + k - 7 : i + k;
-        float s = ak_ue8m0_to_f32((uint8_t)(__byte_perm(sc.x, sc.y, (unsigned)t) & 0xffu));
+        float s = ak_ue8m0_to_f32((uint8_t)__byte_perm(sc.x, sc.y, (unsigned)t));
         uint4 raw = f[i];
         if (!ok) raw = make_uint4(0, 0, 0, 0), s = 0.0f;
         uint4 lo, hi;
