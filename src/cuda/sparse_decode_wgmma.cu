@@ -541,11 +541,12 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
  * bulk copy each (the copy engine moves the bytes and counts them on the stage's mbarrier, so no
  * copy sits in the warp's scoreboard), NST - 1 units ahead of the one being converted; the warp then
  * dequantizes its 8 keys into one of NBUF bf16 K buffers (32 keys, 128-byte swizzle) and arrives on
- * FULL. It keeps 120 registers (at 104 a spilled slot id made every step wait for its load). V4's
+ * FULL. It keeps 120 registers, V4's 136 (at 104 a spilled slot id made every step wait for its
+ * load; V4's converter beside three K buffers spills at 120). V4's
  * 8 scale bytes per key live in their own page region: each lane brings its key's with an 8-byte
  * cp.async that arrives on the stage's mbarrier (a second bulk copy per key, x52, or a register
  * load the proxy fence waited for, x51, made the producer the bound).
- * Warpgroups 1 (216 registers) and 2 (the launch's 168) consume. Warpgroup 1 computes S = Q K^T for
+ * Warpgroups 1 (216 registers, V4 200) and 2 (the launch's 168) consume. Warpgroup 1 computes S = Q K^T for
  * the unit (m64n32k16) and the softmax, writes P (bf16) and the rows' rescale factors to shared
  * memory for warpgroup 2 (one named barrier per unit; two parities, so P of the next unit never
  * waits for warpgroup 2's reads), adds O[:, 0 .. 255] += P V
@@ -558,25 +559,31 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
  * a unit wholly past its row's length is skipped by both sides, which walk the same sequence.
  *
  * Measured against ak_sdw_main (docs/perf.md, session 5): 8-9% faster on 656 at h_q 64 / 128 and
- * s_q 2; on V4 12-15% slower then, 12-13% faster with the cp.async scales (x60). Three K buffers, a ping-pong of the two
+ * s_q 2; on V4 12-15% slower then, 12-13% faster with the cp.async scales (x60). Three K buffers (then;
+ * V4 keeps three since x95), a ping-pong of the two
  * consumers at the tensor pipe, a seesaw (S alternating between the warpgroups) and S split over d_qk
  * did not beat the form with S in both warpgroups (shared memory, Q 72 KB, the K buffers and the
  * stages, leaves the producer no deeper lookahead); S in one warpgroup (run x28) did, by 9-19%.
  */
 #define AK_SDX_THREADS 384
 #define AK_SDX_UNIT 32 /* keys per unit and K buffer */
-#define AK_SDX_NBUF 2  /* bf16 K buffers */
-#define AK_SDX_PREG 120 /* registers after setmaxnreg: producers, consumer warpgroup 1 (120 + 216 + 168 = 3 x 168) */
-#define AK_SDX_CREG 216
+#define AK_SDX_NBUF 2  /* bf16 K buffers (V4: 3) */
 
 /* Shared-memory map (bytes from the 1024-aligned base); 222 KB for 656. */
 template <int LAYOUT> struct ak_sdx_map {
     enum {
-        NBUF = AK_SDX_NBUF,
+        V4 = LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0,
+        /* V4 (d_qk 512) has room for a third K buffer beside three stages: its producer gets a unit
+           of slack (H100: V4-Pro -4..5%, s_q 2 -1..6%, run x95); at d_qk 576 a third buffer costs a
+           stage and Q's RoPE block in registers (656 +0..1.5%, per-tensor +3%) */
+        NBUF = V4 ? 3 : AK_SDX_NBUF,
+        /* registers after setmaxnreg, producers and consumer warpgroup 1 (with warpgroup 2's 168:
+           3 x 168); V4's producer needs 136 beside three buffers (at 120 it spills) */
+        PREG = V4 ? 136 : 120,
+        CREG = 336 - PREG,
         DQK = ak_sd_geo<LAYOUT>::DQK,
         KB = DQK / 64,
         PT = LAYOUT == AK_LAYOUT_MLA_FP8_PERTENSOR,
-        V4 = LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0,
         CPY = ak_sd_geo<LAYOUT>::REC, /* bytes of a key's bulk copy: the record (V4: its 576-byte row) */
         STG = V4 ? CPY + 16 : CPY,    /* stage bytes per key (V4: the 8 scale bytes at CPY by cp.async) */
         KT = AK_SDX_UNIT * 128,       /* one 64-dim column block of a K buffer */
@@ -937,7 +944,7 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
     __syncthreads();
 
     if (warp < 4) {
-        ak_setmaxnreg_dec<AK_SDX_PREG>();
+        ak_setmaxnreg_dec<M::PREG>();
         ak_sdx_produce<LAYOUT>(p, smem, r, i, len0, len1, u_begin, u_end);
         return;
     }
@@ -963,7 +970,7 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
 
     int u = ak_sdx_next(p, u_begin, u_end, len0, len1);
     if (wg == 0) {
-        ak_setmaxnreg_inc<AK_SDX_CREG>(); /* warpgroup 2 keeps the launch's 168 */
+        ak_setmaxnreg_inc<M::CREG>(); /* warpgroup 2 keeps the launch's 168 */
         /* S, the softmax and O[:, 0 .. 255]; P (bf16) and alpha go to shared memory for warpgroup 2 */
         const uint64_t dq0 = ak_wgmma_desc_sw128(ak_smem_addr(qs), 16, 1024);
         const uint64_t dk0 = ak_wgmma_desc_sw128(ka, 16, 1024);
