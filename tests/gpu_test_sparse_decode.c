@@ -103,7 +103,7 @@ static int sd_rec_bytes(ak_layout l) {
    f32 and ue8m0 alike). Per-tensor: encoded with k_scale, which the GPU cache gets through a device
    pointer when scale_ptr (its float then set wrong, so a kernel that reads the float fails). */
 static void sd_pool_make(sd_pool *p, ak_rng *r, ak_layout layout, int32_t num_pages, int32_t page,
-                         float k_scale, int scale_ptr) {
+                         float k_scale, int scale_ptr, int dense) {
     memset(p, 0, sizeof *p);
     p->layout = layout;
     p->num_pages = num_pages;
@@ -120,7 +120,7 @@ static void sd_pool_make(sd_pool *p, ak_rng *r, ak_layout layout, int32_t num_pa
     p->used = malloc(sizeof(int32_t) * (size_t)cap);
     p->unused = malloc(sizeof(int32_t) * (size_t)cap);
     for (int32_t s = 0; s < cap; s++) {
-        if (s % 4 == 3) {
+        if (dense ? s >= cap - page : s % 4 == 3) { /* dense: only the last page stays NaN */
             p->unused[p->n_unused++] = s;
             continue;
         }
@@ -185,25 +185,33 @@ static void sd_pool_free(sd_pool *p) {
 
 /* Index rows: distinct used slots; with `bad`, about one in six replaced by an invalid value;
    positions at or past the row's length hold unused (NaN) slots that must never be read. Row 0 of
-   request 0 is all invalid when `bad`. */
+   request 0 is all invalid when `bad`. With `runs` (a dense pool: its used slots are 0 .. n_used -
+   1) each row is one run of consecutive slots, rising or (every other row, as V4's sliding window,
+   newest first) falling, from a random start, crossing page boundaries: records adjacent in the
+   pool, where random rows almost never put two. */
 static void sd_fill_indices(int32_t *idx, const int32_t *len, int len2d, const sd_pool *p, ak_rng *r,
-                            int64_t b, int64_t s_q, int64_t topk, int bad) {
+                            int64_t b, int64_t s_q, int64_t topk, int bad, int runs) {
     int32_t cap = p->num_pages * p->page_size;
     for (int64_t ri = 0; ri < b * s_q; ri++) {
         int32_t n = len == NULL ? (int32_t)topk : len[len2d ? ri : ri / s_q];
         int32_t *row = idx + ri * topk;
+        const int32_t start = runs ? (int32_t)ak_rng_range(r, 0, p->n_used - topk + 1) : 0;
         for (int64_t j = 0; j < topk; j++) {
             if (j >= n) {
                 row[j] = p->unused[ak_rng_range(r, 0, p->n_unused)];
                 continue;
             }
-            for (;;) { /* distinct within the row: a short rejection loop, pools are >= 4x topk */
-                int32_t v = p->used[ak_rng_range(r, 0, p->n_used)];
-                int dup = 0;
-                for (int64_t k = 0; k < j; k++) dup |= row[k] == v;
-                if (!dup) {
-                    row[j] = v;
-                    break;
+            if (runs) {
+                row[j] = ri % 2 ? start + (int32_t)(topk - 1 - j) : start + (int32_t)j;
+            } else {
+                for (;;) { /* distinct within the row: a short rejection loop, pools are >= 4x topk */
+                    int32_t v = p->used[ak_rng_range(r, 0, p->n_used)];
+                    int dup = 0;
+                    for (int64_t k = 0; k < j; k++) dup |= row[k] == v;
+                    if (!dup) {
+                        row[j] = v;
+                        break;
+                    }
                 }
             }
             if (bad && (ak_rng_range(r, 0, 6) == 0 || ri == 0)) {
@@ -219,6 +227,7 @@ typedef struct sd_case {
     int64_t b, s_q, h_q, topk, etopk; /* etopk 0: no extra cache */
     int len_mode;                     /* 0 none, 1 [b], 2 [b, s_q] */
     int bad, sink, out_f32;
+    int runs; /* the main list's rows as runs of consecutive slots (sd_fill_indices) */
     int out_pad; /* > 0: output rows of 512 + out_pad elements (rows not 16-byte aligned); not with graphs */
 } sd_case;
 
@@ -252,10 +261,10 @@ static void sd_fill_lists(sd_io *io, const sd_case *cs, const sd_pool *mp, const
         ecl[k] = io->elen[k] < 0 ? 0 : io->elen[k] > cs->etopk ? (int32_t)cs->etopk : io->elen[k];
     }
     sd_fill_indices(io->idx, cs->len_mode ? cl : NULL, cs->len_mode == 2, mp, r, cs->b, cs->s_q,
-                    cs->topk, cs->bad);
+                    cs->topk, cs->bad, cs->runs);
     if (cs->etopk > 0)
         sd_fill_indices(io->eidx, cs->len_mode ? ecl : NULL, cs->len_mode == 2, ep, r, cs->b,
-                        cs->s_q, cs->etopk, cs->bad);
+                        cs->s_q, cs->etopk, cs->bad, 0);
     free(cl);
     free(ecl);
 }
@@ -302,15 +311,17 @@ static void sd_run_case(ak_context *cpu, ak_context *gpu, const sd_case *cs, ak_
     const int64_t b = cs->b, s_q = cs->s_q, h_q = cs->h_q, topk = cs->topk, etopk = cs->etopk;
     char what[200];
     snprintf(what, sizeof what,
-             "layout %d b %lld s_q %lld h_q %lld topk %lld extra %lld len %d bad %d sink %d f32 %d pad %d%s",
+             "layout %d b %lld s_q %lld h_q %lld topk %lld extra %lld len %d bad %d sink %d f32 %d pad %d runs %d%s",
              (int)cs->layout, (long long)b, (long long)s_q, (long long)h_q, (long long)topk,
-             (long long)etopk, cs->len_mode, cs->bad, cs->sink, cs->out_f32, cs->out_pad, graph ? " graph" : "");
+             (long long)etopk, cs->len_mode, cs->bad, cs->sink, cs->out_f32, cs->out_pad, cs->runs,
+             graph ? " graph" : "");
     const ak_device dev = {AK_DEVICE_CUDA, 0};
     sd_pool mp, ep;
     memset(&ep, 0, sizeof ep);
     /* the main pool's per-tensor scale as a float, the extra pool's through a device pointer */
-    sd_pool_make(&mp, r, cs->layout, (int32_t)((4 * topk + 63) / 64) + 1, 64, SD_K_SCALE_MAIN, 0);
-    if (etopk > 0) sd_pool_make(&ep, r, cs->layout, (int32_t)((4 * etopk + 15) / 16) + 1, 16, SD_K_SCALE_EXTRA, 1);
+    sd_pool_make(&mp, r, cs->layout, (int32_t)((4 * topk + 63) / 64) + 1, 64, SD_K_SCALE_MAIN, 0, cs->runs);
+    if (etopk > 0)
+        sd_pool_make(&ep, r, cs->layout, (int32_t)((4 * etopk + 15) / 16) + 1, 16, SD_K_SCALE_EXTRA, 1, 0);
 
     const int64_t nq = b * s_q * h_q * dqk, nrow = b * s_q * h_q;
     const int64_t nlen = cs->len_mode == 2 ? b * s_q : b;
@@ -542,6 +553,7 @@ AK_TEST(sparse_decode_matrix) {
                 c.bad = (n % 2) == 0;
                 c.sink = (n % 4) < 2;
                 c.out_f32 = (n % 7) == 6;
+                c.runs = (n % 5) == 4;
                 sd_run_case(cpu, gpu, &c, &r, 0);
             }
     ak_context_destroy(cpu);
@@ -584,7 +596,7 @@ AK_TEST(sparse_decode_wide) {
     if (!sd_contexts(&cpu, &gpu)) return;
     ak_rng r;
     ak_rng_init(&r, ak_test_seed() + 3);
-    static const struct { ak_layout l; int64_t b, s_q, h_q, topk, etopk; } k[] = {
+    static const struct { ak_layout l; int64_t b, s_q, h_q, topk, etopk; int runs; } k[] = {
         {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 128, 1, 64, 64, 0}, {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 128, 1, 32, 128, 0},
         {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 8, 1, 128, 2048, 0}, {AK_LAYOUT_MLA_BF16, 64, 1, 128, 128, 0},
         {AK_LAYOUT_MLA_BF16, 128, 1, 32, 64, 0},            {AK_LAYOUT_MLA_FP8_PERTENSOR, 128, 1, 64, 64, 0},
@@ -598,6 +610,10 @@ AK_TEST(sparse_decode_wide) {
         /* the register-dequantizing kernel (h_q <= 16, 16 or more tiles per CTA: 67 or more units at
            one split): one real head of sixteen, and per-tensor fp8 with an extra list at s_q 2 */
         {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 68, 1, 1, 1024, 0}, {AK_LAYOUT_MLA_FP8_PERTENSOR, 36, 2, 4, 1024, 64},
+        /* rows that are runs of consecutive slots (a sliding window's pattern): V4's window and
+           per-tensor fp8 on the warp-specialized kernel, 656 on the swap-AB kernel */
+        {AK_LAYOUT_DSV4_FP8_UE8M0, 64, 1, 64, 128, 512, 1}, {AK_LAYOUT_MLA_FP8_PERTENSOR, 64, 1, 128, 256, 0, 1},
+        {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 32, 2, 32, 256, 64, 1},
     };
     ak_device_info di;
     CHECK_STATUS(ak_context_device_info(gpu, &di), AK_OK);
@@ -610,6 +626,7 @@ AK_TEST(sparse_decode_wide) {
         memset(&c, 0, sizeof c);
         c.layout = k[n].l, c.b = k[n].b, c.s_q = k[n].s_q, c.h_q = k[n].h_q, c.topk = k[n].topk;
         c.etopk = k[n].etopk, c.len_mode = 1 + (int)(n % 2), c.bad = 1, c.sink = (int)(n % 2);
+        c.runs = k[n].runs;
         c.out_f32 = n == 2 || n == 6;
         /* rows off the 16-byte grid (the 64-head kernels then store fragments, not bulk rows): the
            splitting 656 case, per-tensor and V4 at one split, the swap-AB kernel */
