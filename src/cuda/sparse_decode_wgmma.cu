@@ -567,7 +567,6 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
  */
 #define AK_SDX_THREADS 384
 #define AK_SDX_UNIT 32 /* keys per unit and K buffer */
-#define AK_SDX_NBUF 2  /* bf16 K buffers (V4: 3) */
 
 /* Shared-memory map (bytes from the 1024-aligned base); 222 KB for 656. */
 template <int LAYOUT> struct ak_sdx_map {
@@ -576,7 +575,7 @@ template <int LAYOUT> struct ak_sdx_map {
         /* V4 (d_qk 512) has room for a third K buffer beside three stages: its producer gets a unit
            of slack (H100: V4-Pro -4..5%, s_q 2 -1..6%, run x95); at d_qk 576 a third buffer costs a
            stage and Q's RoPE block in registers (656 +0..1.5%, per-tensor +3%) */
-        NBUF = V4 ? 3 : AK_SDX_NBUF,
+        NBUF = V4 ? 3 : 2, /* bf16 K buffers */
         /* registers after setmaxnreg, producers and consumer warpgroup 1 (with warpgroup 2's 168:
            3 x 168); V4's producer needs 136 beside three buffers (at 120 it spills) */
         PREG = V4 ? 136 : 120,
