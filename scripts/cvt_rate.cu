@@ -1,0 +1,163 @@
+// cvt_rate.cu -- how fast can an SM turn e4m3 bytes into bf16_rn(float(q) s)? The question behind
+// the sparse decode producers (docs/perf.md session 18): their conversion takes ~1240 cycles per
+// 8-key warp step, and 8 keys are 128 warp-level conversion instructions (F2FP) per lane group, so
+// if F2FP issues at a quarter of the ALU rate the step is the conversion pipe itself.
+// Each thread converts 8 independent 16-byte chunks per iteration (a producer warp's 8 keys) from
+// registers, for ITERS iterations; W warps per SM (one block of W warps per SM). Variants:
+//   0 the kernels' path (ak_sd_dequant16: cvt e4m3x2 -> f16x2, widen, two FMUL, cvt pack bf16x2)
+//   1 cvt e4m3x2 -> f16x2 alone            2 cvt pack bf16x2.f32 alone
+//   3 bit unpack (prmt, arithmetic shift, and: q 2^-120 as f32, exact), FMUL by s 2^120, cvt pack
+//   4 as 3 with the bf16 rounding done by integer adds (no F2FP at all)
+//   5 widen f16 -> f32 (HADD2.F32) alone   6 loop overhead only (the xors)
+// Prints values converted per clock per SM. Variants 3 and 4 are checked bit for bit against 0 on
+// every non-NaN byte and several scales first.
+// build: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a scripts/cvt_rate.cu -o /tmp/cvt_rate
+#include <cstdio>
+#include <cstdint>
+#include <cstdlib>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("%s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
+
+enum { ITERS = 2048, CH = 8 };
+
+__device__ __forceinline__ uint32_t pack_rn(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+/* q 2^-120 as f32 bits for byte k of w: the byte on top, shifted arithmetically so the sign fills
+   bits 27..31, then the sign and the 7 magnitude bits kept (exponent field = e4m3 exponent, mantissa
+   bits 22..20 = e4m3 mantissa; an e4m3 subnormal becomes the f32 subnormal of the same ratio). */
+__device__ __forceinline__ float bits_q(uint32_t w, int k) {
+    const uint32_t x = __byte_perm(w, 0u, 0x0444u | ((uint32_t)k << 12));
+    return __int_as_float((int32_t)(((int32_t)x >> 4) & (int32_t)0x87f00000u));
+}
+__device__ __forceinline__ uint32_t int_rn2(float lo, float hi) {
+    const uint32_t a = __float_as_uint(lo), b = __float_as_uint(hi);
+    const uint32_t ra = a + 0x7fffu + ((a >> 16) & 1u), rb = b + 0x7fffu + ((b >> 16) & 1u);
+    return __byte_perm(ra, rb, 0x7632u);
+}
+
+template <int V> __device__ __forceinline__ void conv(uint4 raw, float s, float s2, uint4 &lo, uint4 &hi) {
+    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+    uint32_t o[8];
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            if (V == 0) {
+                __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)((w[k] >> (16 * h)) & 0xffffu), __NV_E4M3);
+                float2 f = __half22float2(*reinterpret_cast<__half2 *>(&hr));
+                o[2 * k + h] = pack_rn(f.x * s, f.y * s);
+            } else if (V == 1) {
+                __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)((w[k] >> (16 * h)) & 0xffffu), __NV_E4M3);
+                o[2 * k + h] = (uint32_t)hr.x | ((uint32_t)hr.y << 16);
+            } else if (V == 2) {
+                o[2 * k + h] = pack_rn(__uint_as_float(w[k] + h), __uint_as_float(w[k] ^ h));
+            } else if (V == 3) {
+                o[2 * k + h] = pack_rn(bits_q(w[k], 2 * h) * s2, bits_q(w[k], 2 * h + 1) * s2);
+            } else if (V == 4) {
+                o[2 * k + h] = int_rn2(bits_q(w[k], 2 * h) * s2, bits_q(w[k], 2 * h + 1) * s2);
+            } else if (V == 5) {
+                float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&w[k]));
+                o[2 * k + h] = __float_as_uint(f.x) ^ __float_as_uint(f.y + (float)h);
+            } else {
+                o[2 * k + h] = w[k] + h;
+            }
+        }
+    }
+    lo = make_uint4(o[0], o[1], o[2], o[3]);
+    hi = make_uint4(o[4], o[5], o[6], o[7]);
+}
+
+template <int V> __global__ void rate(uint32_t seed, float s, uint32_t *sink, unsigned long long *cyc) {
+    uint4 base[CH];
+#pragma unroll
+    for (int c = 0; c < CH; c++) {
+        uint32_t h = seed ^ (threadIdx.x * 0x9e3779b9u) ^ (c * 0x85ebca6bu);
+        base[c] = make_uint4(h & 0x7e7e7e7eu, (h * 3u) & 0x7e7e7e7eu, (h * 5u) & 0x7e7e7e7eu, (h * 7u) & 0x7e7e7e7eu);
+    }
+    const float s2 = s * 0x1p120f;
+    uint32_t acc = 0;
+    __syncthreads();
+    const unsigned long long t0 = clock64();
+    for (int i = 0; i < ITERS; i++) {
+        const uint32_t m = (uint32_t)i * 0x01010100u & 0x3c3c3c3cu;
+#pragma unroll
+        for (int c = 0; c < CH; c++) {
+            uint4 raw = make_uint4(base[c].x ^ m, base[c].y ^ m, base[c].z ^ m, base[c].w ^ m), lo, hi;
+            conv<V>(raw, s, s2, lo, hi);
+            acc ^= lo.x ^ lo.y ^ lo.z ^ lo.w ^ hi.x ^ hi.y ^ hi.z ^ hi.w;
+        }
+    }
+    __syncthreads();
+    const unsigned long long t1 = clock64();
+    if (acc == 0x12345678u) sink[0] = acc;
+    if (threadIdx.x == 0) cyc[blockIdx.x] = t1 - t0;
+}
+
+template <int V> __global__ void check(const float *scales, int ns, uint32_t *bad) {
+    const int b = threadIdx.x; /* byte */
+    if ((b & 0x7f) == 0x7f) return; /* NaN bytes: the bit paths do not claim them */
+    for (int j = 0; j < ns; j++) {
+        const float s = scales[j];
+        uint4 lo0, hi0, lo1, hi1;
+        const uint32_t w = (uint32_t)b * 0x01010101u;
+        conv<0>(make_uint4(w, w, w, w), s, s * 0x1p120f, lo0, hi0);
+        conv<V>(make_uint4(w, w, w, w), s, s * 0x1p120f, lo1, hi1);
+        if (lo0.x != lo1.x || lo0.y != lo1.y || lo0.z != lo1.z || lo0.w != lo1.w || hi0.x != hi1.x || hi0.y != hi1.y ||
+            hi0.z != hi1.z || hi0.w != hi1.w)
+            atomicAdd(bad, 1u);
+    }
+}
+
+template <int V> static void run(const char *name, int sms, int W, uint32_t *sink, unsigned long long *cyc) {
+    rate<V><<<sms, 32 * W>>>(0x1234u, 0.0179f, sink, cyc);
+    CK(cudaGetLastError());
+    CK(cudaDeviceSynchronize());
+    rate<V><<<sms, 32 * W>>>(0x4321u, 0.0179f, sink, cyc);
+    CK(cudaDeviceSynchronize());
+    unsigned long long h[1024];
+    CK(cudaMemcpy(h, cyc, sizeof(unsigned long long) * sms, cudaMemcpyDeviceToHost));
+    double sum = 0;
+    for (int i = 0; i < sms; i++) sum += (double)h[i];
+    const double c = sum / sms, vals = (double)W * 32 * CH * 16 * ITERS;
+    printf("%-34s W %2d  %8.0f clk  %7.2f values/clk/SM\n", name, W, c, vals / c);
+}
+
+int main() {
+    int sms = 0;
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    cudaDeviceProp pr;
+    CK(cudaGetDeviceProperties(&pr, 0));
+    printf("cvt_rate on %s, %d SMs\n", pr.name, sms);
+    uint32_t *sink, *bad;
+    unsigned long long *cyc;
+    float *sc;
+    CK(cudaMalloc(&sink, 4));
+    CK(cudaMalloc(&bad, 8));
+    CK(cudaMalloc(&cyc, sizeof(unsigned long long) * 1024));
+    const float hs[] = {0.0179f, 1.0f, 3.1f, 1e-30f, 1e-38f, 7.3e-3f, 100.0f, 0.5f, 2.75e-5f};
+    const int ns = (int)(sizeof(hs) / sizeof(hs[0]));
+    CK(cudaMalloc(&sc, sizeof(hs)));
+    CK(cudaMemcpy(sc, hs, sizeof(hs), cudaMemcpyHostToDevice));
+    CK(cudaMemset(bad, 0, 8));
+    check<3><<<1, 256>>>(sc, ns, bad);
+    check<4><<<1, 256>>>(sc, ns, bad + 1);
+    CK(cudaGetLastError());
+    uint32_t hb[2];
+    CK(cudaMemcpy(hb, bad, 8, cudaMemcpyDeviceToHost));
+    printf("bit paths against the kernels' path (non-NaN bytes, %d scales): variant 3 %u, variant 4 %u mismatches\n", ns, hb[0], hb[1]);
+    const int ws[] = {4, 8, 16, 32};
+    for (int W : ws) {
+        run<0>("0 kernels' path", sms, W, sink, cyc);
+        run<1>("1 cvt e4m3x2->f16x2 only", sms, W, sink, cyc);
+        run<2>("2 cvt bf16x2.f32 pack only", sms, W, sink, cyc);
+        run<3>("3 bit unpack, FMUL, cvt pack", sms, W, sink, cyc);
+        run<4>("4 bit unpack, FMUL, integer pack", sms, W, sink, cyc);
+        run<5>("5 widen f16x2->f32 only", sms, W, sink, cyc);
+        run<6>("6 overhead only", sms, W, sink, cyc);
+    }
+    return 0;
+}
