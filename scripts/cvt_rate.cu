@@ -11,13 +11,14 @@
 //   5 widen f16 -> f32 (HADD2.F32) alone   6 loop overhead only (the xors)
 // Prints values converted per clock per SM. Variants 3 and 4 are checked bit for bit against 0 on
 // every non-NaN byte and several scales first.
-// build: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a scripts/cvt_rate.cu -o /tmp/cvt_rate
+// build: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -DAK_HAVE_CUDA -Iinclude -Isrc scripts/cvt_rate.cu -o /tmp/cvt_rate
 #include <cstdio>
 #include <cstdint>
 #include <cstdlib>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
+#include "cuda/sparse_decode.cuh"
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("%s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
 
 enum { ITERS = 2048, CH = 8 };
@@ -40,17 +41,17 @@ __device__ __forceinline__ uint32_t int_rn2(float lo, float hi) {
 }
 
 template <int V> __device__ __forceinline__ void conv(uint4 raw, float s, float s2, uint4 &lo, uint4 &hi) {
+    if (V == 0) { /* the kernels' own function */
+        ak_sd_dequant16(raw, s, lo, hi);
+        return;
+    }
     const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
     uint32_t o[8];
 #pragma unroll
     for (int k = 0; k < 4; k++) {
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            if (V == 0) {
-                __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)((w[k] >> (16 * h)) & 0xffffu), __NV_E4M3);
-                float2 f = __half22float2(*reinterpret_cast<__half2 *>(&hr));
-                o[2 * k + h] = pack_rn(f.x * s, f.y * s);
-            } else if (V == 1) {
+            if (V == 1) {
                 __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)((w[k] >> (16 * h)) & 0xffffu), __NV_E4M3);
                 o[2 * k + h] = (uint32_t)hr.x | ((uint32_t)hr.y << 16);
             } else if (V == 2) {
