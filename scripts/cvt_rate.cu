@@ -45,27 +45,26 @@ template <int V> __device__ __forceinline__ void conv(uint4 raw, float s, float 
         ak_sd_dequant16(raw, s, lo, hi);
         return;
     }
-    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+    const uint32_t wv[4] = {raw.x, raw.y, raw.z, raw.w};
     uint32_t o[8];
 #pragma unroll
-    for (int k = 0; k < 4; k++) {
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            if (V == 1) {
-                __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)((w[k] >> (16 * h)) & 0xffffu), __NV_E4M3);
-                o[2 * k + h] = (uint32_t)hr.x | ((uint32_t)hr.y << 16);
-            } else if (V == 2) {
-                o[2 * k + h] = pack_rn(__uint_as_float(w[k] + h), __uint_as_float(w[k] ^ h));
-            } else if (V == 3) {
-                o[2 * k + h] = pack_rn(bits_q(w[k], 2 * h) * s2, bits_q(w[k], 2 * h + 1) * s2);
-            } else if (V == 4) {
-                o[2 * k + h] = int_rn2(bits_q(w[k], 2 * h) * s2, bits_q(w[k], 2 * h + 1) * s2);
-            } else if (V == 5) {
-                float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&w[k]));
-                o[2 * k + h] = __float_as_uint(f.x) ^ __float_as_uint(f.y + (float)h);
-            } else {
-                o[2 * k + h] = w[k] + h;
-            }
+    for (int q = 0; q < 8; q++) { /* value pair q: bytes 2 (q % 2) .. of word q / 2 */
+        const uint32_t wk = wv[q >> 1];
+        const int h = q & 1;
+        if (V == 1) {
+            __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)((wk >> (16 * h)) & 0xffffu), __NV_E4M3);
+            o[q] = (uint32_t)hr.x | ((uint32_t)hr.y << 16);
+        } else if (V == 2) {
+            o[q] = pack_rn(__uint_as_float(wk + h), __uint_as_float(wk ^ h));
+        } else if (V == 3) {
+            o[q] = pack_rn(bits_q(wk, 2 * h) * s2, bits_q(wk, 2 * h + 1) * s2);
+        } else if (V == 4) {
+            o[q] = int_rn2(bits_q(wk, 2 * h) * s2, bits_q(wk, 2 * h + 1) * s2);
+        } else if (V == 5) {
+            float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&wk));
+            o[q] = __float_as_uint(f.x) ^ __float_as_uint(f.y + (float)h);
+        } else {
+            o[q] = wk + h;
         }
     }
     lo = make_uint4(o[0], o[1], o[2], o[3]);
