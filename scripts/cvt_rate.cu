@@ -15,18 +15,11 @@
 #include <cstdio>
 #include <cstdint>
 #include <cstdlib>
-#include <cuda_fp16.h>
-#include <cuda_bf16.h>
-#include <cuda_fp8.h>
-#include "cuda/sparse_decode.cuh"
+#include "cuda/sparse_decode.cuh" /* ak_sd_dequant16, ak_sd_pack_bf16 and the cuda_fp8/bf16 types */
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("%s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
 
 enum { ITERS = 2048, CH = 8 };
 
-__device__ __forceinline__ uint32_t pack_rn(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&v);
-}
 /* q 2^-120 as f32 bits for byte k of w: the byte on top, shifted arithmetically so the sign fills
    bits 27..31, then the sign and the 7 magnitude bits kept (exponent field = e4m3 exponent, mantissa
    bits 22..20 = e4m3 mantissa; an e4m3 subnormal becomes the f32 subnormal of the same ratio). */
@@ -55,9 +48,9 @@ template <int V> __device__ __forceinline__ void conv(uint4 raw, float s, float 
             __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)((wk >> (16 * h)) & 0xffffu), __NV_E4M3);
             o[q] = (uint32_t)hr.x | ((uint32_t)hr.y << 16);
         } else if (V == 2) {
-            o[q] = pack_rn(__uint_as_float(wk + h), __uint_as_float(wk ^ h));
+            o[q] = ak_sd_pack_bf16(__uint_as_float(wk + h), __uint_as_float(wk ^ h));
         } else if (V == 3) {
-            o[q] = pack_rn(bits_q(wk, 2 * h) * s2, bits_q(wk, 2 * h + 1) * s2);
+            o[q] = ak_sd_pack_bf16(bits_q(wk, 2 * h) * s2, bits_q(wk, 2 * h + 1) * s2);
         } else if (V == 4) {
             o[q] = int_rn2(bits_q(wk, 2 * h) * s2, bits_q(wk, 2 * h + 1) * s2);
         } else if (V == 5) {
