@@ -620,22 +620,27 @@ __device__ __forceinline__ int32_t ak_sdx_slot(const ak_sd_params &p, int64_t r,
     return l.idx[r * l.idx_s0 + i * l.idx_s1 + min(pos, l.topk - 1)];
 }
 
+/* Zero bytes in global memory, the source of an invalid key's record copy. */
+static __device__ __align__(128) const uint8_t ak_sdx_zero[1024] = {0};
+
 /* Producer warp: lane k < KPW copies its key's record (slot `slot`; -1 or out of range: rule I1,
    never read) into the stage at `dst` with one bulk copy completing on `sbar`; V4: and its 8 scale
    bytes (their own page region) by cp.async, each such lane arriving on `sbar` when its copy has
-   landed (no register waits on it, so the proxy fence does not either: x51). Returns the warp's
-   validity bits (bit k: key k). */
+   landed (no register waits on it, so the proxy fence does not either: x51). An invalid key copies
+   zeros instead (ak_sdx_zero; V4's scale bytes by a zero-filling cp.async), so its conversion gives a
+   zero K row with no per-key selects (x108). Returns the warp's validity bits (bit k: key k). */
 template <int LAYOUT, int KPW>
 __device__ __forceinline__ uint32_t ak_sdx_copy(const ak_sd_list &l, int32_t slot, int lane, uint32_t dst,
                                                 uint32_t sbar) {
     typedef ak_sdx_map<LAYOUT> M;
+    static_assert(M::CPY <= (int)sizeof(ak_sdx_zero), "zero source covers a record");
     int64_t ro = -1, so = -1;
     if (lane < KPW) ak_sdw_locate<LAYOUT>(l, slot, ro, so);
     const uint32_t vm = __ballot_sync(0xffffffffu, ro >= 0);
-    if (lane == 0) ak_mbar_arrive_tx(sbar, (uint32_t)__popc(vm) * M::CPY);
-    if (ro >= 0) ak_bulk_g2s(dst + (uint32_t)(lane * M::STG), l.pool + ro, M::CPY, sbar);
+    if (lane == 0) ak_mbar_arrive_tx(sbar, KPW * M::CPY);
+    if (lane < KPW) ak_bulk_g2s(dst + (uint32_t)(lane * M::STG), ro >= 0 ? l.pool + ro : ak_sdx_zero, M::CPY, sbar);
     if (M::V4 && lane < KPW) {
-        if (ro >= 0) ak_cp_async8(dst + (uint32_t)(lane * M::STG + M::CPY), l.pool + so, 8u);
+        ak_cp_async8(dst + (uint32_t)(lane * M::STG + M::CPY), ro >= 0 ? l.pool + so : ak_sdx_zero, ro >= 0 ? 8u : 0u);
         ak_cp_async_mbar_arrive(sbar);
     }
     return vm;
@@ -647,9 +652,9 @@ __device__ __forceinline__ uint32_t ak_sdx_copy(const ak_sd_list &l, int32_t slo
    slower, run x89). In step i lanes 4 k .. 4 k + 3 convert tile (i + k) % 7 of key k, one chunk
    each; a store phase (eight lanes: keys k and k + 1, k even) then hits distinct 16-byte bank
    groups, as the swizzle XORs the chunk position with the row. The 64 RoPE dims (bf16 at byte
-   448) are copied. */
+   448) are copied. An invalid key's stage bytes are zeros (ak_sdx_copy), so its row becomes zero. */
 template <int BR>
-__device__ __forceinline__ void ak_sdx_convert_v4(const uint8_t *stg, uint8_t *kb, int n0, int lane, uint32_t vm) {
+__device__ __forceinline__ void ak_sdx_convert_v4(const uint8_t *stg, uint8_t *kb, int n0, int lane) {
     typedef ak_sdx_map<AK_LAYOUT_DSV4_FP8_UE8M0> M;
     const int k = lane >> 2, q = lane & 3;
     const uint8_t *rec = stg + k * M::STG;
@@ -664,23 +669,19 @@ __device__ __forceinline__ void ak_sdx_convert_v4(const uint8_t *stg, uint8_t *k
 #pragma unroll
     for (int g = 0; g < 2; g++)
         rp[g] = *reinterpret_cast<const uint4 *>(stg + (4 * g + rk0) * M::STG + 448 + 16 * (lane & 7));
-    const bool ok = (vm >> k) & 1u;
 #pragma unroll
     for (int i = 0; i < 7; i++) {
         const int t = i + k >= 7 ? i + k - 7 : i + k;
-        float s = ak_ue8m0_to_f32((uint8_t)__byte_perm(sc.x, sc.y, (unsigned)t));
-        uint4 raw = f[i];
-        if (!ok) raw = make_uint4(0, 0, 0, 0), s = 0.0f;
+        const float s = ak_ue8m0_to_f32((uint8_t)__byte_perm(sc.x, sc.y, (unsigned)t));
         uint4 lo, hi;
-        ak_sd_dequant16(raw, s, lo, hi);
+        ak_sd_dequant16(f[i], s, lo, hi);
         const int d = 64 * t + 16 * q;
         *reinterpret_cast<uint4 *>(kb + ak_sdx_off<BR>(n0 + k, d)) = lo;
         *reinterpret_cast<uint4 *>(kb + ak_sdx_off<BR>(n0 + k, d + 8)) = hi;
     }
 #pragma unroll
     for (int g = 0; g < 2; g++)
-        *reinterpret_cast<uint4 *>(kb + ak_sdx_off<BR>(n0 + 4 * g + rk0, 448 + (lane & 7) * 8)) =
-            (vm >> (4 * g + rk0)) & 1u ? rp[g] : make_uint4(0, 0, 0, 0);
+        *reinterpret_cast<uint4 *>(kb + ak_sdx_off<BR>(n0 + 4 * g + rk0, 448 + (lane & 7) * 8)) = rp[g];
 }
 
 /* Producer warp: its KPW (8 or 4) staged records -> rows n0 .. n0 + KPW - 1 of K buffer kb
@@ -689,9 +690,10 @@ __device__ __forceinline__ void ak_sdx_convert_v4(const uint8_t *stg, uint8_t *k
    of key (i + l / (32 / KPW)) % KPW, so the 32 lanes of a store write four rows' worth of distinct
    banks (one row per step put 8 lanes on the same 16-byte bank group); every shared load is issued
    before the first conversion. The 64 RoPE dims are copied (656: bf16) or converted (per-tensor:
-   fp8). Per-tensor keys become bf16(q), exact (the consumers apply k_scale: ak_sd_kscale). */
+   fp8). Per-tensor keys become bf16(q), exact (the consumers apply k_scale: ak_sd_kscale), with no
+   multiply. An invalid key's stage bytes are zeros (ak_sdx_copy), so its row becomes zero. */
 template <int LAYOUT, int BR, int KPW>
-__device__ __forceinline__ void ak_sdx_convert(const uint8_t *stg, uint8_t *kb, int n0, int lane, uint32_t vm) {
+__device__ __forceinline__ void ak_sdx_convert(const uint8_t *stg, uint8_t *kb, int n0, int lane) {
     typedef ak_sdx_map<LAYOUT> M;
     enum { SH = KPW == 8 ? 2 : 3 };
     uint4 f[KPW], rp[2];
@@ -714,26 +716,21 @@ __device__ __forceinline__ void ak_sdx_convert(const uint8_t *stg, uint8_t *kb, 
 #pragma unroll
     for (int i = 0; i < KPW; i++) {
         const int k = (i + (lane >> SH)) & (KPW - 1);
-        const bool ok = (vm >> k) & 1u;
-        float s = M::PT ? 1.0f : __uint_as_float(sc[i]);
-        uint4 raw = f[i];
-        if (!ok) raw = make_uint4(0, 0, 0, 0), s = 0.0f;
         uint4 lo, hi;
-        ak_sd_dequant16(raw, s, lo, hi);
+        ak_sd_dequant16(f[i], M::PT ? 1.0f : __uint_as_float(sc[i]), lo, hi);
         *reinterpret_cast<uint4 *>(kb + ak_sdx_off<BR>(n0 + k, lane * 16)) = lo;
         *reinterpret_cast<uint4 *>(kb + ak_sdx_off<BR>(n0 + k, lane * 16 + 8)) = hi;
     }
     if (M::PT && rlane) {
         uint4 lo, hi;
-        ak_sd_dequant16((vm >> rk0) & 1u ? rp[0] : make_uint4(0, 0, 0, 0), 1.0f, lo, hi);
+        ak_sd_dequant16(rp[0], 1.0f, lo, hi);
         const int n = n0 + rk0, d = 512 + 16 * (lane & 3);
         *reinterpret_cast<uint4 *>(kb + ak_sdx_off<BR>(n, d)) = lo;
         *reinterpret_cast<uint4 *>(kb + ak_sdx_off<BR>(n, d + 8)) = hi;
     } else if (!M::PT) {
 #pragma unroll
         for (int g = 0; g < KPW / 4; g++)
-            *reinterpret_cast<uint4 *>(kb + ak_sdx_off<BR>(n0 + 4 * g + rk0, 512 + (lane & 7) * 8)) =
-                (vm >> (4 * g + rk0)) & 1u ? rp[g] : make_uint4(0, 0, 0, 0);
+            *reinterpret_cast<uint4 *>(kb + ak_sdx_off<BR>(n0 + 4 * g + rk0, 512 + (lane & 7) * 8)) = rp[g];
     }
 }
 
@@ -890,9 +887,9 @@ __device__ __forceinline__ void ak_sdx_produce(const ak_sd_params &p, uint8_t *s
         ak_mbar_wait(bar + 8 * (NBUF + b), ((j / NBUF) & 1) ^ 1); /* EMPTY[b] */
         uint8_t *kb = smem + M::K + b * M::KB * M::KT;
         if (M::V4)
-            ak_sdx_convert_v4<AK_SDX_UNIT>(stage_p + (j % NST) * 8 * M::STG, kb, 8 * w, lane, va);
+            ak_sdx_convert_v4<AK_SDX_UNIT>(stage_p + (j % NST) * 8 * M::STG, kb, 8 * w, lane);
         else
-            ak_sdx_convert<LAYOUT, AK_SDX_UNIT, KPW>(stage_p + (j % NST) * 8 * M::STG, kb, 8 * w, lane, va);
+            ak_sdx_convert<LAYOUT, AK_SDX_UNIT, KPW>(stage_p + (j % NST) * 8 * M::STG, kb, 8 * w, lane);
         if (lane == 0) smem[M::VALID + 4 * b + w] = (uint8_t)va; /* byte w of the unit's mask */
         ak_fence_proxy_async(); /* K buffer writes -> the consumers' wgmma reads; stage reads -> refill */
         ak_mbar_arrive(bar + 8 * b); /* FULL[b] */
@@ -1149,7 +1146,7 @@ __device__ __forceinline__ void ak_sdt_produce(const ak_sd_params &p, uint8_t *s
         const int n = j >> 1, b = n & 1, half = j & 1;   /* tile n of this CTA, its buffer, this half */
         if (half == 0) ak_mbar_wait(bar + 8 * (2 + b), ((n >> 1) & 1) ^ 1); /* EMPTY[b] */
         uint8_t *kb = smem + M::K + b * M::KB * AK_SDW_TILE;
-        ak_sdx_convert<LAYOUT, AK_SD_KEYS, KPW>(stage_p + (j % NST) * SB, kb, 32 * half + KPW * w, lane, va);
+        ak_sdx_convert<LAYOUT, AK_SD_KEYS, KPW>(stage_p + (j % NST) * SB, kb, 32 * half + KPW * w, lane);
         if (lane == 0) smem[M::VALID + M::VF * b + (32 / KPW) * half + w] = (uint8_t)va;
         ak_fence_proxy_async(); /* K buffer writes -> the consumer's wgmma reads; stage reads -> refill */
         ak_mbar_arrive(bar + 8 * b); /* FULL[b] (both halves: 512 arrivals) */
