@@ -23,15 +23,19 @@ __device__ __forceinline__ uint32_t hash(uint32_t x) {
 }
 
 /* V 0: bulk copy per lane (lanes < KPW); V 1: 16-byte cp.async chunks, lane l chunks l and 32 + l
-   (l < 9) of each record, then one noinc arrival per lane on the stage mbarrier */
+   (l < 9) of each record, then one noinc arrival per lane on the stage mbarrier; V 2: the lanes'
+   record addresses gathered by shuffles and all KPW bulk copies issued by lane 0 in straight-line
+   code (no per-lane issue loop) */
 template <int V, int KPW>
 __global__ void rate(const uint8_t *pool, uint32_t nslots, unsigned long long *cyc, unsigned long long *icyc) {
     extern __shared__ __align__(128) uint8_t sm[];
-    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, W = blockDim.x >> 5;
+    /* the warp index by shuffle: warp-uniform to the compiler, so the stage and mbarrier addresses
+       stay in uniform registers (V 2 then issues its copies with no per-lane loop) */
+    const int w = __shfl_sync(0xffffffffu, (int)threadIdx.x >> 5, 0), lane = threadIdx.x & 31, W = blockDim.x >> 5;
     uint8_t *stage = sm + (size_t)w * NST * MAXK * REC;
     uint64_t *bars = reinterpret_cast<uint64_t *>(sm + (size_t)W * NST * MAXK * REC) + w * NST;
     if (lane == 0)
-        for (int s = 0; s < NST; s++) ak_mbar_init(ak_smem_addr(&bars[s]), V == 0 ? 1 : 32);
+        for (int s = 0; s < NST; s++) ak_mbar_init(ak_smem_addr(&bars[s]), V == 1 ? 32 : 1);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     __syncthreads();
     unsigned long long ic = 0;
@@ -45,6 +49,17 @@ __global__ void rate(const uint8_t *pool, uint32_t nslots, unsigned long long *c
             const uint32_t slot = hash((blockIdx.x * MAXW + w) * 65536u + j * MAXK + lane) % nslots;
             if (lane == 0) ak_mbar_arrive_tx(bar, KPW * REC);
             if (lane < KPW) ak_bulk_g2s(dst + lane * REC, pool + (size_t)slot * REC, REC, bar);
+        } else if (V == 2) {
+            const uint32_t slot = hash((blockIdx.x * MAXW + w) * 65536u + j * MAXK + lane) % nslots;
+            const uint64_t src = (uint64_t)(pool + (size_t)slot * REC);
+            uint64_t sk[KPW];
+#pragma unroll
+            for (int k = 0; k < KPW; k++) sk[k] = __shfl_sync(0xffffffffu, src, k);
+            if (lane == 0) {
+                ak_mbar_arrive_tx(bar, KPW * REC);
+#pragma unroll
+                for (int k = 0; k < KPW; k++) ak_bulk_g2s(dst + k * REC, (const void *)sk[k], REC, bar);
+            }
         } else {
 #pragma unroll
             for (int k = 0; k < KPW; k++) {
@@ -85,7 +100,7 @@ static void run(const char *pool_name, const uint8_t *pool, uint32_t nslots, int
         for (int w = 0; w < W; w++) c += (double)h[b * MAXW + w], ci += (double)hi[b * MAXW + w];
     c /= sms * W, ci /= sms * W;
     printf("%-6s %-9s W %2d KPW %d: %6.1f records / 1000 clk / SM, %5.1f clk per record per warp, copy call %6.1f clk "
-           "per step\n", pool_name, V == 0 ? "bulk" : "cp.async", W, KPW, 1000.0 * W * KPW * STEPS / c,
+           "per step\n", pool_name, V == 0 ? "bulk" : V == 2 ? "bulk lane0" : "cp.async", W, KPW, 1000.0 * W * KPW * STEPS / c,
            c / (KPW * STEPS), ci / STEPS);
 }
 
@@ -111,6 +126,8 @@ int main() {
             run<0, 8>(pp.n, pool, ns, sms, W, cyc, icyc);
             run<1, 4>(pp.n, pool, ns, sms, W, cyc, icyc);
             run<1, 8>(pp.n, pool, ns, sms, W, cyc, icyc);
+            run<2, 4>(pp.n, pool, ns, sms, W, cyc, icyc);
+            run<2, 8>(pp.n, pool, ns, sms, W, cyc, icyc);
         }
     }
     return 0;
