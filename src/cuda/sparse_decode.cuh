@@ -63,22 +63,21 @@ __device__ __forceinline__ uint32_t ak_sd_pack_bf16(float lo, float hi) {
     return *reinterpret_cast<uint32_t *>(&v);
 }
 
-/* 16 e4m3 bytes -> 16 bf16 of bf16_rn(float(q) * s), as two uint4. e4m3 -> half is exact. */
+/* The e4m3 pair in half H of w (low byte first) -> bf16x2 of bf16_rn(float(v) s) (s 1: bf16(v),
+   exact; e4m3 -> half is exact). The half is picked in the conversion's operand, not by a shift:
+   one instruction less per pair (x82, x109). */
+template <int H> __device__ __forceinline__ uint32_t ak_sd_deq2(uint32_t w, float s) {
+    uint32_t h;
+    if (H) asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %1;\ncvt.rn.f16x2.e4m3x2 %0, h;\n}\n" : "=r"(h) : "r"(w));
+    else asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %1;\ncvt.rn.f16x2.e4m3x2 %0, l;\n}\n" : "=r"(h) : "r"(w));
+    const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&h));
+    return ak_sd_pack_bf16(f.x * s, f.y * s);
+}
+
+/* 16 e4m3 bytes -> 16 bf16 of bf16_rn(float(q) * s), as two uint4. */
 __device__ __forceinline__ void ak_sd_dequant16(uint4 raw, float s, uint4 &lo, uint4 &hi) {
-    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-    uint32_t o[8];
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(
-                (__nv_fp8x2_storage_t)((w[k] >> (16 * h)) & 0xffffu), __NV_E4M3);
-            float2 f = __half22float2(*reinterpret_cast<__half2 *>(&hr));
-            o[2 * k + h] = ak_sd_pack_bf16(f.x * s, f.y * s);
-        }
-    }
-    lo = make_uint4(o[0], o[1], o[2], o[3]);
-    hi = make_uint4(o[4], o[5], o[6], o[7]);
+    lo = make_uint4(ak_sd_deq2<0>(raw.x, s), ak_sd_deq2<1>(raw.x, s), ak_sd_deq2<0>(raw.y, s), ak_sd_deq2<1>(raw.y, s));
+    hi = make_uint4(ak_sd_deq2<0>(raw.z, s), ak_sd_deq2<1>(raw.z, s), ak_sd_deq2<0>(raw.w, s), ak_sd_deq2<1>(raw.w, s));
 }
 
 /* Per-tensor fp8 (MLA_FP8_PERTENSOR): the key is float(q) k_scale in fp32 (layouts.md 4), which

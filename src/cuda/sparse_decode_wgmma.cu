@@ -1534,16 +1534,6 @@ __device__ __forceinline__ void ak_sdr_load_q(const ak_sd_params &p, uint8_t *qs
     }
 }
 
-/* The e4m3 pair in half H of w (low byte first) -> bf16x2 of bf16_rn(float(v) s) (s 1: bf16(v),
-   exact); the half is picked in the conversion's operand, not by a shift. */
-template <int H> __device__ __forceinline__ uint32_t ak_sdr_deq2(uint32_t w, float s) {
-    uint32_t h;
-    if (H) asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %1;\ncvt.rn.f16x2.e4m3x2 %0, h;\n}\n" : "=r"(h) : "r"(w));
-    else asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %1;\ncvt.rn.f16x2.e4m3x2 %0, l;\n}\n" : "=r"(h) : "r"(w));
-    const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&h));
-    return ak_sd_pack_bf16(f.x * s, f.y * s);
-}
-
 /* The e4m3 bytes 0 and 2 (02) or 1 and 3 (13) of x -> bf16x2 of v 2^-120, exactly. */
 __device__ __forceinline__ uint32_t ak_sdr_bf16_02(uint32_t x) {
     return ((x << 4) & 0x07f007f0u) | ((x << 8) & 0x80008000u);
@@ -1674,16 +1664,16 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
                     const float sv = sc[hr][grp];
 #pragma unroll
                     for (int q = 0; q < 8; q++) {
-                        a[q][hr] = ak_sdr_deq2<0>(wd[q], sv);
-                        a[q][2 + hr] = ak_sdr_deq2<1>(wd[q], sv);
+                        a[q][hr] = ak_sd_deq2<0>(wd[q], sv);
+                        a[q][2 + hr] = ak_sd_deq2<1>(wd[q], sv);
                     }
                 } else if (PT) {
                     const uint4 x = *reinterpret_cast<const uint4 *>(rw[hr] + 512 + 16 * c4);
                     const uint32_t wd[4] = {x.x, x.y, x.z, x.w};
 #pragma unroll
                     for (int q = 0; q < 4; q++) {
-                        a[q][hr] = ak_sdr_deq2<0>(wd[q], 1.0f);
-                        a[q][2 + hr] = ak_sdr_deq2<1>(wd[q], 1.0f);
+                        a[q][hr] = ak_sd_deq2<0>(wd[q], 1.0f);
+                        a[q][2 + hr] = ak_sd_deq2<1>(wd[q], 1.0f);
                     }
                 } else { /* bf16 as stored */
                     const uint4 x = *reinterpret_cast<const uint4 *>(rw[hr] + 528 + 32 * c4);
