@@ -833,7 +833,7 @@ __device__ __forceinline__ void ak_sdx_qk(float *s, uint64_t dq0, uint64_t dk0) 
     for (int kk = 0; kk < KSTEPS; kk++) {
         const uint32_t qo = (kk >> 2) * AK_SDW_TILE + (kk & 3) * 32;
         const uint32_t ko = (kk >> 2) * (AK_SDX_UNIT * 128) + (kk & 3) * 32;
-        ak_wgmma_m64n32k16_ss<0>(s, dq0 + (qo >> 4), dk0 + (ko >> 4), kk > 0);
+        ak_wgmma_m64n32k16_ss<0>(s, ak_wgmma_desc_add(dq0, qo >> 4), ak_wgmma_desc_add(dk0, ko >> 4), kk > 0);
     }
     ak_wgmma_commit();
 }
@@ -1003,12 +1003,12 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
             ak_wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < 2; kk++)
-                ak_wgmma_m64n256k16_rs_tb(o, pa + 4 * kk, dv0 + b * KBUF + (kk * 2048 >> 4));
+                ak_wgmma_m64n256k16_rs_tb(o, pa + 4 * kk, ak_wgmma_desc_add(dv0, b * KBUF + (kk * 2048 >> 4)));
             ak_wgmma_commit();
             if (un < u_end) {
                 ak_mbar_wait(bar + 8 * ((j + 1) % NBUF), ((j + 1) / NBUF) & 1); /* FULL */
                 kv = *reinterpret_cast<const uint32_t *>(smem + M::VALID + 4 * ((j + 1) % NBUF));
-                ak_sdx_qk<KSTEPS>(s, dq0, dk0 + ((j + 1) % NBUF) * KBUF);
+                ak_sdx_qk<KSTEPS>(s, dq0, ak_wgmma_desc_add(dk0, ((j + 1) % NBUF) * KBUF));
                 ak_wgmma_wait<1>();
             } else {
                 ak_wgmma_wait0();
@@ -1040,7 +1040,7 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
             ak_wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < 2; kk++)
-                ak_wgmma_m64n256k16_rs_tb(o, pa + 4 * kk, dv0 + b * KBUF + (kk * 2048 >> 4));
+                ak_wgmma_m64n256k16_rs_tb(o, pa + 4 * kk, ak_wgmma_desc_add(dv0, b * KBUF + (kk * 2048 >> 4)));
             ak_wgmma_commit();
             ak_wgmma_wait0();
 #pragma unroll
