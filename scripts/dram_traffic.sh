@@ -7,12 +7,8 @@
 # read-modify-write), not by the kernel. Logs go to $OUT (default /tmp/out).
 # Environment: BUILD (default build-gpu, built by this script), SKIP (launches skipped, default 10).
 set -u -o pipefail
-cd "$(dirname "$0")/.."
-BUILD=${BUILD:-build-gpu}
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
 export PATH="$PATH:/usr/local/cuda/bin"
-NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+. "$(dirname "$0")/ncu_env.sh"
 cmake -S . -B "$BUILD" -DAK_REQUIRE_CUDA=ON -DCMAKE_BUILD_TYPE=Release >/dev/null &&
   cmake --build "$BUILD" -j16 --target attnkit_cli 2>&1 | grep -E " error" | head
 M=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sectors_op_read.sum,lts__t_sectors_op_write.sum

@@ -12,12 +12,8 @@
 # place of the default set: pipe and issue utilizations are taken per active cycle, the stall
 # reasons *_per_issue_active as ratios).
 set -u -o pipefail
-cd "$(dirname "$0")/.."
-[ $# -ge 2 ] || { sed -n 2,12p "$0"; exit 2; }
-BUILD=${BUILD:-build-gpu}
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+[ $# -ge 2 ] || { sed -n 2,13p "$0"; exit 2; }
+. "$(dirname "$0")/ncu_env.sh"
 re=$1
 shift
 # the metrics this ncu knows, of the ones asked for (an unknown name fails the whole run)

@@ -12,12 +12,8 @@
 # the kernel skipped before the profiled one, default 5: past the warm-up), NCU_TIMEOUT (120), KBASE
 # (what KERNEL_REGEX matches: function, demangled or mangled, the last to pick template instances).
 set -u -o pipefail
-cd "$(dirname "$0")/.."
 [ $# -eq 4 ] || { sed -n 2,12p "$0"; exit 2; }
-BUILD=${BUILD:-build-gpu}
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+. "$(dirname "$0")/ncu_env.sh"
 rep="$OUT/$1"
 AK_BENCH_FILTER="$3" timeout "${NCU_TIMEOUT:-120}" "$NCU" --set full --import-source yes --kernel-name-base "${KBASE:-function}" \
     --kernel-name "regex:$4" --launch-skip "${SKIP:-5}" --launch-count 1 -f -o "$rep" \
