@@ -685,13 +685,12 @@ __device__ __forceinline__ void ak_sdx_convert_v4(const uint8_t *stg, uint8_t *k
 }
 
 /* Producer warp: its KPW (8 or 4) staged records -> rows n0 .. n0 + KPW - 1 of K buffer kb
-   (layouts.md 4); an invalid key (bit clear in vm; its stage bytes are stale) becomes a zero row. 656
-   and per-tensor fp8 here, V4 in ak_sdx_convert_v4. In step i lane l converts fp8 chunk l (16 dims)
+   (layouts.md 4); 656 and per-tensor fp8 here, V4 in ak_sdx_convert_v4. An invalid key's stage bytes
+   are zeros (ak_sdx_copy), so its row becomes zero. In step i lane l converts fp8 chunk l (16 dims)
    of key (i + l / (32 / KPW)) % KPW, so the 32 lanes of a store write four rows' worth of distinct
    banks (one row per step put 8 lanes on the same 16-byte bank group); every shared load is issued
    before the first conversion. The 64 RoPE dims are copied (656: bf16) or converted (per-tensor:
-   fp8). Per-tensor keys become bf16(q), exact (the consumers apply k_scale: ak_sd_kscale). An invalid
-   key's stage bytes are zeros (ak_sdx_copy), so its row becomes zero. */
+   fp8). Per-tensor keys become bf16(q), exact (the consumers apply k_scale: ak_sd_kscale). */
 template <int LAYOUT, int BR, int KPW>
 __device__ __forceinline__ void ak_sdx_convert(const uint8_t *stg, uint8_t *kb, int n0, int lane) {
     typedef ak_sdx_map<LAYOUT> M;
