@@ -568,7 +568,7 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
 #define AK_SDX_THREADS 384
 #define AK_SDX_UNIT 32 /* keys per unit and K buffer */
 
-/* Shared-memory map (bytes from the 1024-aligned base); 222 KB for 656. */
+/* Shared-memory map (bytes from the 1024-aligned base); 195 KB for 656, 225 KB for V4. */
 template <int LAYOUT> struct ak_sdx_map {
     enum {
         V4 = LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0,
@@ -586,8 +586,10 @@ template <int LAYOUT> struct ak_sdx_map {
         CPY = ak_sd_geo<LAYOUT>::REC, /* bytes of a key's bulk copy: the record (V4: its 576-byte row) */
         STG = V4 ? CPY + 16 : CPY,    /* stage bytes per key (V4: the 8 scale bytes at CPY by cp.async) */
         KT = AK_SDX_UNIT * 128,       /* one 64-dim column block of a K buffer */
-        /* raw stages per producer warp: three where they fit beside Q and the K buffers, else two */
-        NST = KB * AK_SDW_TILE + NBUF * KB * KT + AK_SDW_TILE + 4 * 3 * 8 * STG + 1024 + 1024 <= 232448 ? 3 : 2,
+        /* raw stages per producer warp (the copies run NST - 1 units ahead of the conversion): 656
+           and per-tensor two (a third cost them 1-3% at every measured shape, x119), V4 three
+           (with two, V4-Pro lost 1%) */
+        NST = V4 ? 3 : 2,
         Q = 0,                              /* [KB][64 heads][128 B] bf16 swizzled */
         K = Q + KB * AK_SDW_TILE,           /* [NBUF][KB][32 keys][128 B] bf16 swizzled */
         PS = K + NBUF * KB * KT,            /* [64 heads][128 B] bf16 P of units j % 2 (keys 32 (j % 2) ..) */
