@@ -191,6 +191,23 @@ __device__ __forceinline__ void ak_bulk_g2s(uint32_t dst, const void *src, uint3
                  : "memory");
 }
 
+/* An L2 cache policy for the lines of the accesses it is given to: evict first (data read once, so
+   that it does not push out what is read again), or the default priority. */
+__device__ __forceinline__ uint64_t ak_l2_policy(bool evict_first) {
+    uint64_t pol;
+    if (evict_first) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
+    else asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(pol));
+    return pol;
+}
+
+/* ak_bulk_g2s with the L2 cache policy pol (ak_l2_policy) for the source's lines. */
+__device__ __forceinline__ void ak_bulk_g2s_hint(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar,
+                                                 uint64_t pol) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n"
+                 ::"r"(dst), "l"(src), "r"(bytes), "r"(bar), "l"(pol)
+                 : "memory");
+}
+
 /* `bytes` (a multiple of 16; both addresses 16-byte aligned) shared -> global by the bulk copy engine,
    in this thread's bulk async-group; the shared source must be written before it with a
    fence.proxy.async, and stay untouched until ak_bulk_wait_read. */

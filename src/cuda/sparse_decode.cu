@@ -721,6 +721,7 @@ extern "C" ak_status ak_cuda_mla_decode(ak_context *ctx, const ak_mla_decode_arg
     p.h_q = (int32_t)a->q->shape[2];
     p.htiles = pl.htiles;
     p.splits = pl.splits;
+    p.rec_once = pl.htiles == 1 && p.s_q == 1;
     ak_sd_list_fill(&p.list[0], a->cache, a->indices, a->topk_length);
     if (a->extra_cache != NULL && a->extra_indices != NULL)
         ak_sd_list_fill(&p.list[1], a->extra_cache, a->extra_indices, a->extra_topk_length);

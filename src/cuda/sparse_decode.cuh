@@ -44,6 +44,7 @@ struct ak_sd_params {
     void *out;          /* [b, s_q, h_q, 512] bf16 or f32 */
     int32_t out_f32;
     int32_t out_bulk;   /* every output row 16-byte aligned: the 64-head kernels store rows by bulk copy */
+    int32_t rec_once;   /* one head tile and s_q 1: no other CTA reads a CTA's records (x123) */
     int64_t o_s0, o_s1, o_s2;
     float *lse;         /* [b, s_q, h_q] f32 or NULL */
     int64_t l_s0, l_s1, l_s2;

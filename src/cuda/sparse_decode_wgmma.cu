@@ -631,17 +631,20 @@ static __device__ __align__(128) const uint8_t ak_sdx_zero[1024] = {0};
    bytes (their own page region) by cp.async, each such lane arriving on `sbar` when its copy has
    landed (no register waits on it, so the proxy fence does not either: x51). An invalid key copies
    zeros instead (ak_sdx_zero; V4's scale bytes by a zero-filling cp.async), so its conversion gives a
-   zero K row with no per-key selects (x108). Returns the warp's validity bits (bit k: key k). */
+   zero K row with no per-key selects (x108). The record's lines get the L2 policy pol: evict first
+   where no other CTA reads them (p.rec_once), so that they do not push out the slot ids, Q and the
+   partial rows (x123). Returns the warp's validity bits (bit k: key k). */
 template <int LAYOUT, int KPW>
 __device__ __forceinline__ uint32_t ak_sdx_copy(const ak_sd_list &l, int32_t slot, int lane, uint32_t dst,
-                                                uint32_t sbar) {
+                                                uint32_t sbar, uint64_t pol) {
     typedef ak_sdx_map<LAYOUT> M;
     static_assert(M::CPY <= (int)sizeof(ak_sdx_zero), "zero source covers a record");
     int64_t ro = -1, so = -1;
     if (lane < KPW) ak_sdw_locate<LAYOUT>(l, slot, ro, so);
     const uint32_t vm = __ballot_sync(0xffffffffu, ro >= 0);
     if (lane == 0) ak_mbar_arrive_tx(sbar, KPW * M::CPY);
-    if (lane < KPW) ak_bulk_g2s(dst + (uint32_t)(lane * M::STG), ro >= 0 ? l.pool + ro : ak_sdx_zero, M::CPY, sbar);
+    if (lane < KPW)
+        ak_bulk_g2s_hint(dst + (uint32_t)(lane * M::STG), ro >= 0 ? l.pool + ro : ak_sdx_zero, M::CPY, sbar, pol);
     if (M::V4 && lane < KPW) {
         ak_cp_async8(dst + (uint32_t)(lane * M::STG + M::CPY), ro >= 0 ? l.pool + so : ak_sdx_zero, ro >= 0 ? 8u : 0u);
         ak_cp_async_mbar_arrive(sbar);
@@ -867,10 +870,11 @@ __device__ __forceinline__ void ak_sdx_produce(const ak_sd_params &p, uint8_t *s
     const int32_t slb = ak_sdx_slot(p, r, i, NST == 3 && ub < u_end ? ub : ua, key, len0, len1, okb);
     int32_t cslot = ak_sdx_slot(p, r, i, u_slot < u_end ? u_slot : ua, key, len0, len1, cok);
     cok = cok && u_slot < u_end;
-    va = ak_sdx_copy<LAYOUT, KPW>(p.list[(ua >> 1) >= p.list[0].tiles], oka ? sla : -1, lane, stage, sbar);
+    const uint64_t pol = ak_l2_policy(p.rec_once != 0);
+    va = ak_sdx_copy<LAYOUT, KPW>(p.list[(ua >> 1) >= p.list[0].tiles], oka ? sla : -1, lane, stage, sbar, pol);
     if (NST == 3 && ub < u_end)
         vb = ak_sdx_copy<LAYOUT, KPW>(p.list[(ub >> 1) >= p.list[0].tiles], okb ? slb : -1, lane,
-                                      stage + 8 * M::STG, sbar + 8);
+                                      stage + 8 * M::STG, sbar + 8, pol);
     for (int j = 0; ua < u_end; j++) {
         /* the copies of unit j + NST - 1 into the stage freed by step j - 1, then the raw slot ids
            of the unit after it */
@@ -879,7 +883,7 @@ __device__ __forceinline__ void ak_sdx_produce(const ak_sd_params &p, uint8_t *s
         if (un < u_end) {
             const int st = (j + NST - 1) % NST;
             vn = ak_sdx_copy<LAYOUT, KPW>(p.list[(un >> 1) >= p.list[0].tiles], cok ? cslot : -1, lane,
-                                     stage + (uint32_t)(st * 8 * M::STG), sbar + 8 * st);
+                                     stage + (uint32_t)(st * 8 * M::STG), sbar + 8 * st, pol);
         }
         const int ud = un < u_end ? ak_sdx_next(p, un + 1, u_end, len0, len1) : u_end;
         cslot = ak_sdx_slot(p, r, i, ud < u_end ? ud : ua, key, len0, len1, cok);
@@ -1135,12 +1139,13 @@ __device__ __forceinline__ void ak_sdt_produce(const ak_sd_params &p, uint8_t *s
     const int32_t sl = ak_sdx_slot(p, r, i, ua, key, len0, len1, ok);
     int32_t cslot = ak_sdx_slot(p, r, i, ub < u_end ? ub : ua, key, len0, len1, cok);
     cok = cok && ub < u_end;
-    uint32_t va = ak_sdx_copy<LAYOUT, KPW>(p.list[(ua >> 1) >= p.list[0].tiles], ok ? sl : -1, lane, stage, sbar);
+    const uint64_t pol = ak_l2_policy(p.rec_once != 0);
+    uint32_t va = ak_sdx_copy<LAYOUT, KPW>(p.list[(ua >> 1) >= p.list[0].tiles], ok ? sl : -1, lane, stage, sbar, pol);
     for (int j = 0; ua < u_end; j++) {
         uint32_t vn = 0u;
         if (ub < u_end)
             vn = ak_sdx_copy<LAYOUT, KPW>(p.list[(ub >> 1) >= p.list[0].tiles], cok ? cslot : -1, lane,
-                                     stage + (uint32_t)(((j + 1) % NST) * SB), sbar + 8 * ((j + 1) % NST));
+                                     stage + (uint32_t)(((j + 1) % NST) * SB), sbar + 8 * ((j + 1) % NST), pol);
         const int ud = ub < u_end ? ak_sdt_nextu(p, ub, t_end, len0, len1) : u_end;
         cslot = ak_sdx_slot(p, r, i, ud < u_end ? ud : ua, key, len0, len1, cok);
         cok = cok && ud < u_end;
