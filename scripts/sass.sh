@@ -17,17 +17,17 @@ cd "$(dirname "$0")/.."
 src=$1 fn=$2 out=${3:-/tmp/sass_$2.s}
 OBJDUMP=${CUOBJDUMP:-$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)}
 [ -x "$OBJDUMP" ] || { echo "sass.sh: no cuobjdump (set CUOBJDUMP)"; exit 2; }
-obj=$(mktemp /tmp/sass_XXXXXX.o)
-trap 'rm -f "$obj"' EXIT
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+obj=$tmp/kernel.o log=$tmp/ptxas.log
 nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -DAK_BUILDING_LIBRARY -DAK_HAVE_CUDA \
-    -D_POSIX_C_SOURCE=200809L -Iinclude -Isrc ${NVCC_FLAGS:-} -c "$src" -o "$obj" -Xptxas -v 2> "$obj.log" ||
-    { cat "$obj.log"; rm -f "$obj.log"; exit 1; }
+    -D_POSIX_C_SOURCE=200809L -Iinclude -Isrc ${NVCC_FLAGS:-} -c "$src" -o "$obj" -Xptxas -v 2> "$log" ||
+    { cat "$log"; exit 1; }
 # the instruction text of the function's body: drop the address and encoding comments
 "$OBJDUMP" -sass "$obj" | awk -v f="$fn" '/Function :/ {on = index($0, f) > 0; next}
     on && $1 ~ /^\/\*[0-9a-f]+\*\/$/ {$1 = ""; line = $0; sub(/;.*$/, "", line); gsub(/^ +| +$/, "", line); print line}' > "$out"
 n=$(wc -l < "$out")
-[ "$n" -gt 0 ] || { echo "sass.sh: no function matching '$fn' in $src"; rm -f "$obj.log"; exit 1; }
+[ "$n" -gt 0 ] || { echo "sass.sh: no function matching '$fn' in $src"; exit 1; }
 echo "$fn: $n instructions in $out; HGMMA $(grep -c HGMMA "$out"), UMOV $(grep -c '^UMOV' "$out")," \
     "UIADD3 $(grep -c '^UIADD3 ' "$out"), UIADD3.64 $(grep -c '^UIADD3.64' "$out")"
-grep -A3 "Compiling entry function '[^']*$fn" "$obj.log" | grep -E "registers|spill" | sed 's/^ *ptxas info *: *//; s/^ */  /'
-rm -f "$obj.log"
+grep -A3 "Compiling entry function '[^']*$fn" "$log" | grep -E "registers|spill" | sed 's/^ *ptxas info *: *//; s/^ */  /'
