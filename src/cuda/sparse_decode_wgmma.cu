@@ -1559,6 +1559,7 @@ __device__ __forceinline__ void ak_sdr_produce(const ak_sd_params &p, uint8_t *s
     if (t >= t_end) return;
     bool ok;
     int32_t slot = ak_sdw_slot(p, r, i, t, key, len0, len1, ok);
+    const uint64_t pol = ak_l2_policy(p.rec_once != 0); /* as ak_sdx_copy (x123) */
     for (int n = 0; t < t_end; n++) {
         const int b = n % AK_SDR_NBUF;
         const int tn = ak_sdw_next(p, t + 1, t_end, len0, len1);
@@ -1574,7 +1575,7 @@ __device__ __forceinline__ void ak_sdr_produce(const ak_sd_params &p, uint8_t *s
             *reinterpret_cast<uint16_t *>(smem + M::VALID + 8 * b + 2 * w) = (uint16_t)vm;
             ak_mbar_arrive_tx(bar + 8 * b, (uint32_t)__popc(vm) * M::CPY); /* FULL[b] */
         }
-        if (ro >= 0) ak_bulk_g2s(stage + (uint32_t)((b * 64 + key) * M::STR), l.pool + ro, M::CPY, bar + 8 * b);
+        if (ro >= 0) ak_bulk_g2s_hint(stage + (uint32_t)((b * 64 + key) * M::STR), l.pool + ro, M::CPY, bar + 8 * b, pol);
         t = tn;
         slot = sn;
         ok = okn;
