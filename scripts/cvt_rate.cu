@@ -9,6 +9,7 @@
 //   3 bit unpack (prmt, arithmetic shift, and: q 2^-120 as f32, exact), FMUL by s 2^120, cvt pack
 //   4 as 3 with the bf16 rounding done by integer adds (no F2FP at all)
 //   5 widen f16 -> f32 (HADD2.F32) alone   6 loop overhead only (the xors)
+//   7 half the chunks by 0, half by 3 (the F2FP and integer pipes shared)   8 three of four by 0
 // Prints values converted per clock per SM. Variants 3 and 4 are checked bit for bit against 0 on
 // every non-NaN byte and several scales first.
 // build: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -DAK_HAVE_CUDA -Iinclude -Isrc scripts/cvt_rate.cu -o /tmp/cvt_rate
@@ -80,7 +81,15 @@ template <int V> __global__ void rate(uint32_t seed, float s, uint32_t *sink, un
 #pragma unroll
         for (int c = 0; c < CH; c++) {
             uint4 raw = make_uint4(base[c].x ^ m, base[c].y ^ m, base[c].z ^ m, base[c].w ^ m), lo, hi;
-            conv<V>(raw, s, s2, lo, hi);
+            if (V == 7) {
+                if (c & 1) conv<3>(raw, s, s2, lo, hi);
+                else conv<0>(raw, s, s2, lo, hi);
+            } else if (V == 8) {
+                if ((c & 3) == 3) conv<3>(raw, s, s2, lo, hi);
+                else conv<0>(raw, s, s2, lo, hi);
+            } else {
+                conv<V>(raw, s, s2, lo, hi);
+            }
             acc ^= lo.x ^ lo.y ^ lo.z ^ lo.w ^ hi.x ^ hi.y ^ hi.z ^ hi.w;
         }
     }
@@ -151,6 +160,8 @@ int main() {
         run<4>("4 bit unpack, FMUL, integer pack", sms, W, sink, cyc);
         run<5>("5 widen f16x2->f32 only", sms, W, sink, cyc);
         run<6>("6 overhead only", sms, W, sink, cyc);
+        run<7>("7 half by 0, half by 3", sms, W, sink, cyc);
+        run<8>("8 three of four by 0, one by 3", sms, W, sink, cyc);
     }
     return 0;
 }
