@@ -1155,8 +1155,15 @@ __device__ __forceinline__ void ak_sdt_produce(const ak_sd_params &p, uint8_t *s
         uint8_t *kb = smem + M::K + b * M::KB * AK_SDW_TILE;
         ak_sdx_convert<LAYOUT, AK_SD_KEYS, KPW>(stage_p + (j % NST) * SB, kb, 32 * half + KPW * w, lane);
         if (lane == 0) smem[M::VALID + M::VF * b + (32 / KPW) * half + w] = (uint8_t)va;
-        ak_fence_proxy_async(); /* K buffer writes -> the consumer's wgmma reads; stage reads -> refill */
-        ak_mbar_arrive(bar + 8 * b); /* FULL[b] (both halves: 512 arrivals) */
+        /* The consumer needs both halves of a tile, so the K buffer writes of both are fenced and
+           released once, after the second (one fence per tile, not per half: x131). The first
+           half's stage is refilled in the next step without a fence of its own: its lanes' shared
+           reads have been consumed by their conversion before the warp synchronizes, as a TMA
+           pipeline's consumer releases a buffer by an arrival alone. */
+        if (half) {
+            ak_fence_proxy_async(); /* K buffer writes -> the consumer's wgmma reads */
+            ak_mbar_arrive(bar + 8 * b); /* FULL[b] */
+        }
         __syncwarp();
         ua = ub;
         ub = ud;
@@ -1324,7 +1331,7 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
 
     if (tid == 0) {
         for (int b = 0; b < 2; b++) {
-            ak_mbar_init(bar + 8 * b, 2 * 32 * AK_SDT_PW); /* FULL: every producer thread, both halves */
+            ak_mbar_init(bar + 8 * b, 32 * AK_SDT_PW); /* FULL: every producer thread, after a tile's second half */
             ak_mbar_init(bar + 8 * (2 + b), 128);          /* EMPTY: every consumer thread */
         }
         for (int k = 0; k < AK_SDT_PW * M::NST; k++) ak_mbar_init(bar + 8 * (4 + k), 1);
