@@ -17,6 +17,14 @@
 
 enum { REC = 656, STEPS = 512, NST = 2, MAXW = 16, MAXK = 8 };
 
+/* The plain bulk copy (no L2 policy), as the producers issued it when this probe was written; the
+   library's copies now carry a policy (ak_bulk_g2s_hint), with the same issue loop (x123). */
+__device__ __forceinline__ void ak_bulk_g2s(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+}
+
 __device__ __forceinline__ uint32_t hash(uint32_t x) {
     x ^= x >> 16; x *= 0x7feb352du; x ^= x >> 15; x *= 0x846ca68bu; x ^= x >> 16;
     return x;

@@ -183,14 +183,6 @@ __device__ __forceinline__ void ak_mbar_arrive_tx(uint32_t bar, uint32_t tx) {
                  : "memory");
 }
 
-/* `bytes` (a multiple of 16; both addresses 16-byte aligned) global -> shared by the bulk copy engine,
-   completing as transaction bytes on the mbarrier `bar`. */
-__device__ __forceinline__ void ak_bulk_g2s(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-                 "l"(src), "r"(bytes), "r"(bar)
-                 : "memory");
-}
-
 /* An L2 cache policy for the lines of the accesses it is given to: evict first (data read once, so
    that it does not push out what is read again), or the default priority. */
 __device__ __forceinline__ uint64_t ak_l2_policy(bool evict_first) {
@@ -200,7 +192,9 @@ __device__ __forceinline__ uint64_t ak_l2_policy(bool evict_first) {
     return pol;
 }
 
-/* ak_bulk_g2s with the L2 cache policy pol (ak_l2_policy) for the source's lines. */
+/* `bytes` (a multiple of 16; both addresses 16-byte aligned) global -> shared by the bulk copy engine,
+   completing as transaction bytes on the mbarrier `bar`, with the L2 cache policy pol (ak_l2_policy)
+   for the source's lines. */
 __device__ __forceinline__ void ak_bulk_g2s_hint(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar,
                                                  uint64_t pol) {
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n"
