@@ -192,6 +192,8 @@ static void sd_pool_free(sd_pool *p) {
 static void sd_fill_indices(int32_t *idx, const int32_t *len, int len2d, const sd_pool *p, ak_rng *r,
                             int64_t b, int64_t s_q, int64_t topk, int bad, int runs) {
     int32_t cap = p->num_pages * p->page_size;
+    int64_t *mark = calloc((size_t)cap, sizeof(int64_t)); /* mark[v] = ri + 1: slot v is in row ri */
+    CHECK(mark != NULL);
     for (int64_t ri = 0; ri < b * s_q; ri++) {
         int32_t n = len == NULL ? (int32_t)topk : len[len2d ? ri : ri / s_q];
         int32_t *row = idx + ri * topk;
@@ -206,9 +208,8 @@ static void sd_fill_indices(int32_t *idx, const int32_t *len, int len2d, const s
             } else {
                 for (;;) { /* distinct within the row: a short rejection loop, pools are >= 4x topk */
                     int32_t v = p->used[ak_rng_range(r, 0, p->n_used)];
-                    int dup = 0;
-                    for (int64_t k = 0; k < j; k++) dup |= row[k] == v;
-                    if (!dup) {
+                    if (mark[v] != ri + 1) {
+                        mark[v] = ri + 1;
                         row[j] = v;
                         break;
                     }
@@ -216,10 +217,13 @@ static void sd_fill_indices(int32_t *idx, const int32_t *len, int len2d, const s
             }
             if (bad && (ak_rng_range(r, 0, 6) == 0 || ri == 0)) {
                 int32_t v = k_bad[ak_rng_range(r, 0, 8)];
-                row[j] = v == 0 ? cap : v;
+                /* 0 stands for the capacity itself; a listed value inside a large pool (top-k 32768
+                   pools hold 131k slots) moves past its end, so it stays out of range */
+                row[j] = v == 0 ? cap : v > 0 && v < cap ? cap + v : v;
             }
         }
     }
+    free(mark);
 }
 
 typedef struct sd_case {
@@ -579,6 +583,33 @@ AK_TEST(sparse_decode_long) {
     c.layout = AK_LAYOUT_DSV4_FP8_UE8M0;
     c.b = 1, c.h_q = 64, c.topk = 128, c.etopk = 1024, c.len_mode = 1, c.bad = 1, c.sink = 1;
     sd_run_case(cpu, gpu, &c, &r, 0);
+    ak_context_destroy(cpu);
+    ak_context_destroy(gpu);
+}
+
+/* The edges of what the op promises (issue 6): top-k 32768, the longest list, on the mma.sync
+   kernel (b 1, many splits) and on the warp-specialized one (b 8 x 64 heads, with splits); s_q 8 on
+   every layout; and more than 11.6k query rows in one call (b s_q h_q 12800 and 13312: the count
+   at which FlashMLA's sparse decode caps a batch). Only the s_q 8 656 case runs in the quick set. */
+AK_TEST(sparse_decode_limits) {
+    ak_context *cpu = NULL, *gpu = NULL;
+    if (!sd_contexts(&cpu, &gpu)) return;
+    ak_rng r;
+    ak_rng_init(&r, ak_test_seed() + 4);
+    static const struct { ak_layout l; int64_t b, s_q, h_q, topk, etopk; } k[] = {
+        {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 2, 8, 16, 256, 0},  {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 1, 1, 16, 32768, 0},
+        {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 8, 1, 64, 32768, 0}, {AK_LAYOUT_MLA_FP8_PERTENSOR, 1, 8, 128, 192, 64},
+        {AK_LAYOUT_MLA_BF16, 3, 8, 8, 128, 0},              {AK_LAYOUT_DSV4_FP8_UE8M0, 1, 8, 32, 128, 512},
+        {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 100, 2, 64, 64, 0},  {AK_LAYOUT_MLA_BF16, 104, 1, 128, 64, 0},
+    };
+    for (size_t n = 0; n < sizeof k / sizeof k[0]; n++) {
+        if (sd_quick() && n > 0) break;
+        sd_case c;
+        memset(&c, 0, sizeof c);
+        c.layout = k[n].l, c.b = k[n].b, c.s_q = k[n].s_q, c.h_q = k[n].h_q, c.topk = k[n].topk;
+        c.etopk = k[n].etopk, c.len_mode = 1 + (int)(n % 2), c.bad = 1, c.sink = (int)(n % 2);
+        sd_run_case(cpu, gpu, &c, &r, 0);
+    }
     ak_context_destroy(cpu);
     ak_context_destroy(gpu);
 }
