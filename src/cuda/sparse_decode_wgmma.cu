@@ -593,7 +593,7 @@ template <int LAYOUT> struct ak_sdx_map {
         NST = V4 ? 3 : 2,
         Q = 0,                              /* [KB][64 heads][128 B] bf16 swizzled */
         K = Q + KB * AK_SDW_TILE,           /* [NBUF][KB][32 keys][128 B] bf16 swizzled */
-        PS = K + NBUF * KB * KT,            /* [64 heads][128 B] bf16 P of units j % 2 (keys 32 (j % 2) ..) */
+        PS = K + NBUF * KB * KT,            /* [2][2][128 threads][16 B] P fragments of units j % 2 (ak_sdx_pslot) */
         STAGE = PS + AK_SDW_TILE,           /* [4 warps][NST][8 keys][STG] raw records */
         VALID = STAGE + 4 * NST * 8 * STG,  /* [NBUF] u32: bit k = key k of the unit is valid */
         ALPHA = VALID + NBUF * 4,           /* [2][64] f32 O rescale factor of units j % 2, per head */
@@ -739,13 +739,13 @@ __device__ __forceinline__ void ak_sdx_convert(const uint8_t *stg, uint8_t *kb, 
     }
 }
 
-/* Where word k of a thread's P A fragments (rows[k & 1], keys 16 (k >> 2) + 8 ((k >> 1) & 1) + 2 c4
-   and + 1) of unit j sits in the P buffer ps: [64 heads][128 B], parity j % 2 in keys 32 (j % 2) ..
-   Consumer warpgroup 1 writes the words, warpgroup 2's thread of the same fragment position reads
-   them. */
-__device__ __forceinline__ uint8_t *ak_sdx_pword(uint8_t *ps, const int *rows, int j, int k, int c4) {
-    const int key = 32 * (j & 1) + 16 * (k >> 2) + 8 * ((k >> 1) & 1) + 2 * c4;
-    return ps + ak_sdx_off<AK_SDW_HEADS>(rows[k & 1], key) + (key & 7) * 2;
+/* Where a consumer thread's P A fragment words of unit j sit in the P buffer ps: [2 parities j % 2]
+   [2 k16 steps kk][128 threads][4 words], so that consumer warpgroup 1's thread ct stores words
+   4 kk .. 4 kk + 3 with one 16-byte store and warpgroup 2's thread of the same fragment position
+   (ct = its index in its warpgroup) loads them with one 16-byte load: consecutive threads,
+   consecutive 16 bytes, no bank conflict and no per-unit address arithmetic. */
+__device__ __forceinline__ uint4 *ak_sdx_pslot(uint8_t *ps, int j, int kk, int ct) {
+    return reinterpret_cast<uint4 *>(ps + (j & 1) * 4096 + kk * 2048) + ct;
 }
 
 /* O rows 16 wr + g (factor a0) and + 8 (a1) of a 64 x 256 D fragment times their rescale factors. */
@@ -772,9 +772,9 @@ __device__ __forceinline__ void ak_sdx_rescale(float *o, float a0, float a1) {
    unit measured 1.5-3.5% faster here than a byte per key. */
 __device__ __forceinline__ void ak_sdx_softmax(float sl, float prel, float *s, uint32_t kv, int c4, float *m_run,
                                                float *l_run, uint32_t *pa, float *o, float *alpha) {
-    float mx[2] = {-INFINITY, -INFINITY};
-    const bool all = kv == 0xffffffffu; /* the common case: no key of the unit masked */
-    bool in = true; /* every value of this thread within 8 of its row's running max */
+    /* key 8 n + 2 c4 + e of the unit is bit 8 n + e of kb: one test against a constant per value */
+    const uint32_t kb = kv >> (2 * c4);
+    float mx[2];
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
 #pragma unroll
@@ -782,21 +782,21 @@ __device__ __forceinline__ void ak_sdx_softmax(float sl, float prel, float *s, u
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 const float x = s[4 * n + 2 * hr + e] * sl;
-                const float v = all || (kv >> (8 * n + 2 * c4 + e)) & 1u ? x : -INFINITY;
-                s[4 * n + 2 * hr + e] = v;
-                in = in && v <= m_run[hr] + 8.0f;
+                s[4 * n + 2 * hr + e] = kb & (1u << (8 * n + e)) ? x : -INFINITY;
             }
         }
+        const float *v = s + 2 * hr; /* v[4 n + e]: this row's values */
+        /* a tree: three dependent steps instead of eight (max is exact in any order) */
+        mx[hr] = fmaxf(fmaxf(fmaxf(v[0], v[1]), fmaxf(v[4], v[5])), fmaxf(fmaxf(v[8], v[9]), fmaxf(v[12], v[13])));
     }
-    /* The same decision as a row max against m_run + 8, without the max: its tree and shuffles run
-       only when a row's max moves (the first units), off the common path. */
-    const bool keep = __all_sync(0xffffffffu, in);
+    /* Whether every value of the warp stays within 8 of its row's running max, decided on this
+       thread's row maxima (a NaN value, which fmaxf passes over, makes P and so the row NaN on
+       either path). The row max's shuffles run only when a row's max moves (the first units), off
+       the common path. */
+    const bool keep = __all_sync(0xffffffffu, mx[0] <= m_run[0] + 8.0f && mx[1] <= m_run[1] + 8.0f);
     if (!keep) {
 #pragma unroll
         for (int hr = 0; hr < 2; hr++) {
-            const float *v = s + 2 * hr; /* v[4 n + e]: this row's values */
-            /* a tree: three dependent steps instead of eight (max is exact in any order) */
-            mx[hr] = fmaxf(fmaxf(fmaxf(v[0], v[1]), fmaxf(v[4], v[5])), fmaxf(fmaxf(v[8], v[9]), fmaxf(v[12], v[13])));
             mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
             mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
         }
@@ -998,7 +998,8 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
                unit j + 1 never waits for warpgroup 2: it read P of unit j - 1 before the barrier of
                unit j, which this warpgroup has passed. */
 #pragma unroll
-            for (int k = 0; k < 8; k++) *reinterpret_cast<uint32_t *>(ak_sdx_pword(ps, rows, j, k, c4)) = pa[k];
+            for (int kk = 0; kk < 2; kk++)
+                *ak_sdx_pslot(ps, j, kk, ctid) = make_uint4(pa[4 * kk], pa[4 * kk + 1], pa[4 * kk + 2], pa[4 * kk + 3]);
             if (c4 == 0) alpha_s[64 * (j & 1) + rows[0]] = alpha[0], alpha_s[64 * (j & 1) + rows[1]] = alpha[1];
             ak_bar_sync(2, 256); /* P and alpha of this unit are ready */
             /* P V of this unit and S of the next back to back (P V does not wait for the next unit);
@@ -1038,7 +1039,10 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
             ak_bar_sync(2, 256); /* P and alpha of unit j */
             uint32_t pa[8];
 #pragma unroll
-            for (int k = 0; k < 8; k++) pa[k] = *reinterpret_cast<const uint32_t *>(ak_sdx_pword(ps, rows, j, k, c4));
+            for (int kk = 0; kk < 2; kk++) {
+                const uint4 w4 = *ak_sdx_pslot(ps, j, kk, ctid - 128);
+                pa[4 * kk] = w4.x, pa[4 * kk + 1] = w4.y, pa[4 * kk + 2] = w4.z, pa[4 * kk + 3] = w4.w;
+            }
             const float a0 = alpha_s[64 * (j & 1) + rows[0]], a1 = alpha_s[64 * (j & 1) + rows[1]];
             if (!__all_sync(0xffffffffu, a0 == 1.0f && a1 == 1.0f)) ak_sdx_rescale(o, a0, a1);
 #pragma unroll
