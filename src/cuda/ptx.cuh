@@ -220,6 +220,11 @@ __device__ __forceinline__ void ak_bar_sync(int id, int n) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
 }
 
+/* Arrives on barrier `id` among `n` threads without waiting (the others bar.sync on it). */
+__device__ __forceinline__ void ak_bar_arrive(int id, int n) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+
 /* bar.sync that also returns whether any of the n threads passed pred true (bar.red.or). */
 __device__ __forceinline__ bool ak_bar_any(int id, int n, bool pred) {
     uint32_t r;
