@@ -1037,7 +1037,6 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
         uint8_t *ps = smem + M::PS;
         for (int j = 0; u < u_end; j++) {
             const int b = j % NBUF;
-            const int un = ak_sdx_next(p, u + 1, u_end, len0, len1);
             ak_bar_sync(2, 256); /* P and alpha of unit j */
             uint32_t pa[8];
 #pragma unroll
@@ -1063,7 +1062,7 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
 #pragma unroll
             for (int k = 0; k < 128; k++) ak_reg_fence(o[k]);
             ak_mbar_arrive(bar + 8 * (NBUF + b)); /* EMPTY[b] */
-            u = un;
+            u = ak_sdx_next(p, u + 1, u_end, len0, len1); /* after the release, in this warpgroup's idle time */
         }
     }
     ak_bar_sync(1, 256); /* consumer warpgroup 1's final m and l rows are in ml_s */
