@@ -3,7 +3,8 @@
  * backend on the same cache bytes: all four MLA layouts, h_q {1, 8, 16, 32, 64, 128}, s_q
  * {1, 2, 4}, extra cache, ragged and zero lengths ([b] and [b, s_q] forms), every kind of invalid
  * index, all-invalid rows, sinks including +-inf, NaN-poisoned unused slots and outputs, bitwise
- * reruns and CUDA-graph replay with changed indices and lengths. Exit 77 without a GPU. Timing of
+ * reruns and CUDA-graph replay with changed indices and lengths; and the op's limits: top-k 32768,
+ * s_q 8 on every layout, more than 11.6k query rows in one call. Exit 77 without a GPU. Timing of
  * the target shapes lives in `attnkit bench --op mla_decode_sparse`. AK_TEST_QUICK=1 keeps a third
  * of the matrix (h_q 1, 16, 64; s_q 1, 2), one long case and two graph cases: the set that
  * compute-sanitizer memcheck and racecheck run in reasonable time.
