@@ -74,13 +74,9 @@ rep('''            ak_bar_sync(2, 256); /* P and alpha of unit j */''','''      
             ak_bar_sync(2, 256); /* P and alpha of unit j */
             if (ctid == 128) TR(8, j);''')
 rep('''            ak_mbar_arrive(bar + 8 * (NBUF + b)); /* EMPTY[b] */
-            u = un;
-        }
-    }''','''            ak_mbar_arrive(bar + 8 * (NBUF + b)); /* EMPTY[b] */
+            u = ak_sdx_next(p, u + 1, u_end, len0, len1); /* after the release, in this warpgroup's idle time */''','''            ak_mbar_arrive(bar + 8 * (NBUF + b)); /* EMPTY[b] */
             if (ctid == 128) TR(9, j);
-            u = un;
-        }
-    }''')
+            u = ak_sdx_next(p, u + 1, u_end, len0, len1); /* after the release, in this warpgroup's idle time */''')
 # end
 rep('''    if (p.splits > 1 || p.out_bulk)
         ak_sdw_write_bulk(p, smem + M::Q, alpha_s, o, m_run, l_run, kq.ref, r, i, h0, split, wg, wr, g, c4, ctid);
@@ -106,14 +102,14 @@ rep('''            ak_mbar_arrive(bar + 8 * (NBUF + b)); /* EMPTY[b] */
             if (ctid == 0) TR(15, j + 1);
 ''')
 # copy call (13) and conversion end (12) of the producer's step
-rep('''                                     stage + (uint32_t)(st * 8 * M::STG), sbar + 8 * st);
+rep('''                                     stage + (uint32_t)(st * 8 * M::STG), sbar + 8 * st, pol);
         }
-''', '''                                     stage + (uint32_t)(st * 8 * M::STG), sbar + 8 * st);
+''', '''                                     stage + (uint32_t)(st * 8 * M::STG), sbar + 8 * st, pol);
         }
         if (w == 0 && lane == 0) TR(13, j);
 ''')
-rep('''        ak_sdx_convert<LAYOUT, AK_SDX_UNIT, KPW>(stage_p + (j % NST) * 8 * M::STG, kb, 8 * w, lane, va);
-''', '''        ak_sdx_convert<LAYOUT, AK_SDX_UNIT, KPW>(stage_p + (j % NST) * 8 * M::STG, kb, 8 * w, lane, va);
+rep('''            ak_sdx_convert<LAYOUT, AK_SDX_UNIT, KPW>(stage_p + (j % NST) * 8 * M::STG, kb, 8 * w, lane);
+''', '''            ak_sdx_convert<LAYOUT, AK_SDX_UNIT, KPW>(stage_p + (j % NST) * 8 * M::STG, kb, 8 * w, lane);
         if (w == 0 && lane == 0) TR(12, j);
 ''')
 # host side: averages over the sampled CTAs, printed after each case (the cmd_bench.c hook below)
@@ -210,8 +206,12 @@ rep('''        const int n = j >> 1, b = n & 1, half = j & 1;   /* tile n of thi
         const int n = j >> 1, b = n & 1, half = j & 1;   /* tile n of this CTA, its buffer, this half */
         if (half == 0) ak_mbar_wait(bar + 8 * (2 + b), ((n >> 1) & 1) ^ 1); /* EMPTY[b] */
         if (w == 0 && lane == 0) TR2(3, j);''')
-rep('''        ak_mbar_arrive(bar + 8 * b); /* FULL[b] (both halves: 512 arrivals) */''','''        ak_mbar_arrive(bar + 8 * b); /* FULL[b] (both halves: 512 arrivals) */
-        if (w == 0 && lane == 0) TR2(4, j);''')
+rep('''            ak_mbar_arrive(bar + 8 * b); /* FULL[b] */
+        }
+        __syncwarp();''','''            ak_mbar_arrive(bar + 8 * b); /* FULL[b] */
+        }
+        __syncwarp();
+        if (w == 0 && lane == 0) TR2(4, j); /* the step's end (FULL arrives after odd halves: x131) */''')
 # consumer
 rep('''    ak_sdw_load_q<DQK, NH, 128>(p, qs, r, i, h0, ct);
     ak_fence_proxy_async(); /* Q writes -> the wgmma (async proxy) reads */
