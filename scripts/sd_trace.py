@@ -74,9 +74,9 @@ rep('''            ak_bar_sync(2, 256); /* P and alpha of unit j */''','''      
             ak_bar_sync(2, 256); /* P and alpha of unit j */
             if (ctid == 128) TR(8, j);''')
 rep('''            ak_mbar_arrive(bar + 8 * (NBUF + b)); /* EMPTY[b] */
-            u = ak_sdx_next(p, u + 1, u_end, len0, len1); /* after the release, in this warpgroup's idle time */''','''            ak_mbar_arrive(bar + 8 * (NBUF + b)); /* EMPTY[b] */
+            /* the next unit after the release''','''            ak_mbar_arrive(bar + 8 * (NBUF + b)); /* EMPTY[b] */
             if (ctid == 128) TR(9, j);
-            u = ak_sdx_next(p, u + 1, u_end, len0, len1); /* after the release, in this warpgroup's idle time */''')
+            /* the next unit after the release''')
 # end
 rep('''    if (p.splits > 1 || p.out_bulk)
         ak_sdw_write_bulk(p, smem + M::Q, alpha_s, o, m_run, l_run, kq.ref, r, i, h0, split, wg, wr, g, c4, ctid);

@@ -1048,7 +1048,7 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
             if (!__all_sync(0xffffffffu, a0 == 1.0f && a1 == 1.0f)) ak_sdx_rescale(o, a0, a1);
             /* With three K buffers (V4) this P V queues behind warpgroup 1's S of the next unit in
                the tensor pipe, so that S, which the softmax waits for, completes first (V4-Pro
-               -1.4%, x135). The buffer's EMPTY then comes later, which with two buffers (656,
+               -1.5%, x135). The buffer's EMPTY then comes later, which with two buffers (656,
                per-tensor) the producers wait for: there it cost 2.5%. */
             if (NBUF == 3) ak_bar_sync(3, 256);
 #pragma unroll
@@ -1062,7 +1062,9 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
 #pragma unroll
             for (int k = 0; k < 128; k++) ak_reg_fence(o[k]);
             ak_mbar_arrive(bar + 8 * (NBUF + b)); /* EMPTY[b] */
-            u = ak_sdx_next(p, u + 1, u_end, len0, len1); /* after the release, in this warpgroup's idle time */
+            /* the next unit after the release, in this warpgroup's idle time (found at the top of
+               the loop, its code stood between the P barrier and this P V: 656 h_q 128 +2.8%, x139) */
+            u = ak_sdx_next(p, u + 1, u_end, len0, len1);
         }
     }
     ak_bar_sync(1, 256); /* consumer warpgroup 1's final m and l rows are in ml_s */
