@@ -573,9 +573,9 @@ template <int LAYOUT> struct ak_sdx_map {
     enum {
         V4 = LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0,
         /* V4 (d_qk 512) has room for a third K buffer beside three stages: its producer gets a unit
-           of slack (H100: V4-Pro -4..5%, s_q 2 -1..6%, run x95); at d_qk 576 a third buffer costs
-           656 Q's RoPE block in registers (+0..1.5%, x94) and fits per-tensor's two stages (+1.5%,
-           x122) */
+           of slack (H100: V4-Pro -4..5%, s_q 2 -1..6%, run x95); at d_qk 576 a third buffer fits
+           only with P in one parity and the row statistics in the stage region, and gained nothing
+           for 656 (its producers bound the unit, x137) and lost 1.5% for per-tensor (x122) */
         NBUF = V4 ? 3 : 2, /* bf16 K buffers */
         /* registers after setmaxnreg, producers and consumer warpgroup 1 (with warpgroup 2's 168:
            3 x 168); V4's producer needs 136 beside three buffers (at 120 it spills) */
