@@ -344,7 +344,6 @@ __device__ __forceinline__ void ak_sdw_write_bulk(const ak_sd_params &p, uint8_t
 template <int LAYOUT>
 __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_params p) {
     static_assert(AK_SDW_HEADS * AK_SDX_XSTR * 4 <= ak_sdw_smem_map<LAYOUT>::VALID, "staged rows fit in Q and K");
-    ak_grid_dep_wait(); /* a programmatic dependent launch: inputs and workspace are free to use after this */
     typedef ak_sd_geo<LAYOUT> G;
     enum { DQK = G::DQK, KB = DQK / 64, KSTEPS = DQK / 16, BF16 = LAYOUT == AK_LAYOUT_MLA_BF16 };
     extern __shared__ __align__(16) uint8_t smem_raw[];
@@ -364,11 +363,11 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
     int64_t ri;
     ak_sdw_cta(p, AK_SDW_HEADS, split, h0, ri);
     const int64_t r = ri / p.s_q, i = ri % p.s_q;
-
-    const int32_t len0 = ak_sd_len(p.list[0], r, i), len1 = ak_sd_len(p.list[1], r, i);
     const int n_tiles = p.list[0].tiles + p.list[1].tiles;
     int t_begin, t_end;
     ak_sd_split_range(split, n_tiles, p.splits, t_begin, t_end);
+    ak_grid_dep_wait(); /* ak_sd_main: parameters only above; inputs and workspace after this */
+    const int32_t len0 = ak_sd_len(p.list[0], r, i), len1 = ak_sd_len(p.list[1], r, i);
     /* Tiles t (in K buffer kb), tn (its records in x, or for MLA_BF16 its offset in xro) and tnn
        (its raw slot id for key `tok` in sraw) of the pipeline. */
     int t = ak_sdw_next(p, t_begin, t_end, len0, len1);
@@ -918,7 +917,6 @@ template <int LAYOUT>
 __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_params p) {
     /* the epilogue stages rows over Q, the K buffers, P and the stages (all free by then) */
     static_assert(AK_SDW_HEADS * AK_SDX_XSTR * 4 <= ak_sdx_map<LAYOUT>::VALID, "staged rows fit before the masks");
-    ak_grid_dep_wait(); /* a programmatic dependent launch: inputs and workspace are free to use after this */
     typedef ak_sdx_map<LAYOUT> M;
     enum { DQK = M::DQK, KSTEPS = DQK / 16, NBUF = M::NBUF };
     extern __shared__ __align__(16) uint8_t smem_raw[];
@@ -930,7 +928,6 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
     int64_t ri;
     ak_sdw_cta(p, AK_SDW_HEADS, split, h0, ri);
     const int64_t r = ri / p.s_q, i = ri % p.s_q;
-    const int32_t len0 = ak_sd_len(p.list[0], r, i), len1 = ak_sd_len(p.list[1], r, i);
     int t_begin, t_end;
     ak_sd_split_range(split, p.list[0].tiles + p.list[1].tiles, p.splits, t_begin, t_end);
     const int u_begin = 2 * t_begin, u_end = 2 * t_end;
@@ -944,6 +941,8 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
         for (int k = 0; k < 4 * M::NST; k++) ak_mbar_init(bar + 8 * (2 * NBUF + k), M::V4 ? 1 + 8 : 1);
     }
     __syncthreads();
+    ak_grid_dep_wait(); /* ak_sd_main: parameters and shared memory only above */
+    const int32_t len0 = ak_sd_len(p.list[0], r, i), len1 = ak_sd_len(p.list[1], r, i);
 
     if (warp < 4) {
         ak_setmaxnreg_dec<M::PREG>();
@@ -1278,12 +1277,11 @@ __device__ __forceinline__ void ak_sdt_colsum(float *l_part, float *red, int w, 
     }
 }
 
-/* One CTA's work from blockIdx (ak_sdw_cta): its split, first head, request and query token, the
-   token's list lengths and its tiles [t_begin, t_end). */
+/* One CTA's work from blockIdx (ak_sdw_cta): its split, first head, request and query token and its
+   tiles [t_begin, t_end); parameters only, so it runs before the dependency wait. */
 struct ak_sdt_work {
     int split, h0, t_begin, t_end;
     int64_t r, i;
-    int32_t len0, len1;
 };
 __device__ __forceinline__ ak_sdt_work ak_sdt_cta(const ak_sd_params &p, int nh) {
     ak_sdt_work k;
@@ -1291,8 +1289,6 @@ __device__ __forceinline__ ak_sdt_work ak_sdt_cta(const ak_sd_params &p, int nh)
     ak_sdw_cta(p, nh, k.split, k.h0, ri);
     k.r = ri / p.s_q;
     k.i = ri % p.s_q;
-    k.len0 = ak_sd_len(p.list[0], k.r, k.i);
-    k.len1 = ak_sd_len(p.list[1], k.r, k.i);
     ak_sd_split_range(k.split, p.list[0].tiles + p.list[1].tiles, p.splits, k.t_begin, k.t_end);
     return k;
 }
@@ -1327,7 +1323,6 @@ __device__ __forceinline__ void ak_sdt_store4(const ak_sd_params &p, float4 v, i
 
 template <int LAYOUT, int NH>
 __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_params p) {
-    ak_grid_dep_wait(); /* a programmatic dependent launch: inputs and workspace are free to use after this */
     typedef ak_sdt_map<LAYOUT, NH> M;
     enum { DQK = M::DQK, KSTEPS = DQK / 16, NS = NH / 2, /* S^T and per-block O^T registers */
            NC = NH / 4 /* head columns per thread: 8 j + 2 c4 + e */ };
@@ -1339,7 +1334,6 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
     const ak_sdt_work wk = ak_sdt_cta(p, NH);
     const int split = wk.split, h0 = wk.h0, t_begin = wk.t_begin, t_end = wk.t_end;
     const int64_t r = wk.r, i = wk.i;
-    const int32_t len0 = wk.len0, len1 = wk.len1;
 
     if (tid == 0) {
         for (int b = 0; b < 2; b++) {
@@ -1349,6 +1343,8 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
         for (int k = 0; k < AK_SDT_PW * M::NST; k++) ak_mbar_init(bar + 8 * (4 + k), 1);
     }
     __syncthreads();
+    ak_grid_dep_wait(); /* ak_sd_main: parameters and shared memory only above */
+    const int32_t len0 = ak_sd_len(p.list[0], r, i), len1 = ak_sd_len(p.list[1], r, i);
     if (warp < AK_SDT_PW) {
         ak_setmaxnreg_dec<AK_SDT_PREG>();
         ak_sdt_produce<LAYOUT, NH>(p, smem, r, i, len0, len1, t_begin, t_end);
@@ -1603,7 +1599,6 @@ __device__ __forceinline__ void ak_sdr_produce(const ak_sd_params &p, uint8_t *s
 
 template <int LAYOUT>
 __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_params p) {
-    ak_grid_dep_wait(); /* a programmatic dependent launch: inputs and workspace are free to use after this */
     typedef ak_sdr_map<LAYOUT> M;
     enum { PT = M::PT, NB = M::NPB };
     extern __shared__ __align__(16) uint8_t smem_raw[];
@@ -1614,7 +1609,6 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
     const ak_sdt_work wk = ak_sdt_cta(p, 16);
     const int split = wk.split, h0 = wk.h0, t_begin = wk.t_begin, t_end = wk.t_end;
     const int64_t r = wk.r, i = wk.i;
-    const int32_t len0 = wk.len0, len1 = wk.len1;
 
     if (tid == 0) {
         for (int b = 0; b < AK_SDR_NBUF; b++) {
@@ -1624,6 +1618,8 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
         for (int k = 0; k < 2; k++) ak_mbar_init(bar + 8 * (2 * AK_SDR_NBUF + k), 256); /* MERGE: both warpgroups */
     }
     __syncthreads();
+    ak_grid_dep_wait(); /* ak_sd_main: parameters and shared memory only above */
+    const int32_t len0 = ak_sd_len(p.list[0], r, i), len1 = ak_sd_len(p.list[1], r, i);
     if (warp < AK_SDR_PW) {
         ak_setmaxnreg_dec<AK_SDR_PREG>();
         ak_sdr_produce<LAYOUT>(p, smem, r, i, len0, len1, t_begin, t_end);
