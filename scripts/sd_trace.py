@@ -38,8 +38,15 @@ rep('''        ak_mbar_wait(sbar + 8 * (j % NST), (j / NST) & 1); /* unit a's re
 rep('''        ak_mbar_arrive(bar + 8 * b); /* FULL[b] */\n''','''        ak_mbar_arrive(bar + 8 * b); /* FULL[b] */\n        if (w == 0 && lane == 0) TR(6, j);\n''')
 # kernel start
 rep('''static_assert(AK_SDW_HEADS * AK_SDX_XSTR * 4 <= ak_sdx_map<LAYOUT>::VALID, "staged rows fit before the masks");
-    ak_grid_dep_wait();''','''static_assert(AK_SDW_HEADS * AK_SDX_XSTR * 4 <= ak_sdx_map<LAYOUT>::VALID, "staged rows fit before the masks");
+''','''static_assert(AK_SDW_HEADS * AK_SDX_XSTR * 4 <= ak_sdx_map<LAYOUT>::VALID, "staged rows fit before the masks");
     if (threadIdx.x == 0) TR(7, 9);
+''')
+rep('''ak_mbar_init(bar + 8 * (2 * NBUF + k), M::V4 ? 1 + 8 : 1);
+    }
+    __syncthreads();
+    ak_grid_dep_wait();''','''ak_mbar_init(bar + 8 * (2 * NBUF + k), M::V4 ? 1 + 8 : 1);
+    }
+    __syncthreads();
     ak_grid_dep_wait();
     if (threadIdx.x == 0) TR(7, 0);''')
 rep('''    ak_sdw_load_q<DQK, AK_SDW_HEADS, 256>(p, qs, r, i, h0, ctid);
@@ -280,4 +287,152 @@ extern "C" void ak_trace_dump_sdt(const char *tag) {
             tag, nc, a[14], a[15], a[0], a[1], a[2], a[3], a[4], a[11], a[5], a[6], a[7], a[8], a[9], a[10], a[12], a[13]);
 }
 '''
+open(f, 'w').write(s)
+
+# ---- ak_sd_main (mma.sync kernel, the small batches) and ak_sd_combine: %globaltimer stamps (ns)
+# of thread 0 of every CTA up to 512, printed as the spread over CTAs of each point, relative to the
+# earliest main-kernel CTA past its dependency wait (session 24)
+f = d + '/src/cuda/sparse_decode.cu'
+s = open(f).read()
+rep('#include <stdint.h>\n', '''#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#define AK_TM_CTAS 512
+#define AK_TM_S 25
+__device__ unsigned long long ak_tm[AK_TM_CTAS][AK_TM_S], ak_tc[AK_TM_CTAS][3];
+__device__ __forceinline__ unsigned long long ak_gt() { unsigned long long t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory"); return t; }
+#define TM(sx) do { if (threadIdx.x == 0 && blockIdx.x < AK_TM_CTAS && (sx) < AK_TM_S) ak_tm[blockIdx.x][sx] = ak_gt(); } while (0)
+#define TMV(sx, v) do { if (threadIdx.x == 0 && blockIdx.x < AK_TM_CTAS) { unsigned long long t_; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_) : "r"((unsigned)(v)) : "memory"); ak_tm[blockIdx.x][sx] = t_; } } while (0)
+#define TC(sx) do { if (threadIdx.x == 0 && blockIdx.x < AK_TM_CTAS) ak_tc[blockIdx.x][sx] = ak_gt(); } while (0)
+''')
+rep('''__global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_params p) {
+''', '''__global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_params p) {
+    TM(0);
+''')
+rep('''    ak_grid_dep_wait();
+    /* Slot ids of the first two tiles''', '''    ak_grid_dep_wait();
+    TM(1);
+    /* Slot ids of the first two tiles''')
+rep('''    int32_t spec0 = -1, spec1 = -1;
+''', '''    int32_t spec0 = -1, spec1 = -1;
+    TM(24);
+''')
+rep('''    const int32_t len0 = ak_sd_len(p.list[0], r, i), len1 = ak_sd_len(p.list[1], r, i);
+''', '''    TM(20);
+    const int32_t len0 = ak_sd_len(p.list[0], r, i), len1 = ak_sd_len(p.list[1], r, i);
+    TMV(21, spec0 + spec1);
+    TMV(22, len0 + len1);
+''')
+rep('''#pragma unroll
+        for (int k = 0; k < QN; k++) {
+            const int it = k * AK_SD_THREADS + tid, row = it / QCH, c = it % QCH;
+            if (it < QITEMS) *reinterpret_cast<uint4 *>(qs + row * KSTR + c * 8) = qv[k];''', '''        TMV(23, qv[0].x + qv[QN - 1].y);
+#pragma unroll
+        for (int k = 0; k < QN; k++) {
+            const int it = k * AK_SD_THREADS + tid, row = it / QCH, c = it % QCH;
+            if (it < QITEMS) *reinterpret_cast<uint4 *>(qs + row * KSTR + c * 8) = qv[k];''')
+rep('''    __syncthreads();
+    if (C::PREF && cur < t_end) ak_sd_issue''', '''    __syncthreads();
+    TM(2);
+    if (C::PREF && cur < t_end) ak_sd_issue''')
+rep('''        ak_cp_async_wait_all();
+        __syncthreads();
+        uint8_t *stg''', '''        ak_cp_async_wait_all();
+        __syncthreads();
+        if (k < 3) TM(3 + 5 * k);
+        uint8_t *stg''')
+rep('''            ak_sd_dequant<LAYOUT, KSTR>(stg, ks);
+            __syncthreads();''', '''            ak_sd_dequant<LAYOUT, KSTR>(stg, ks);
+            __syncthreads();
+            if (k < 3) TM(4 + 5 * k);''')
+rep('''        __syncthreads();
+
+        /* Online softmax, once per row''', '''        __syncthreads();
+        if (k < 3) TM(5 + 5 * k);
+
+        /* Online softmax, once per row''')
+rep('''        __syncthreads();
+        uint32_t pa[4][4]; /* P as bf16 A fragments of this warp's m-tile */''', '''        __syncthreads();
+        if (k < 3) TM(6 + 5 * k);
+        uint32_t pa[4][4]; /* P as bf16 A fragments of this warp's m-tile */''')
+rep('''        cur = nxt;
+        nxt = nxt2;
+    }
+''', '''        if (k < 3) TM(7 + 5 * k);
+        cur = nxt;
+        nxt = nxt2;
+    }
+    TM(18);
+''')
+rep('''                                 rst[16 * MW + mt * 16 + g + hr * 8], kq.ref, d0, c4, gw == 0 && c4 == 0);
+    }
+}''', '''                                 rst[16 * MW + mt * 16 + g + hr * 8], kq.ref, d0, c4, gw == 0 && c4 == 0);
+    }
+    __syncthreads();
+    TM(19);
+}''')
+rep('''    __shared__ float red[4];
+''', '''    __shared__ float red[4];
+    TC(0);
+''')
+rep('''    ak_grid_dep_wait(); /* the main kernel's partial rows''', '''    ak_grid_dep_wait();
+    TC(1); /* the main kernel's partial rows''')
+rep('''        *reinterpret_cast<uint32_t *>(o + 2) = ak_sd_pack_bf16(acc[2] * f, acc[3] * f);
+    }
+}''', '''        *reinterpret_cast<uint32_t *>(o + 2) = ak_sd_pack_bf16(acc[2] * f, acc[3] * f);
+    }
+    TC(2);
+}''')
+s += r'''
+static int ak_tm_cmp(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+static void ak_tm_line(const char *tag, const char *name, double *v, int n) {
+    if (n == 0) return;
+    qsort(v, (size_t)n, sizeof(double), ak_tm_cmp);
+    fprintf(stderr, "tmain %s: %-26s n %4d  min %7.0f  med %7.0f  max %7.0f ns\n", tag, name, n, v[0], v[n / 2], v[n - 1]);
+}
+extern "C" void ak_trace_dump_sdm(const char *tag) {
+    static unsigned long long h[AK_TM_CTAS][AK_TM_S], c[AK_TM_CTAS][3];
+    if (cudaDeviceSynchronize() != cudaSuccess || cudaMemcpyFromSymbol(h, ak_tm, sizeof h) != cudaSuccess ||
+        cudaMemcpyFromSymbol(c, ak_tc, sizeof c) != cudaSuccess) return;
+    static unsigned long long z[AK_TM_CTAS][AK_TM_S], zc[AK_TM_CTAS][3];
+    cudaMemcpyToSymbol(ak_tm, z, sizeof z);
+    cudaMemcpyToSymbol(ak_tc, zc, sizeof zc);
+    unsigned long long t0 = ~0ull;
+    for (int k = 0; k < AK_TM_CTAS; k++) if (h[k][1] && h[k][1] < t0) t0 = h[k][1];
+    if (t0 == ~0ull) return;
+    static const char *nm[AK_TM_S] = {"entry", "dep wait passed", "slot ids, Q, offsets", "t0 records landed",
+        "t0 dequantized", "t0 S", "t0 softmax", "t0 P V", "t1 records landed", "t1 dequantized", "t1 S",
+        "t1 softmax", "t1 P V", "t2 records landed", "t2 dequantized", "t2 S", "t2 softmax", "t2 P V",
+        "loop end", "rows written", "", "", "", "", ""};
+    static double v[AK_TM_CTAS];
+    static const char *pn[5] = {"prologue: slot loads issued", "prologue: slot ids in", "prologue: lengths in", "prologue: Q in", "prologue: index math done"};
+    for (int sx = 20; sx < 25; sx++) {
+        int n = 0;
+        for (int k = 0; k < AK_TM_CTAS; k++) if (h[k][sx] && h[k][1]) v[n++] = (double)(long long)(h[k][sx] - t0);
+        ak_tm_line(tag, pn[sx - 20], v, n);
+    }
+    for (int sx = 0; sx < 20; sx++) {
+        int n = 0;
+        for (int k = 0; k < AK_TM_CTAS; k++) if (h[k][sx] && h[k][1]) v[n++] = (double)(long long)(h[k][sx] - t0);
+        ak_tm_line(tag, nm[sx], v, n);
+    }
+    static const char *cn[3] = {"combine entry", "combine dep wait passed", "combine end"};
+    for (int sx = 0; sx < 3; sx++) {
+        int n = 0;
+        for (int k = 0; k < AK_TM_CTAS; k++) if (c[k][sx] && c[k][1] > t0) v[n++] = (double)(long long)(c[k][sx] - t0);
+        ak_tm_line(tag, cn[sx], v, n);
+    }
+}
+'''
+open(f, 'w').write(s)
+f = d + '/src/cuda/sparse_decode_wgmma.cu'
+s = open(f).read()
+rep('''extern "C" void ak_trace_dump(const char *tag) {
+    ak_trace_dump_sdt(tag);''', '''extern "C" void ak_trace_dump_sdm(const char *tag);
+extern "C" void ak_trace_dump(const char *tag) {
+    ak_trace_dump_sdt(tag);
+    ak_trace_dump_sdm(tag);''')
 open(f, 'w').write(s)

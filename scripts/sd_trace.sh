@@ -14,4 +14,4 @@ python3 scripts/sd_trace.py "$W/src"
 cmake -S "$W/src" -B "$W/build" -DAK_REQUIRE_CUDA=ON -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$W/build" -j"$(nproc)" --target attnkit_cli 2>&1 | grep -E " error" || true
 AK_BENCH_FILTER="${FILTER:-}" "$W/build/attnkit" bench --backend cuda --op mla_decode_sparse 2>&1 |
-  grep -E "^(fence|sdt|trace|mla_decode_sparse)" | cut -c1-800
+  grep -E "^(fence|sdt|trace|tmain|mla_decode_sparse)" | cut -c1-800
