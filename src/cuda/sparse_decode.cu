@@ -485,12 +485,15 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
    once per row (threads stride over the splits, a fixed-shape tree reduces them) into shared
    memory; each thread then sums its 4 dims over the splits in split order, so the result is the
    same bits on every run. At the batches that split there are few rows per SM and the kernel is
-   latency-bound, so the first CH partial rows are loaded together with the split lse values,
+   latency-bound, so the first CH partial rows are loaded right behind the split lse values,
    before the weights exist (one L2 round trip for up to CH splits; the former loop waited for the
    lse values, then once per eight splits); further chunks are loaded after the previous one is
-   summed, so the registers stay those of one chunk (CH 8 for up to 8 splits keeps 8 CTAs per SM
-   for the 1024-row combines of b 8 h_q 128). The workspace holds every split, so the loads stay in
-   bounds even for an empty split, whose weight is 0 and whose (unwritten) row is never used. */
+   summed, so the registers stay those of one chunk. The launch bounds hold CH 8 (up to 8 splits)
+   to 64 registers, 8 CTAs per SM, for the 1024-row combines of b 8 h_q 128 (72 registers took 4%
+   longer), and CH 16 to 96, 5 CTAs per SM (b 1 h_q 16, V4 b 1 and b 8 h_q 16 0.1-0.4 us faster
+   than at 4, b 1 h_q 128 0.2 us slower: its 4 MB of partial rows want the CTAs spread; session
+   24). The workspace holds every split, so the loads stay in bounds even for an empty split, whose
+   weight is 0 and whose (unwritten) row is never used. */
 template <int CH>
 __device__ __forceinline__ void ak_sd_combine_load(float4 *v, const float *src, int s0, int splits, int64_t step) {
 #pragma unroll
@@ -513,7 +516,7 @@ __device__ __forceinline__ void ak_sd_combine_add(float *acc, const float4 *v, c
 }
 
 template <int CH>
-__global__ void __launch_bounds__(128) ak_sd_combine(const ak_sd_params p) {
+__global__ void __launch_bounds__(128, CH == 8 ? 8 : 5) ak_sd_combine(const ak_sd_params p) {
     extern __shared__ float wsm[]; /* [splits rounded up to CH] weights, zero past splits */
     __shared__ float red[4];
     const int64_t row = blockIdx.x;
@@ -526,11 +529,14 @@ __global__ void __launch_bounds__(128) ak_sd_combine(const ak_sd_params p) {
     const int64_t step = rows * AK_SD_DV;
     ak_grid_dep_wait(); /* the main kernel's partial rows (the index math above overlaps its end) */
     ak_grid_dep_launch();
+    /* each thread's first lse value is loaded ahead of the partial rows, so the weights are made
+       while the rows arrive (b 1 h_q 128: the max known 1.4 us after the wait, not 1.9) */
+    float mx = tid < p.splits ? p.lacc[tid * rows + row] : -INFINITY;
     float4 v[CH];
     ak_sd_combine_load<CH>(v, src, 0, p.splits, step);
     const float sink = p.sink != NULL ? p.sink[h] : 0.0f;
-    float mx = -INFINITY;
-    for (int s = tid; s < p.splits; s += 128) {
+    if (tid < p.splits) wsm[tid] = mx;
+    for (int s = tid + 128; s < p.splits; s += 128) {
         const float l = p.lacc[s * rows + row];
         wsm[s] = l;
         mx = fmaxf(mx, l);
