@@ -299,10 +299,11 @@ rep('#include <stdint.h>\n', '''#include <stdint.h>
 #include <stdlib.h>
 #define AK_TM_CTAS 512
 #define AK_TM_S 25
-__device__ unsigned long long ak_tm[AK_TM_CTAS][AK_TM_S], ak_tc[AK_TM_CTAS][3];
+__device__ unsigned long long ak_tm[AK_TM_CTAS][AK_TM_S], ak_tc[AK_TM_CTAS][6];
 __device__ __forceinline__ unsigned long long ak_gt() { unsigned long long t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory"); return t; }
 #define TM(sx) do { if (threadIdx.x == 0 && blockIdx.x < AK_TM_CTAS && (sx) < AK_TM_S) ak_tm[blockIdx.x][sx] = ak_gt(); } while (0)
 #define TMV(sx, v) do { if (threadIdx.x == 0 && blockIdx.x < AK_TM_CTAS) { unsigned long long t_; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_) : "r"((unsigned)(v)) : "memory"); ak_tm[blockIdx.x][sx] = t_; } } while (0)
+#define TCV(sx, v) do { if (threadIdx.x == 0 && blockIdx.x < AK_TM_CTAS) { unsigned long long t_; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_) : "f"(v) : "memory"); ak_tc[blockIdx.x][sx] = t_; } } while (0)
 #define TC(sx) do { if (threadIdx.x == 0 && blockIdx.x < AK_TM_CTAS) ak_tc[blockIdx.x][sx] = ak_gt(); } while (0)
 ''')
 rep('''__global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_params p) {
@@ -377,6 +378,19 @@ rep('''    __shared__ float red[4];
 ''')
 rep('''    ak_grid_dep_wait(); /* the main kernel's partial rows''', '''    ak_grid_dep_wait();
     TC(1); /* the main kernel's partial rows''')
+rep('''    mx = fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3]));
+    __syncthreads();
+''', '''    mx = fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3]));
+    __syncthreads();
+    TCV(3, mx);
+''')
+rep('''        wsm[s] = s >= p.splits || wsm[s] == -INFINITY ? 0.0f : exp2f(wsm[s] - lse2);
+    __syncthreads();
+''', '''        wsm[s] = s >= p.splits || wsm[s] == -INFINITY ? 0.0f : exp2f(wsm[s] - lse2);
+    __syncthreads();
+    TC(4);
+    TCV(5, v[CH - 1].w);
+''')
 rep('''        *reinterpret_cast<uint32_t *>(o + 2) = ak_sd_pack_bf16(acc[2] * f, acc[3] * f);
     }
 }''', '''        *reinterpret_cast<uint32_t *>(o + 2) = ak_sd_pack_bf16(acc[2] * f, acc[3] * f);
@@ -394,10 +408,10 @@ static void ak_tm_line(const char *tag, const char *name, double *v, int n) {
     fprintf(stderr, "tmain %s: %-26s n %4d  min %7.0f  med %7.0f  max %7.0f ns\n", tag, name, n, v[0], v[n / 2], v[n - 1]);
 }
 extern "C" void ak_trace_dump_sdm(const char *tag) {
-    static unsigned long long h[AK_TM_CTAS][AK_TM_S], c[AK_TM_CTAS][3];
+    static unsigned long long h[AK_TM_CTAS][AK_TM_S], c[AK_TM_CTAS][6];
     if (cudaDeviceSynchronize() != cudaSuccess || cudaMemcpyFromSymbol(h, ak_tm, sizeof h) != cudaSuccess ||
         cudaMemcpyFromSymbol(c, ak_tc, sizeof c) != cudaSuccess) return;
-    static unsigned long long z[AK_TM_CTAS][AK_TM_S], zc[AK_TM_CTAS][3];
+    static unsigned long long z[AK_TM_CTAS][AK_TM_S], zc[AK_TM_CTAS][6];
     cudaMemcpyToSymbol(ak_tm, z, sizeof z);
     cudaMemcpyToSymbol(ak_tc, zc, sizeof zc);
     unsigned long long t0 = ~0ull;
@@ -419,8 +433,9 @@ extern "C" void ak_trace_dump_sdm(const char *tag) {
         for (int k = 0; k < AK_TM_CTAS; k++) if (h[k][sx] && h[k][1]) v[n++] = (double)(long long)(h[k][sx] - t0);
         ak_tm_line(tag, nm[sx], v, n);
     }
-    static const char *cn[3] = {"combine entry", "combine dep wait passed", "combine end"};
-    for (int sx = 0; sx < 3; sx++) {
+    static const char *cn[6] = {"combine entry", "combine dep wait passed", "combine end", "combine: lse max known",
+                                "combine: weights known", "combine: first partials in"};
+    for (int sx = 0; sx < 6; sx++) {
         int n = 0;
         for (int k = 0; k < AK_TM_CTAS; k++) if (c[k][sx] && c[k][1] > t0) v[n++] = (double)(long long)(c[k][sx] - t0);
         ak_tm_line(tag, cn[sx], v, n);
