@@ -323,19 +323,23 @@ __device__ __forceinline__ void ak_sdw_write_bulk(const ak_sd_params &p, uint8_t
     }
     ak_fence_proxy_async(); /* staged rows -> the bulk copies' reads */
     ak_bar_sync(1, 256);
-    if (ctid < AK_SDW_HEADS && h0 + ctid < p.h_q) {
-        const int h = h0 + ctid;
+    /* Lanes 0..7 of each of the 8 warps store a row each: a warp issues its lanes' bulk copies one
+       at a time (~100 cycles each), so 64 rows from two warps took ~32 issue steps in series
+       (session 24), from eight ~8. */
+    const int hr = 8 * (ctid >> 5) + (ctid & 31);
+    if ((ctid & 31) < 8 && h0 + hr < p.h_q) {
+        const int h = h0 + hr;
         if (part) {
             const int64_t row = split * ((int64_t)p.b * p.s_q * p.h_q) + (r * p.s_q + i) * p.h_q + h;
-            p.lacc[row] = lse_s[ctid];
-            ak_bulk_s2g(p.oacc + row * AK_SD_DV, ak_smem_addr(xs + ctid * AK_SDX_XSTR * 4), AK_SD_DV * 4);
+            p.lacc[row] = lse_s[hr];
+            ak_bulk_s2g(p.oacc + row * AK_SD_DV, ak_smem_addr(xs + hr * AK_SDX_XSTR * 4), AK_SD_DV * 4);
         } else {
-            if (p.lse != NULL) p.lse[r * p.l_s0 + i * p.l_s1 + h * p.l_s2] = lse_s[ctid];
+            if (p.lse != NULL) p.lse[r * p.l_s0 + i * p.l_s1 + h * p.l_s2] = lse_s[hr];
             const int64_t ob = r * p.o_s0 + i * p.o_s1 + h * p.o_s2;
             if (f32)
-                ak_bulk_s2g((float *)p.out + ob, ak_smem_addr(xs + ctid * AK_SDX_XSTR * 4), AK_SD_DV * 4);
+                ak_bulk_s2g((float *)p.out + ob, ak_smem_addr(xs + hr * AK_SDX_XSTR * 4), AK_SD_DV * 4);
             else
-                ak_bulk_s2g((uint16_t *)p.out + ob, ak_smem_addr(xs + ctid * AK_SDX_HSTR * 2), AK_SD_DV * 2);
+                ak_bulk_s2g((uint16_t *)p.out + ob, ak_smem_addr(xs + hr * AK_SDX_HSTR * 2), AK_SD_DV * 2);
         }
         ak_bulk_commit_wait_read();
     }
