@@ -11,7 +11,7 @@
 #include <vector>
 #include <algorithm>
 #include <random>
-#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("%s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
+#include "probe.cuh"
 
 static const int64_t POOL = 1 << 20, N = 262144, PAGE = 64 * 132;
 

@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include "cuda/ptx.cuh"
-#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("%s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
+#include "probe.cuh"
 
 enum { REC = 656, STEPS = 512, NST = 2, MAXW = 16, MAXK = 8 };
 

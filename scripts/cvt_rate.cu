@@ -17,7 +17,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include "cuda/sparse_decode.cuh" /* ak_sd_dequant16, ak_sd_pack_bf16 and the cuda_fp8/bf16 types */
-#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("%s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
+#include "probe.cuh"
 
 enum { ITERS = 2048, CH = 8 };
 

@@ -13,7 +13,7 @@
 #include <cstdlib>
 #include <vector>
 #include <algorithm>
-#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("%s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
+#include "probe.cuh"
 
 enum { NL = 8, THREADS = 128 };
 

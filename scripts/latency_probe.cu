@@ -17,23 +17,11 @@
 #include <vector>
 #include <cuda_runtime.h>
 
-#define CK(x)                                                                                      \
-    do {                                                                                           \
-        cudaError_t e_ = (x);                                                                      \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));             \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#include "probe.cuh"
 
 #define STEPS 8
 #define WORDS (2u << 20) /* 8 MB of uint32 */
 
-__device__ __forceinline__ unsigned long long gt() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
-    return t;
-}
 
 __global__ void __launch_bounds__(256, 1) k_chain(const unsigned *buf, unsigned long long *st, int mode, unsigned *sink) {
     asm volatile("griddepcontrol.wait;" ::: "memory");
