@@ -326,20 +326,20 @@ __device__ __forceinline__ void ak_sdw_write_bulk(const ak_sd_params &p, uint8_t
     /* Lanes 0..7 of each of the 8 warps store a row each: a warp issues its lanes' bulk copies one
        at a time (~100 cycles each), so 64 rows from two warps took ~32 issue steps in series
        (session 24), from eight ~8. */
-    const int hr = 8 * (ctid >> 5) + (ctid & 31);
-    if ((ctid & 31) < 8 && h0 + hr < p.h_q) {
-        const int h = h0 + hr;
+    const int hl = 8 * (ctid >> 5) + (ctid & 31); /* the CTA row this thread stores */
+    if ((ctid & 31) < 8 && h0 + hl < p.h_q) {
+        const int h = h0 + hl;
         if (part) {
             const int64_t row = split * ((int64_t)p.b * p.s_q * p.h_q) + (r * p.s_q + i) * p.h_q + h;
-            p.lacc[row] = lse_s[hr];
-            ak_bulk_s2g(p.oacc + row * AK_SD_DV, ak_smem_addr(xs + hr * AK_SDX_XSTR * 4), AK_SD_DV * 4);
+            p.lacc[row] = lse_s[hl];
+            ak_bulk_s2g(p.oacc + row * AK_SD_DV, ak_smem_addr(xs + hl * AK_SDX_XSTR * 4), AK_SD_DV * 4);
         } else {
-            if (p.lse != NULL) p.lse[r * p.l_s0 + i * p.l_s1 + h * p.l_s2] = lse_s[hr];
+            if (p.lse != NULL) p.lse[r * p.l_s0 + i * p.l_s1 + h * p.l_s2] = lse_s[hl];
             const int64_t ob = r * p.o_s0 + i * p.o_s1 + h * p.o_s2;
             if (f32)
-                ak_bulk_s2g((float *)p.out + ob, ak_smem_addr(xs + hr * AK_SDX_XSTR * 4), AK_SD_DV * 4);
+                ak_bulk_s2g((float *)p.out + ob, ak_smem_addr(xs + hl * AK_SDX_XSTR * 4), AK_SD_DV * 4);
             else
-                ak_bulk_s2g((uint16_t *)p.out + ob, ak_smem_addr(xs + hr * AK_SDX_HSTR * 2), AK_SD_DV * 2);
+                ak_bulk_s2g((uint16_t *)p.out + ob, ak_smem_addr(xs + hl * AK_SDX_HSTR * 2), AK_SD_DV * 2);
         }
         ak_bulk_commit_wait_read();
     }
@@ -370,7 +370,7 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
     const int n_tiles = p.list[0].tiles + p.list[1].tiles;
     int t_begin, t_end;
     ak_sd_split_range(split, n_tiles, p.splits, t_begin, t_end);
-    ak_grid_dep_wait(); /* ak_sd_main: parameters only above; inputs and workspace after this */
+    ak_grid_dep_wait(); /* as in ak_sd_main: only parameters above */
     const int32_t len0 = ak_sd_len(p.list[0], r, i), len1 = ak_sd_len(p.list[1], r, i);
     /* Tiles t (in K buffer kb), tn (its records in x, or for MLA_BF16 its offset in xro) and tnn
        (its raw slot id for key `tok` in sraw) of the pipeline. */
@@ -945,7 +945,7 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
         for (int k = 0; k < 4 * M::NST; k++) ak_mbar_init(bar + 8 * (2 * NBUF + k), M::V4 ? 1 + 8 : 1);
     }
     __syncthreads();
-    ak_grid_dep_wait(); /* ak_sd_main: parameters and shared memory only above */
+    ak_grid_dep_wait(); /* as in ak_sd_main: only parameters and shared memory above */
     const int32_t len0 = ak_sd_len(p.list[0], r, i), len1 = ak_sd_len(p.list[1], r, i);
 
     if (warp < 4) {
@@ -1347,7 +1347,7 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
         for (int k = 0; k < AK_SDT_PW * M::NST; k++) ak_mbar_init(bar + 8 * (4 + k), 1);
     }
     __syncthreads();
-    ak_grid_dep_wait(); /* ak_sd_main: parameters and shared memory only above */
+    ak_grid_dep_wait(); /* as in ak_sd_main: only parameters and shared memory above */
     const int32_t len0 = ak_sd_len(p.list[0], r, i), len1 = ak_sd_len(p.list[1], r, i);
     if (warp < AK_SDT_PW) {
         ak_setmaxnreg_dec<AK_SDT_PREG>();
@@ -1622,7 +1622,7 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
         for (int k = 0; k < 2; k++) ak_mbar_init(bar + 8 * (2 * AK_SDR_NBUF + k), 256); /* MERGE: both warpgroups */
     }
     __syncthreads();
-    ak_grid_dep_wait(); /* ak_sd_main: parameters and shared memory only above */
+    ak_grid_dep_wait(); /* as in ak_sd_main: only parameters and shared memory above */
     const int32_t len0 = ak_sd_len(p.list[0], r, i), len1 = ak_sd_len(p.list[1], r, i);
     if (warp < AK_SDR_PW) {
         ak_setmaxnreg_dec<AK_SDR_PREG>();
