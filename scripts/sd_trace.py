@@ -41,10 +41,10 @@ rep('''static_assert(AK_SDW_HEADS * AK_SDX_XSTR * 4 <= ak_sdx_map<LAYOUT>::VALID
 ''','''static_assert(AK_SDW_HEADS * AK_SDX_XSTR * 4 <= ak_sdx_map<LAYOUT>::VALID, "staged rows fit before the masks");
     if (threadIdx.x == 0) TR(7, 9);
 ''')
-rep('''ak_mbar_init(bar + 8 * (2 * NBUF + k), M::V4 ? 1 + 8 : 1);
+rep('''ak_mbar_init(bar + 8 * M::EPI, 256); /* every consumer thread */
     }
     __syncthreads();
-    ak_grid_dep_wait();''','''ak_mbar_init(bar + 8 * (2 * NBUF + k), M::V4 ? 1 + 8 : 1);
+    ak_grid_dep_wait();''','''ak_mbar_init(bar + 8 * M::EPI, 256); /* every consumer thread */
     }
     __syncthreads();
     ak_grid_dep_wait();
@@ -86,14 +86,16 @@ rep('''            ak_mbar_arrive(bar + 8 * (NBUF + b)); /* EMPTY[b] */
             /* the next unit after the release''')
 # end
 rep('''    if (p.splits > 1 || p.out_bulk)
-        ak_sdw_write_bulk(p, smem + M::Q, alpha_s, o, m_run, l_run, kq.ref, r, i, h0, split, wg, wr, g, c4, ctid);
+        ak_sdw_write_bulk(p, smem + M::Q, alpha_s, reinterpret_cast<uint32_t *>(alpha_s + 64), bar + 8 * M::EPI, o,
+                          m_run, l_run, kq.ref, r, i, h0, split, wg, wr, g, c4, ctid);
     else
-        ak_sdw_write_rows(p, o, m_run, l_run, kq.ref, r, i, h0, split, wg, wr, g, c4);
+        ak_sdw_write_rows(p, o, m_run, l_run, kq.ref, r, i, h0, wg, wr, g, c4);
 }''','''    if (ctid == 0) TR(7, 3);
     if (p.splits > 1 || p.out_bulk)
-        ak_sdw_write_bulk(p, smem + M::Q, alpha_s, o, m_run, l_run, kq.ref, r, i, h0, split, wg, wr, g, c4, ctid);
+        ak_sdw_write_bulk(p, smem + M::Q, alpha_s, reinterpret_cast<uint32_t *>(alpha_s + 64), bar + 8 * M::EPI, o,
+                          m_run, l_run, kq.ref, r, i, h0, split, wg, wr, g, c4, ctid);
     else
-        ak_sdw_write_rows(p, o, m_run, l_run, kq.ref, r, i, h0, split, wg, wr, g, c4);
+        ak_sdw_write_rows(p, o, m_run, l_run, kq.ref, r, i, h0, wg, wr, g, c4);
     __syncwarp();
     if (ctid == 0) TR(7, 4);
 }''')
@@ -365,35 +367,35 @@ rep('''        cur = nxt;
     }
     TM(18);
 ''')
-rep('''                                 rst[16 * MW + mt * 16 + g + hr * 8], kq.ref, d0, c4, gw == 0 && c4 == 0);
+rep('''                                          gw == 0 && c4 == 0);
     }
-}''', '''                                 rst[16 * MW + mt * 16 + g + hr * 8], kq.ref, d0, c4, gw == 0 && c4 == 0);
+}''', '''                                          gw == 0 && c4 == 0);
     }
     __syncthreads();
     TM(19);
 }''')
-rep('''    __shared__ float red[4];
-''', '''    __shared__ float red[4];
+rep('''    __shared__ float red[NW];
+''', '''    __shared__ float red[NW];
     TC(0);
 ''')
 rep('''    ak_grid_dep_wait(); /* the main kernel's partial rows''', '''    ak_grid_dep_wait();
     TC(1); /* the main kernel's partial rows''')
-rep('''    mx = fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3]));
+rep('''    for (int k = 1; k < NW; k++) mx = fmaxf(mx, red[k]);
     __syncthreads();
-''', '''    mx = fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3]));
+''', '''    for (int k = 1; k < NW; k++) mx = fmaxf(mx, red[k]);
     __syncthreads();
     TCV(3, mx);
 ''')
-rep('''        wsm[s] = s >= p.splits || wsm[s] == -INFINITY ? 0.0f : exp2f(wsm[s] - lse2);
+rep('''        wsm[s] = s >= p.splits || wsm[s] == -INFINITY ? 0.0f : exp2f(wsm[s] - lse2) * isc[s];
     __syncthreads();
-''', '''        wsm[s] = s >= p.splits || wsm[s] == -INFINITY ? 0.0f : exp2f(wsm[s] - lse2);
+''', '''        wsm[s] = s >= p.splits || wsm[s] == -INFINITY ? 0.0f : exp2f(wsm[s] - lse2) * isc[s];
     __syncthreads();
     TC(4);
-    TCV(5, v[CH - 1].w);
+    TCV(5, __uint_as_float(v[CH - 1][0]));
 ''')
-rep('''        *reinterpret_cast<uint32_t *>(o + 2) = ak_sd_pack_bf16(acc[2] * f, acc[3] * f);
+rep('''            *reinterpret_cast<uint32_t *>((uint16_t *)p.out + ob + 2 * e) = ak_sd_pack_bf16(acc[2 * e] * f, acc[2 * e + 1] * f);
     }
-}''', '''        *reinterpret_cast<uint32_t *>(o + 2) = ak_sd_pack_bf16(acc[2] * f, acc[3] * f);
+}''', '''            *reinterpret_cast<uint32_t *>((uint16_t *)p.out + ob + 2 * e) = ak_sd_pack_bf16(acc[2 * e] * f, acc[2 * e + 1] * f);
     }
     TC(2);
 }''')

@@ -4,7 +4,8 @@
  * {1, 2, 4}, extra cache, ragged and zero lengths ([b] and [b, s_q] forms), every kind of invalid
  * index, all-invalid rows, sinks including +-inf, NaN-poisoned unused slots and outputs, bitwise
  * reruns and CUDA-graph replay with changed indices and lengths; and the op's limits: top-k 32768,
- * s_q 8 on every layout, more than 11.6k query rows in one call. Exit 77 without a GPU. Timing of
+ * s_q 8 on every layout, more than 11.6k query rows in one call; values past fp16's range both ways
+ * on every split path (the partial rows' format). Exit 77 without a GPU. Timing of
  * the target shapes lives in `attnkit bench --op mla_decode_sparse`. AK_TEST_QUICK=1 keeps a third
  * of the matrix (h_q 1, 16, 64; s_q 1, 2), one long case and two graph cases: the set that
  * compute-sanitizer memcheck and racecheck run in reasonable time.
@@ -102,9 +103,12 @@ static int sd_rec_bytes(ak_layout l) {
 
 /* Writes random records into the used slots of a NaN-filled pool (0xff bytes: NaN in bf16, e4m3,
    f32 and ue8m0 alike). Per-tensor: encoded with k_scale, which the GPU cache gets through a device
-   pointer when scale_ptr (its float then set wrong, so a kernel that reads the float fails). */
+   pointer when scale_ptr (its float then set wrong, so a kernel that reads the float fails). Every
+   key is 2^vexp times the anchor distribution's, exactly: the fp8 layouts' bytes stay, their scales
+   (and per-tensor k_scale) and the bf16 parts take the factor. */
 static void sd_pool_make(sd_pool *p, ak_rng *r, ak_layout layout, int32_t num_pages, int32_t page,
-                         float k_scale, int scale_ptr, int dense) {
+                         float k_scale, int scale_ptr, int dense, int vexp) {
+    const float vf = ak_pow2_f32(vexp);
     memset(p, 0, sizeof *p);
     p->layout = layout;
     p->num_pages = num_pages;
@@ -132,7 +136,7 @@ static void sd_pool_make(sd_pool *p, ak_rng *r, ak_layout layout, int32_t num_pa
         for (int d = 0; d < 576; d++) x[d] = sd_anchor(r, 0.1);
         if (layout == AK_LAYOUT_MLA_BF16) {
             uint16_t *rec = (uint16_t *)(base + (int64_t)t * 1152);
-            for (int d = 0; d < 576; d++) rec[d] = sd_bf16(x[d]);
+            for (int d = 0; d < 576; d++) rec[d] = sd_bf16(x[d] * vf);
         } else if (layout == AK_LAYOUT_MLA_FP8_PERTENSOR) {
             uint8_t *rec = base + (int64_t)t * 576;
             for (int d = 0; d < 576; d++) rec[d] = ak_f32_to_e4m3(x[d] / k_scale);
@@ -141,28 +145,32 @@ static void sd_pool_make(sd_pool *p, ak_rng *r, ak_layout layout, int32_t num_pa
             for (int k = 0; k < 4; k++) {
                 float sc = sd_scale(x + 128 * k, 128, s % 2 == 0);
                 for (int d = 128 * k; d < 128 * k + 128; d++) rec[d] = ak_f32_to_e4m3(x[d] / sc);
+                sc *= vf;
                 memcpy(rec + 512 + 4 * k, &sc, 4);
             }
             uint16_t *rope = (uint16_t *)(rec + 528);
-            for (int d = 0; d < 64; d++) rope[d] = sd_bf16(x[512 + d]);
+            for (int d = 0; d < 64; d++) rope[d] = sd_bf16(x[512 + d] * vf);
         } else {
             uint8_t *row = base + (int64_t)t * 576;
             uint8_t *sc = base + (int64_t)page * 576 + (int64_t)t * 8;
             for (int k = 0; k < 7; k++) {
                 int32_t e = 127 + ak_ceil_log2_f32(sd_scale(x + 64 * k, 64, 1));
                 e = e < 1 ? 1 : e > 254 ? 254 : e;
-                sc[k] = (uint8_t)e;
                 for (int d = 64 * k; d < 64 * k + 64; d++) row[d] = ak_f32_to_e4m3(x[d] / ak_pow2_f32(e - 127));
+                e += vexp;
+                CHECK(e >= 1 && e <= 254);
+                sc[k] = (uint8_t)e;
             }
             sc[7] = 0;
             uint16_t *rope = (uint16_t *)(row + 448);
-            for (int d = 0; d < 64; d++) rope[d] = sd_bf16(x[448 + d]);
+            for (int d = 0; d < 64; d++) rope[d] = sd_bf16(x[448 + d] * vf);
         }
     }
     CHECK(cudaMalloc(&p->dev, (size_t)p->bytes) == cudaSuccess);
     CHECK(cudaMemcpy(p->dev, p->host, (size_t)p->bytes, cudaMemcpyHostToDevice) == cudaSuccess);
     p->c_cpu.data = p->host;
     p->c_cpu.page_stride = p->stride;
+    k_scale *= vf;
     p->c_cpu.k_scale = k_scale;
     p->c_gpu = p->c_cpu;
     p->c_gpu.data = p->dev;
@@ -233,6 +241,7 @@ typedef struct sd_case {
     int len_mode;                     /* 0 none, 1 [b], 2 [b, s_q] */
     int bad, sink, out_f32;
     int runs; /* the main list's rows as runs of consecutive slots (sd_fill_indices) */
+    int vexp; /* keys (so values) times 2^vexp, q times 2^-vexp: the same logits, outputs times 2^vexp */
     int out_pad; /* > 0: output rows of 512 + out_pad elements (rows not 16-byte aligned); not with graphs */
 } sd_case;
 
@@ -292,7 +301,7 @@ static void sd_cpu_ref(ak_context *cpu, ak_mla_decode_args a, float *out, float 
 }
 
 static void sd_compare(const char *what, const void *out, int f32, const float *lse, const float *out_ref,
-                       const float *lse_ref, int64_t nrow) {
+                       const float *lse_ref, int64_t nrow, int vexp) {
     float *g = malloc(sizeof(float) * (size_t)nrow * 512);
     double *rd = malloc(sizeof(double) * (size_t)nrow * 512);
     for (int64_t k = 0; k < nrow * 512; k++) {
@@ -301,7 +310,9 @@ static void sd_compare(const char *what, const void *out, int f32, const float *
     }
     char w[240];
     snprintf(w, sizeof w, "%s: out", what);
-    ak_compare(w, g, rd, nrow * 512, k_out_tol);
+    ak_tol t = k_out_tol; /* outputs 2^vexp times the anchor data's: so is the absolute bound */
+    t.abs = ldexp(t.abs, vexp);
+    ak_compare(w, g, rd, nrow * 512, t);
     for (int64_t k = 0; k < nrow; k++) rd[k] = lse_ref[k];
     snprintf(w, sizeof w, "%s: lse", what);
     ak_compare(w, lse, rd, nrow, k_lse_tol);
@@ -316,17 +327,18 @@ static void sd_run_case(ak_context *cpu, ak_context *gpu, const sd_case *cs, ak_
     const int64_t b = cs->b, s_q = cs->s_q, h_q = cs->h_q, topk = cs->topk, etopk = cs->etopk;
     char what[200];
     snprintf(what, sizeof what,
-             "layout %d b %lld s_q %lld h_q %lld topk %lld extra %lld len %d bad %d sink %d f32 %d pad %d runs %d%s",
+             "layout %d b %lld s_q %lld h_q %lld topk %lld extra %lld len %d bad %d sink %d f32 %d pad %d runs %d "
+             "vexp %d%s",
              (int)cs->layout, (long long)b, (long long)s_q, (long long)h_q, (long long)topk,
-             (long long)etopk, cs->len_mode, cs->bad, cs->sink, cs->out_f32, cs->out_pad, cs->runs,
+             (long long)etopk, cs->len_mode, cs->bad, cs->sink, cs->out_f32, cs->out_pad, cs->runs, cs->vexp,
              graph ? " graph" : "");
     const ak_device dev = {AK_DEVICE_CUDA, 0};
     sd_pool mp, ep;
     memset(&ep, 0, sizeof ep);
     /* the main pool's per-tensor scale as a float, the extra pool's through a device pointer */
-    sd_pool_make(&mp, r, cs->layout, (int32_t)((4 * topk + 63) / 64) + 1, 64, SD_K_SCALE_MAIN, 0, cs->runs);
+    sd_pool_make(&mp, r, cs->layout, (int32_t)((4 * topk + 63) / 64) + 1, 64, SD_K_SCALE_MAIN, 0, cs->runs, cs->vexp);
     if (etopk > 0)
-        sd_pool_make(&ep, r, cs->layout, (int32_t)((4 * etopk + 15) / 16) + 1, 16, SD_K_SCALE_EXTRA, 1, 0);
+        sd_pool_make(&ep, r, cs->layout, (int32_t)((4 * etopk + 15) / 16) + 1, 16, SD_K_SCALE_EXTRA, 1, 0, cs->vexp);
 
     const int64_t nq = b * s_q * h_q * dqk, nrow = b * s_q * h_q;
     const int64_t nlen = cs->len_mode == 2 ? b * s_q : b;
@@ -338,7 +350,7 @@ static void sd_run_case(ak_context *cpu, ak_context *gpu, const sd_case *cs, ak_
     io.len = malloc(4 * (size_t)nlen);
     io.elen = malloc(4 * (size_t)nlen);
     io.sink = malloc(4 * (size_t)h_q);
-    for (int64_t k = 0; k < nq; k++) io.q[k] = sd_bf16(sd_anchor(r, 1.0));
+    for (int64_t k = 0; k < nq; k++) io.q[k] = sd_bf16(sd_anchor(r, 1.0) * ak_pow2_f32(-cs->vexp));
     for (int64_t h = 0; h < h_q; h++)
         io.sink[h] = h % 5 == 1 ? INFINITY : h % 5 == 2 ? -INFINITY : (float)ak_rng_normal(r);
     sd_fill_lists(&io, cs, &mp, &ep, r);
@@ -430,7 +442,7 @@ static void sd_run_case(ak_context *cpu, ak_context *gpu, const sd_case *cs, ak_
         CHECK_MSG(touched == 0, "%s: %zu bytes of the output rows' padding were written", what, touched);
         CHECK(cudaMemcpy(rep ? hlse2 : hlse, dlse, 4 * (size_t)nrow, cudaMemcpyDeviceToHost) == cudaSuccess);
     }
-    sd_compare(what, hout, cs->out_f32, hlse, out_ref, lse_ref, nrow);
+    sd_compare(what, hout, cs->out_f32, hlse, out_ref, lse_ref, nrow, cs->vexp);
     CHECK_MSG(memcmp(hout, hout2, (size_t)nrow * 512 * osz) == 0 && memcmp(hlse, hlse2, 4 * (size_t)nrow) == 0,
               "%s: rerun is not bitwise identical", what);
     if (!graph) { /* an output view off the element-pair grid is refused before anything is written */
@@ -476,7 +488,7 @@ static void sd_run_case(ak_context *cpu, ak_context *gpu, const sd_case *cs, ak_
             CHECK(cudaMemcpy(hout, dout, (size_t)nrow * 512 * osz, cudaMemcpyDeviceToHost) == cudaSuccess);
             CHECK(cudaMemcpy(hlse, dlse, 4 * (size_t)nrow, cudaMemcpyDeviceToHost) == cudaSuccess);
             sd_cpu_ref(cpu, ca, out_ref, lse_ref, os, lss);
-            sd_compare(what, hout, cs->out_f32, hlse, out_ref, lse_ref, nrow);
+            sd_compare(what, hout, cs->out_f32, hlse, out_ref, lse_ref, nrow, cs->vexp);
         }
         CHECK_STATUS(ak_context_set_stream(gpu, NULL), AK_OK);
         cudaGraphExecDestroy(ge);
@@ -664,6 +676,45 @@ AK_TEST(sparse_decode_wide) {
            splitting 656 case, per-tensor and V4 at one split, the swap-AB kernel */
         c.out_pad = n == 2 || n == 5 || n == 6 || n == 10 ? 2 : 0;
         sd_run_case(cpu, gpu, &c, &r, 0);
+    }
+    ak_context_destroy(cpu);
+    ak_context_destroy(gpu);
+}
+
+/* The partial rows of split calls are stored in fp16 at a per-CTA power-of-two scale (sparse_decode.cuh,
+   ak_sd_part_scale). Values 2^24 times the anchor data's (~1.7e6 at most, past fp16's 65504) and
+   2^-24 times (~6e-9, under its smallest normal 6.1e-5) on every kernel family's split path: the
+   mma.sync kernel (b 1), the swap-AB kernel (b 8 h_q 16), the warp-specialized one (656 b 8 h_q
+   128, V4 b 32), the pipelined one (MLA_BF16 and V4 at 8 units) and the register-dequantizing one
+   (b 40 h_q 16, top-k 4096: 3 splits of 22 tiles). Unscaled fp16 rows would read inf or 0 here;
+   NMSE and cosine, which do not depend on the scale, catch any lost precision. */
+AK_TEST(sparse_decode_range) {
+    ak_context *cpu = NULL, *gpu = NULL;
+    if (!sd_contexts(&cpu, &gpu)) return;
+    ak_rng r;
+    ak_rng_init(&r, ak_test_seed() + 5);
+    static const struct { ak_layout l; int64_t b, h_q, topk, etopk; } k[] = {
+        {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 1, 16, 2048, 0}, {AK_LAYOUT_MLA_BF16, 1, 64, 512, 0},
+        {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 8, 16, 2048, 0}, {AK_LAYOUT_MLA_FP8_PERTENSOR, 8, 32, 1024, 64},
+        {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 8, 128, 1024, 0}, {AK_LAYOUT_DSV4_FP8_UE8M0, 32, 64, 128, 512},
+        {AK_LAYOUT_MLA_BF16, 8, 64, 512, 0},             {AK_LAYOUT_DSV4_FP8_UE8M0, 8, 64, 128, 512},
+        {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 40, 16, 4096, 0},
+    };
+    const int n_k = (int)(sizeof k / sizeof k[0]);
+    ak_device_info di;
+    CHECK_STATUS(ak_context_device_info(gpu, &di), AK_OK);
+    for (int n = 0; n < 2 * n_k; n++) {
+        const int kk = n % n_k;
+        if (sd_quick() && n >= n_k) break;
+        /* the register-dequantizing kernel: claim a high copy bandwidth per SM, as sparse_decode_wide does */
+        if (kk == n_k - 1) CHECK_STATUS(ak_context_set_ceilings(gpu, 64e9 * di.sm_count, 0.0), AK_OK);
+        sd_case c;
+        memset(&c, 0, sizeof c);
+        c.layout = k[kk].l, c.b = k[kk].b, c.s_q = 1, c.h_q = k[kk].h_q, c.topk = k[kk].topk;
+        c.etopk = k[kk].etopk, c.len_mode = 1 + n % 2, c.bad = 1, c.sink = n % 2, c.out_f32 = n % 3 == 2;
+        c.vexp = n < n_k ? 24 : -24;
+        sd_run_case(cpu, gpu, &c, &r, 0);
+        if (kk == n_k - 1) CHECK_STATUS(ak_context_set_ceilings(gpu, di.copy_bytes_per_s, 0.0), AK_OK);
     }
     ak_context_destroy(cpu);
     ak_context_destroy(gpu);

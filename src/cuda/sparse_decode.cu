@@ -464,109 +464,155 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
     ak_grid_dep_launch(); /* the next kernel may start its CTAs during this epilogue */
     /* Write this split's rows: final out/lse with one split, else normalized partials. The row
        statistics go through shared memory from their owners (rst is free: the last read of the
-       alphas precedes this barrier in every warp). */
+       alphas precedes this barrier in every warp); so do the warps' largest |O| for the partial
+       rows' fp16 scale (ak_sd_part_scale, in the S tile, free after the first barrier), whose
+       hand-off rides on the second barrier. */
+    float am = 0.0f;
+    if (p.splits > 1)
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++)
+            if (h0 + mt * 16 + g + hr * 8 < p.h_q)
+                am = ak_sd_amax_add(am, ak_sd_frag_amax<DVW / 8>(&o[0][0], hr));
     __syncthreads();
     if (lane == 0) {
 #pragma unroll
         for (int rr = 0; rr < RPW; rr++) rst[warp * RPW + rr] = m_own[rr], rst[16 * MW + warp * RPW + rr] = l_own[rr];
     }
+    uint32_t *amax = reinterpret_cast<uint32_t *>(ss);
+    if (p.splits > 1) ak_sd_part_put(am, amax, AK_SD_THREADS / 32);
     __syncthreads();
+    float sc = 1.0f, inv = 1.0f;
+    if (p.splits > 1) sc = ak_sd_part_get(amax, AK_SD_THREADS / 32, inv);
     const int d0 = gw * DVW;
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
-        const int h = h0 + mt * 16 + g + hr * 8;
-        if (h >= p.h_q) continue;
-        ak_sd_write_row<DVW / 8>(p, &o[0][0], hr, r, i, h, split, rst[mt * 16 + g + hr * 8],
-                                 rst[16 * MW + mt * 16 + g + hr * 8], kq.ref, d0, c4, gw == 0 && c4 == 0);
+        const int hl = mt * 16 + g + hr * 8;
+        float lse;
+        const float f = ak_sd_row_scale(p, rst[hl], rst[16 * MW + hl], h0 + hl, kq.ref, lse);
+        if (p.splits == 1)
+            ak_sd_write_out_row<DVW / 8>(p, &o[0][0], hr, r, i, h0 + hl, f, lse, d0, c4, gw == 0 && c4 == 0);
+        else
+            ak_sd_write_part_row<DVW / 8>(p, &o[0][0], hr, r, i, h0 + hl, split, f, lse, sc, inv, d0, c4,
+                                          gw == 0 && c4 == 0);
     }
 }
 
-/* Merges the splits of one (r, i, h) row: 128 threads x 4 dims. The split weights are computed
-   once per row (threads stride over the splits, a fixed-shape tree reduces them) into shared
-   memory; each thread then sums its 4 dims over the splits in split order, so the result is the
-   same bits on every run. At the batches that split there are few rows per SM and the kernel is
-   latency-bound, so the first CH partial rows are loaded right behind the split lse values,
-   before the weights exist (one L2 round trip for up to CH splits; the former loop waited for the
-   lse values, then once per eight splits); further chunks are loaded after the previous one is
-   summed, so the registers stay those of one chunk. The launch bounds hold CH 8 (up to 8 splits)
-   to 64 registers, 8 CTAs per SM, for the 1024-row combines of b 8 h_q 128 (72 registers took 4%
-   longer), and CH 16 to 96, 5 CTAs per SM (b 1 h_q 16, V4 b 1 and b 8 h_q 16 0.1-0.4 us faster
-   than at 4, b 1 h_q 128 0.2 us slower: its 4 MB of partial rows want the CTAs spread; session
-   24). The workspace holds every split, so the loads stay in bounds even for an empty split, whose
-   weight is 0 and whose (unwritten) row is never used. */
-template <int CH>
-__device__ __forceinline__ void ak_sd_combine_load(float4 *v, const float *src, int s0, int splits, int64_t step) {
+/* Merges the splits of one (r, i, h) row: 512 / DPT threads x DPT dims. The split weights are
+   computed once per row (threads stride over the splits, a fixed-shape tree reduces them) into
+   shared memory, each times its split's factor (the partial rows are scaled fp16,
+   ak_sd_part_scale); each thread then sums its dims over the splits in split order, so the result
+   is the same bits on every run. At the batches that split there are few rows per SM and the
+   kernel is latency-bound, so the first CH partial rows are loaded right behind the split lse
+   values, before the weights exist (one L2 round trip for up to CH splits); further chunks are
+   loaded after the previous one is summed, so the registers stay those of one chunk. A thread's
+   work is a chain of dependent instructions per split (a weight, a conversion from fp16, a
+   multiply-add per dim): with at most one row per SM the call waits for that chain, so 2 dims
+   per thread over 256 threads (b 1 h_q 16 9.6 -> 9.3 us, b 1 h_q 128 13.9 -> 13.3); with more
+   rows the CTAs' fixed work dominates and 4 dims over 128 threads is faster (b 8 h_q 128, 1024
+   rows: 24.5 against 26.1; session 25). The launch bounds keep, for 4 dims, CH 8 at 64 registers
+   (8 CTAs per SM: b 8 h_q 128's 1024 rows in one wave; 72 put them in two, x147) and CH 16 at 96
+   (5 CTAs per SM). The workspace holds every split, so the loads stay in bounds even for an
+   empty split, whose weight is 0 and whose (unwritten) row is never used. */
+template <int CH, int DPT>
+__device__ __forceinline__ void ak_sd_combine_load(uint32_t (*v)[DPT / 2], const __half *src, int s0, int splits,
+                                                   int64_t step) {
 #pragma unroll
-    for (int k = 0; k < CH; k++)
-        if (s0 + k < splits) v[k] = *reinterpret_cast<const float4 *>(src + (s0 + k) * step);
+    for (int k = 0; k < CH; k++) {
+        if (s0 + k >= splits) continue;
+        if (DPT == 4) {
+            const uint2 x = *reinterpret_cast<const uint2 *>(src + (s0 + k) * step);
+            v[k][0] = x.x, v[k][DPT / 2 - 1] = x.y;
+        } else {
+            v[k][0] = *reinterpret_cast<const uint32_t *>(src + (s0 + k) * step);
+        }
+    }
 }
 
-template <int CH>
-__device__ __forceinline__ void ak_sd_combine_add(float *acc, const float4 *v, const float *w, int s0, int splits) {
+template <int CH, int DPT>
+__device__ __forceinline__ void ak_sd_combine_add(float *acc, const uint32_t (*v)[DPT / 2], const float *w, int s0,
+                                                  int splits) {
 #pragma unroll
     for (int k = 0; k < CH; k++) {
         if (s0 + k >= splits) break;
         const float wk = w[s0 + k];
         if (wk == 0.0f) continue; /* an empty split's row was never written */
-        acc[0] += wk * v[k].x;
-        acc[1] += wk * v[k].y;
-        acc[2] += wk * v[k].z;
-        acc[3] += wk * v[k].w;
+#pragma unroll
+        for (int e = 0; e < DPT / 2; e++) {
+            const float2 a = __half22float2(*reinterpret_cast<const __half2 *>(&v[k][e]));
+            acc[2 * e] += wk * a.x;
+            acc[2 * e + 1] += wk * a.y;
+        }
     }
 }
 
-template <int CH>
-__global__ void __launch_bounds__(128, CH == 8 ? 8 : 5) ak_sd_combine(const ak_sd_params p) {
-    extern __shared__ float wsm[]; /* [splits rounded up to CH] weights, zero past splits */
-    __shared__ float red[4];
+template <int CH, int DPT>
+__global__ void __launch_bounds__(512 / DPT, DPT == 4 ? (CH == 8 ? 8 : 5) : (CH == 8 ? 4 : 3))
+    ak_sd_combine(const ak_sd_params p) {
+    enum { NT = 512 / DPT, NW = NT / 32 };
+    extern __shared__ float wsm[]; /* [2][splits rounded up to CH] weights (zero past splits), factors */
+    __shared__ float red[NW];
     const int64_t row = blockIdx.x;
     const int64_t rows = (int64_t)p.b * p.s_q * p.h_q;
     const int h = (int)(row % p.h_q);
     const int64_t ri = row / p.h_q, r = ri / p.s_q, i = ri % p.s_q;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int d = tid * 4;
-    const float *src = p.oacc + row * AK_SD_DV + d;
+    const int d = tid * DPT;
+    const int padded = (p.splits + CH - 1) / CH * CH;
+    float *isc = wsm + padded;
+    const __half *src = p.oacc + row * AK_SD_DV + d;
     const int64_t step = rows * AK_SD_DV;
     ak_grid_dep_wait(); /* the main kernel's partial rows (the index math above overlaps its end) */
     ak_grid_dep_launch();
-    /* each thread's first lse value is loaded ahead of the partial rows, so the weights are made
-       while the rows arrive (b 1 h_q 128: the max known 1.4 us after the wait, not 1.9) */
-    float mx = tid < p.splits ? p.lacc[tid * rows + row] : -INFINITY;
-    float4 v[CH];
-    ak_sd_combine_load<CH>(v, src, 0, p.splits, step);
+    /* each thread's first (lse, factor) pair is loaded ahead of the partial rows, so the weights
+       are made while the rows arrive (b 1 h_q 128: the max known 1.4 us after the wait, not 1.9) */
+    float2 li = make_float2(-INFINITY, 0.0f);
+    if (tid < p.splits) li = p.lacc[tid * rows + row];
+    uint32_t v[CH][DPT / 2];
+    ak_sd_combine_load<CH, DPT>(v, src, 0, p.splits, step);
     const float sink = p.sink != NULL ? p.sink[h] : 0.0f;
-    if (tid < p.splits) wsm[tid] = mx;
-    for (int s = tid + 128; s < p.splits; s += 128) {
-        const float l = p.lacc[s * rows + row];
-        wsm[s] = l;
-        mx = fmaxf(mx, l);
+    float mx = li.x;
+    if (tid < p.splits) wsm[tid] = li.x, isc[tid] = li.y;
+    for (int s = tid + NT; s < p.splits; s += NT) {
+        li = p.lacc[s * rows + row];
+        wsm[s] = li.x, isc[s] = li.y;
+        mx = fmaxf(mx, li.x);
     }
 #pragma unroll
     for (int k = 16; k > 0; k >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, k));
     if (lane == 0) red[warp] = mx;
     __syncthreads();
-    mx = fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3]));
+    mx = red[0];
+#pragma unroll
+    for (int k = 1; k < NW; k++) mx = fmaxf(mx, red[k]);
     __syncthreads();
     float sum = 0.0f;
     if (mx != -INFINITY)
-        for (int s = tid; s < p.splits; s += 128) sum += exp2f(wsm[s] - mx);
+        for (int s = tid; s < p.splits; s += NT) sum += exp2f(wsm[s] - mx);
 #pragma unroll
     for (int k = 16; k > 0; k >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, k);
     if (lane == 0) red[warp] = sum;
     __syncthreads();
-    sum = (red[0] + red[1]) + (red[2] + red[3]);
+    float t[NW]; /* the warps' sums in a fixed pairwise tree */
+#pragma unroll
+    for (int k = 0; k < NW; k++) t[k] = red[k];
+#pragma unroll
+    for (int n = NW / 2; n > 0; n /= 2)
+#pragma unroll
+        for (int k = 0; k < n; k++) t[k] = t[2 * k] + t[2 * k + 1];
+    sum = t[0];
     const float lse2 = mx != -INFINITY ? mx + log2f(sum) : -INFINITY;
     /* the padding is zero: the compiler may read a chunk's weights with vector loads past `splits` */
-    const int padded = (p.splits + CH - 1) / CH * CH;
-    for (int s = tid; s < padded; s += 128)
-        wsm[s] = s >= p.splits || wsm[s] == -INFINITY ? 0.0f : exp2f(wsm[s] - lse2);
+    for (int s = tid; s < padded; s += NT)
+        wsm[s] = s >= p.splits || wsm[s] == -INFINITY ? 0.0f : exp2f(wsm[s] - lse2) * isc[s];
     __syncthreads();
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float acc[DPT];
+#pragma unroll
+    for (int e = 0; e < DPT; e++) acc[e] = 0.0f;
     float lse_e = INFINITY, f = 0.0f;
     if (mx != -INFINITY) {
         for (int s0 = 0; s0 < p.splits; s0 += CH) {
-            if (s0 > 0) ak_sd_combine_load<CH>(v, src, s0, p.splits, step);
-            ak_sd_combine_add<CH>(acc, v, wsm, s0, p.splits);
+            if (s0 > 0) ak_sd_combine_load<CH, DPT>(v, src, s0, p.splits, step);
+            ak_sd_combine_add<CH, DPT>(acc, v, wsm, s0, p.splits);
         }
         lse_e = lse2 * 0.69314718055994531f;
         f = 1.0f;
@@ -574,13 +620,14 @@ __global__ void __launch_bounds__(128, CH == 8 ? 8 : 5) ak_sd_combine(const ak_s
     }
     if (p.lse != NULL && tid == 0) p.lse[r * p.l_s0 + i * p.l_s1 + h * p.l_s2] = lse_e;
     const int64_t ob = r * p.o_s0 + i * p.o_s1 + h * p.o_s2 + d;
-    if (p.out_f32) {
-        float *o = (float *)p.out + ob;
-        for (int k = 0; k < 4; k++) o[k] = acc[k] * f;
-    } else {
-        uint16_t *o = (uint16_t *)p.out + ob;
-        *reinterpret_cast<uint32_t *>(o) = ak_sd_pack_bf16(acc[0] * f, acc[1] * f);
-        *reinterpret_cast<uint32_t *>(o + 2) = ak_sd_pack_bf16(acc[2] * f, acc[3] * f);
+#pragma unroll
+    for (int e = 0; e < DPT / 2; e++) {
+        if (p.out_f32)
+            *reinterpret_cast<float2 *>((float *)p.out + ob + 2 * e) =
+                make_float2(acc[2 * e] * f, acc[2 * e + 1] * f);
+        else
+            *reinterpret_cast<uint32_t *>((uint16_t *)p.out + ob + 2 * e) =
+                ak_sd_pack_bf16(acc[2 * e] * f, acc[2 * e + 1] * f);
     }
 }
 
@@ -606,7 +653,9 @@ static size_t ak_sd_smem(ak_layout layout, int mw) {
  * Chooses the head tile (MW = 1, 2, 4 m16 tiles, at most what h_q needs) and the split count that
  * minimise a critical-path estimate in units of one 16-row tile step (about 0.6 us on H200):
  * waves x (3 for the Q / slot-id / first-record latency + tiles per CTA x (1 + MW)), plus, with
- * splits, 1 for the combine launch and 1 per 4 MB of partial rows written and read back. Large
+ * splits, 1 for the combine launch and 1 per 2 MB of fp16 partial rows written and read back (the
+ * weight calibrated as 1 per 4 MB of f32 rows; at 1 per 4 MB of fp16 rows b 1 h_q 128 moved to
+ * 32-head tiles x 32 splits and took 16.8 us against 14.8, session 25). Large
  * batches keep one split and the widest tile (b 128, h_q 16: 128 CTAs of 32 tiles); small ones
  * trade narrower tiles and more splits for filled SMs (b 1, h_q 128: 128 CTAs of 16 heads x 2
  * tiles). Ties go to the wider tile and the fewer splits.
@@ -632,7 +681,7 @@ static void ak_sd_plan_make(const ak_context *ctx, const ak_mla_decode_args *a, 
         for (int64_t sp = 1; sp <= max_sp; sp++) {
             const int64_t waves = (base * sp + slots - 1) / slots, per = (pl->n_tiles + sp - 1) / sp;
             double cost = (double)waves * (3.0 + (double)per * (1 + mw));
-            if (sp > 1) cost += 1.0 + (double)sp * (double)pl->rows * AK_SD_DV * 8.0 / (4.0 * 1024 * 1024);
+            if (sp > 1) cost += 1.0 + (double)sp * (double)pl->rows * AK_SD_DV * 4.0 / (2.0 * 1024 * 1024);
             if (pl->mw == 0 || cost < best) {
                 best = cost;
                 pl->mw = mw;
@@ -642,7 +691,7 @@ static void ak_sd_plan_make(const ak_context *ctx, const ak_mla_decode_args *a, 
             }
         }
     }
-    pl->ws_bytes = pl->splits > 1 ? (size_t)pl->splits * (size_t)pl->rows * (AK_SD_DV + 1) * sizeof(float) : 0;
+    pl->ws_bytes = ak_sd_ws_bytes(pl->splits, pl->rows);
 }
 
 extern "C" ak_status ak_cuda_mla_decode_workspace_size(ak_context *ctx, const ak_mla_decode_args *args,
@@ -687,13 +736,18 @@ static ak_status ak_sd_launch(ak_context *ctx, const ak_sd_params &p, const ak_s
     return AK_OK;
 }
 
-/* The combine: one CTA of 128 threads per row, dynamic shared memory for one weight per split; a
-   programmatic dependent launch, like the main kernels. */
+/* The combine: one CTA per row (2 dims per thread when the rows are at most one per SM, else 4),
+   dynamic shared memory for two floats per split; a programmatic dependent launch, like the main
+   kernels. */
 static ak_status ak_sd_combine_launch(ak_context *ctx, const ak_sd_params &p, const ak_sd_plan &pl) {
     void *args[] = {(void *)&p};
     const int ch = pl.splits <= 8 ? 8 : 16;
-    const void *fn = ch == 8 ? (const void *)ak_sd_combine<8> : (const void *)ak_sd_combine<16>;
-    AK_CUDA_TRY(ak_launch_pdl(ctx, fn, (unsigned)pl.rows, 128, (size_t)((pl.splits + ch - 1) / ch * ch) * sizeof(float), args));
+    const int sms = ctx->cuda != NULL ? ctx->cuda->prop.multiProcessorCount : 132;
+    const int dpt = pl.rows <= sms ? 2 : 4;
+    const void *fn = dpt == 2 ? (ch == 8 ? (const void *)ak_sd_combine<8, 2> : (const void *)ak_sd_combine<16, 2>)
+                              : (ch == 8 ? (const void *)ak_sd_combine<8, 4> : (const void *)ak_sd_combine<16, 4>);
+    AK_CUDA_TRY(ak_launch_pdl(ctx, fn, (unsigned)pl.rows, 512 / dpt,
+                              2 * (size_t)((pl.splits + ch - 1) / ch * ch) * sizeof(float), args));
     AK_CUDA_CHECK_LAUNCH("ak_sd_combine");
     return AK_OK;
 }
@@ -762,8 +816,8 @@ extern "C" ak_status ak_cuda_mla_decode(ak_context *ctx, const ak_mla_decode_arg
         p.l_s2 = a->lse->strides[2];
     }
     if (pl.splits > 1) {
-        p.oacc = (float *)workspace;
-        p.lacc = p.oacc + (size_t)pl.splits * pl.rows * AK_SD_DV;
+        p.oacc = (__half *)workspace;
+        p.lacc = (float2 *)(p.oacc + (size_t)pl.splits * pl.rows * AK_SD_DV);
     }
     ak_status st;
     if (pl.kernel != 0) st = ak_sdw_launch(ctx, p, pl, (int)a->cache->layout);

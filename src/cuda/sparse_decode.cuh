@@ -1,7 +1,8 @@
 /* sparse_decode.cuh -- what the sparse MLA decode kernels share: the parameter block, the KV
    split rule, the plan, per-layout record geometry and the dequantization helpers. The main
    kernels and ak_sd_combine all read and write the same partial-row format:
-   oacc [splits, rows, 512] f32 normalized rows, lacc [splits, rows] lse in log2 units. */
+   oacc [splits, rows, 512] fp16 rows, lacc [splits, rows] (lse in log2 units, factor): a split's
+   normalized partial row is factor times its fp16 row (ak_sd_part_scale). */
 #ifndef AK_SPARSE_DECODE_CUH
 #define AK_SPARSE_DECODE_CUH
 
@@ -48,8 +49,8 @@ struct ak_sd_params {
     int64_t o_s0, o_s1, o_s2;
     float *lse;         /* [b, s_q, h_q] f32 or NULL */
     int64_t l_s0, l_s1, l_s2;
-    float *oacc;        /* [splits, b * s_q * h_q, 512] f32 workspace */
-    float *lacc;        /* [splits, b * s_q * h_q] f32 workspace, log2 units, -inf = empty */
+    __half *oacc;       /* [splits, b * s_q * h_q, 512] fp16 workspace, scaled rows */
+    float2 *lacc;       /* [splits, b * s_q * h_q] workspace: lse (log2 units, -inf = empty), factor */
 };
 
 /* Record geometry per layout: d_qk, 16-byte source chunks per token. */
@@ -127,38 +128,106 @@ __device__ __forceinline__ float ak_sd_row_scale(const ak_sd_params &p, float m2
     return f * vs;
 }
 
+/* Partial rows (splits > 1) are stored in fp16, half the bytes of f32 to write and to read back in
+   ak_sd_combine (b 8 h_q 128: -15% for the call, session 24's proxy), with a factor per row that
+   the combine multiplies the row's weight by. A normalized partial row is a convex combination of
+   V rows, but V has no bound (e4m3 times an fp32 scale, or bf16), so each CTA scales the values it
+   stores (the normalized rows, or O before its 1 / l, which then goes into the factor) by 2^e,
+   e = 141 - (biased exponent of their largest finite magnitude): that magnitude lands in
+   [2^14, 2^15), below fp16's 65504 after rounding, and every value down to 2^-28 of it stays a
+   normal fp16 (relative error 2^-11, under the bf16 P's 2^-9 per weight). e is at most 126 so
+   that 2^-e is a normal float. am is this thread's largest magnitude (finite, >= 0); the CTA's
+   maximum goes through one word per warp in red (NW words of free shared memory) and named
+   barrier `bar` over the NW warps' threads, which every one of them reaches (ak_sd_part_put
+   before the caller's own hand-off and ak_sd_part_get after it, where it has one). Returns 2^e;
+   inv = 2^-e. */
+__device__ __forceinline__ void ak_sd_part_put(float am, uint32_t *red, int nw) {
+    /* non-negative floats order as their bits do */
+    const uint32_t m = __reduce_max_sync(0xffffffffu, __float_as_uint(am));
+    if ((threadIdx.x & 31) == 0) red[(threadIdx.x >> 5) % nw] = m;
+}
+__device__ __forceinline__ float ak_sd_part_get(const uint32_t *red, int nw, float &inv) {
+    uint32_t m = red[0];
+    for (int k = 1; k < nw; k++) m = max(m, red[k]);
+    const int e = min(141 - (int)(m >> 23), 126);
+    inv = __uint_as_float((uint32_t)(127 - e) << 23);
+    return __uint_as_float((uint32_t)(127 + e) << 23);
+}
+__device__ __forceinline__ float ak_sd_part_scale(float am, uint32_t *red, int nw, int bar, float &inv) {
+    ak_sd_part_put(am, red, nw);
+    ak_bar_sync(bar, 32 * nw);
+    return ak_sd_part_get(red, nw, inv);
+}
+
+/* max(am, x) over the finite x only: a row whose attention reached an infinite V is not finite
+   anyway, and must not push the other rows of its CTA out of fp16's range */
+__device__ __forceinline__ float ak_sd_amax_add(float am, float x) { return x < INFINITY ? fmaxf(am, x) : am; }
+
+/* The largest |o| of row hr in an mma D fragment (o[4 j + 2 hr] and + 1, j < NJ); NaN is ignored. */
+template <int NJ> __device__ __forceinline__ float ak_sd_frag_amax(const float *o, int hr) {
+    float a = 0.0f, b = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NJ; j++) a = fmaxf(a, fabsf(o[4 * j + 2 * hr])), b = fmaxf(b, fabsf(o[4 * j + 2 * hr + 1]));
+    return fmaxf(a, b);
+}
+
+__device__ __forceinline__ uint32_t ak_sd_pack_f16(float lo, float hi) {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+/* Row index of head h of token (r, i) in the partial-row workspace of split `split`. */
+__device__ __forceinline__ int64_t ak_sd_part_row(const ak_sd_params &p, int split, int64_t r, int64_t i, int h) {
+    return (int64_t)split * ((int64_t)p.b * p.s_q * p.h_q) + (r * p.s_q + i) * p.h_q + h;
+}
+
 /* Writes a finished row h of token (r, i) from an mma D fragment: o[4 j + 2 hr] and
-   o[4 j + 2 hr + 1] hold dims d0 + 8 j + 2 c4 and + 1 of the row, for j < NJ: the output row or
-   this split's partial row, as ak_sd_row_scale says. The lse is written when `lse_writer` (one
-   thread per row). */
+   o[4 j + 2 hr + 1] hold dims d0 + 8 j + 2 c4 and + 1 of the row, for j < NJ; f and lse from
+   ak_sd_row_scale. The output row (O times f) and its lse, written when `lse_writer` (one thread
+   per row); rows h >= h_q are not stored. (One split.) */
 template <int NJ>
-__device__ __forceinline__ void ak_sd_write_row(const ak_sd_params &p, const float *o, int hr, int64_t r, int64_t i,
-                                                int h, int split, float m2, float lsum, float vs, int d0, int c4,
-                                                bool lse_writer) {
-    float lse;
-    const float f = ak_sd_row_scale(p, m2, lsum, h, vs, lse);
-    const int64_t row = (r * p.s_q + i) * p.h_q + h;
-    if (p.splits == 1) {
-        if (p.lse != NULL && lse_writer) p.lse[r * p.l_s0 + i * p.l_s1 + h * p.l_s2] = lse;
-        const int64_t ob = r * p.o_s0 + i * p.o_s1 + h * p.o_s2;
+__device__ __forceinline__ void ak_sd_write_out_row(const ak_sd_params &p, const float *o, int hr, int64_t r,
+                                                    int64_t i, int h, float f, float lse, int d0, int c4,
+                                                    bool lse_writer) {
+    if (h >= p.h_q) return;
+    if (p.lse != NULL && lse_writer) p.lse[r * p.l_s0 + i * p.l_s1 + h * p.l_s2] = lse;
+    const int64_t ob = r * p.o_s0 + i * p.o_s1 + h * p.o_s2;
 #pragma unroll
-        for (int j = 0; j < NJ; j++) {
-            const int d = d0 + j * 8 + c4 * 2;
-            const float v0 = o[4 * j + 2 * hr] * f, v1 = o[4 * j + 2 * hr + 1] * f;
-            if (p.out_f32)
-                *reinterpret_cast<float2 *>((float *)p.out + ob + d) = make_float2(v0, v1);
-            else
-                *reinterpret_cast<uint32_t *>((uint16_t *)p.out + ob + d) = ak_sd_pack_bf16(v0, v1);
-        }
-    } else {
-        const int64_t rows = (int64_t)p.b * p.s_q * p.h_q;
-        if (lse_writer) p.lacc[split * rows + row] = lse;
-        float *dst = p.oacc + ((int64_t)split * rows + row) * AK_SD_DV;
+    for (int j = 0; j < NJ; j++) {
+        const int d = d0 + j * 8 + c4 * 2;
+        const float v0 = o[4 * j + 2 * hr] * f, v1 = o[4 * j + 2 * hr + 1] * f;
+        if (p.out_f32)
+            *reinterpret_cast<float2 *>((float *)p.out + ob + d) = make_float2(v0, v1);
+        else
+            *reinterpret_cast<uint32_t *>((uint16_t *)p.out + ob + d) = ak_sd_pack_bf16(v0, v1);
+    }
+}
+
+/* The same fragment as this split's partial row (splits > 1): O times sc (ak_sd_part_scale of the
+   CTA's largest |O|, inverse inv) and its (lse, f inv), so the row's factor goes to the combine
+   and one multiply per value stays here. NJ is even. Every lane of the warp calls it (lanes trade
+   values); rows h >= h_q are not stored. */
+template <int NJ>
+__device__ __forceinline__ void ak_sd_write_part_row(const ak_sd_params &p, const float *o, int hr, int64_t r,
+                                                     int64_t i, int h, int split, float f, float lse, float sc,
+                                                     float inv, int d0, int c4, bool lse_writer) {
+    const bool st = h < p.h_q;
+    const int64_t row = ak_sd_part_row(p, split, r, i, h);
+    if (st && lse_writer) p.lacc[row] = make_float2(lse, f * inv);
+    __half *dst = p.oacc + row * AK_SD_DV;
+    /* A quad holds 8 dims of the row per j: 16 fp16 bytes, half a 32-byte sector. Lanes c4 and
+       c4 ^ 1 trade one pair so that each stores 8 bytes of j (even lane) or j + 1 (odd lane), and
+       the quad's stores of j and j + 1 fill one whole sector (half-sector stores took V4 b 8 3.6
+       us longer, session 25). */
+    const bool odd = c4 & 1;
 #pragma unroll
-        for (int j = 0; j < NJ; j++) {
-            const int d = d0 + j * 8 + c4 * 2;
-            *reinterpret_cast<float2 *>(dst + d) = make_float2(o[4 * j + 2 * hr] * f, o[4 * j + 2 * hr + 1] * f);
-        }
+    for (int j = 0; j < NJ; j += 2) {
+        const uint32_t a = ak_sd_pack_f16(o[4 * j + 2 * hr] * sc, o[4 * j + 2 * hr + 1] * sc);
+        const uint32_t b = ak_sd_pack_f16(o[4 * j + 4 + 2 * hr] * sc, o[4 * j + 4 + 2 * hr + 1] * sc);
+        const uint32_t x = __shfl_xor_sync(0xffffffffu, odd ? a : b, 1);
+        if (st)
+            *reinterpret_cast<uint2 *>(dst + d0 + 8 * (j + odd) + 2 * (c4 & 2)) =
+                odd ? make_uint2(x, b) : make_uint2(a, x);
     }
 }
 
@@ -194,6 +263,11 @@ struct ak_sd_plan {
    warp-specialized one at h_q > 32; V4 and MLA_BF16: the pipelined one at
    h_q > 32; 64-head tiles for both); ak_sdw_launch runs it (pl.mw: head tile / 16), and
    ak_sd_combine merges its partial rows like those of ak_sd_main. */
+/* Workspace bytes of a plan: fp16 partial rows, then one (lse, factor) pair per row. */
+static inline size_t ak_sd_ws_bytes(int splits, int64_t rows) {
+    return splits > 1 ? (size_t)splits * (size_t)rows * (AK_SD_DV * sizeof(__half) + sizeof(float2)) : 0;
+}
+
 int ak_sdw_plan(const ak_context *ctx, const ak_mla_decode_args *a, ak_sd_plan *pl);
 ak_status ak_sdw_launch(ak_context *ctx, const ak_sd_params &p, const ak_sd_plan &pl, int layout);
 

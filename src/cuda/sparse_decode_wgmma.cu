@@ -272,53 +272,96 @@ __device__ __forceinline__ void ak_sdw_load_q(const ak_sd_params &p, uint8_t *qs
     }
 }
 
-/* Writes this split's rows of warpgroup wg's 256 dims (ak_sd_write_row). */
+/* Writes the output rows of warpgroup wg's 256 dims (ak_sd_write_out_row; one split). */
 __device__ __forceinline__ void ak_sdw_write_rows(const ak_sd_params &p, const float *o, const float *m_run,
-                                                  const float *l_run, float vs, int64_t r, int64_t i, int h0,
-                                                  int split, int wg, int wr, int g, int c4) {
+                                                  const float *l_run, float vs, int64_t r, int64_t i, int h0, int wg,
+                                                  int wr, int g, int c4) {
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
         const int h = h0 + 16 * wr + g + hr * 8;
-        if (h >= p.h_q) continue;
-        ak_sd_write_row<32>(p, o, hr, r, i, h, split, m_run[hr], l_run[hr], vs, wg * 256, c4, wg == 0 && c4 == 0);
+        float lse;
+        const float f = ak_sd_row_scale(p, m_run[hr], l_run[hr], h, vs, lse);
+        ak_sd_write_out_row<32>(p, o, hr, r, i, h, f, lse, wg * 256, c4, wg == 0 && c4 == 0);
+    }
+}
+
+/* Writes this split's partial rows of warpgroup wg's 256 dims (ak_sd_write_part_row), all 256
+   threads finding the fp16 scale of the CTA's largest |O| first (red: 8 free words of shared
+   memory). */
+__device__ __forceinline__ void ak_sdw_write_part_rows(const ak_sd_params &p, const float *o, const float *m_run,
+                                                       const float *l_run, int64_t r, int64_t i, int h0, int split,
+                                                       int wg, int wr, int g, int c4, uint32_t *red) {
+    float am = 0.0f;
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++)
+        if (h0 + 16 * wr + g + hr * 8 < p.h_q) am = ak_sd_amax_add(am, ak_sd_frag_amax<32>(o, hr));
+    float inv;
+    const float sc = ak_sd_part_scale(am, red, 8, 1, inv);
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        const int h = h0 + 16 * wr + g + hr * 8;
+        float lse;
+        const float f = ak_sd_row_scale(p, m_run[hr], l_run[hr], h, 1.0f, lse);
+        ak_sd_write_part_row<32>(p, o, hr, r, i, h, split, f, lse, sc, inv, wg * 256, c4, wg == 0 && c4 == 0);
     }
 }
 
 /* A 64-head tile's rows through the bulk copy engine (ak_sdx_main always, ak_sdw_main for its final
    rows: their 256 consumer threads hold O as two 64 x 256 D fragments, warpgroup wg owning dims
-   256 wg ..). Each thread
-   stages its fragment in shared memory at xs (the Q and K buffers, free once every product has
-   completed: the caller's barrier), rows padded so that a fragment store takes the fewest
-   wavefronts, and the rows' lse at lse_s; then one thread per head row stores its row with one
-   bulk copy: with splits the partial row (f32), with one split the output row (bf16 or f32),
-   where p.out_bulk says every output row is 16-byte aligned; scale and lse as ak_sd_row_scale
-   says, the same bits as ak_sdw_write_rows. The fragments' 4- and 8-byte stores
-   straight to global memory took ~5 us of the tail at b 8 h_q 128 (x49) and ~13% of the 64-head
-   kernel's samples at 640 keys per row (x52). */
+   256 wg ..). Each thread stages its fragment in shared memory at xs (the Q and K buffers, free
+   once every product has completed: the caller's barrier), rows padded so that a fragment store
+   takes the fewest wavefronts, and the rows' lse at lse_s; then one thread per head row stores its
+   row with one bulk copy: with splits the partial row (fp16 at the CTA's scale, whose maximum goes
+   through red, 8 words of shared memory, and mbarrier epi of 256 arrivals: racecheck reported
+   that hand-off across a 256-thread named barrier in the V4 kernel, as in ak_sdr_main), with one
+   split the output row (bf16 or f32), where p.out_bulk says every output row is 16-byte aligned;
+   scale and lse as ak_sd_row_scale says, the same output bits as ak_sdw_write_rows. The
+   fragments' 4- and 8-byte stores straight to global memory took ~5 us of the tail at b 8 h_q 128
+   (x49) and ~13% of the 64-head kernel's samples at 640 keys per row (x52). */
 #define AK_SDX_XSTR (AK_SD_DV + 8) /* floats per staged f32 row */
-#define AK_SDX_HSTR (AK_SD_DV + 8) /* bf16 per staged bf16 row */
-__device__ __forceinline__ void ak_sdw_write_bulk(const ak_sd_params &p, uint8_t *xs, float *lse_s, const float *o,
-                                                  const float *m_run, const float *l_run, float vs, int64_t r,
-                                                  int64_t i, int h0, int split, int wg, int wr, int g, int c4,
-                                                  int ctid) {
-    const bool part = p.splits > 1, f32 = part || p.out_f32;
+#define AK_SDX_HSTR (AK_SD_DV + 8) /* 16-bit values per staged bf16 or fp16 row */
+__device__ __forceinline__ void ak_sdw_write_bulk(const ak_sd_params &p, uint8_t *xs, float *lse_s, uint32_t *red,
+                                                  uint32_t epi, const float *o, const float *m_run,
+                                                  const float *l_run, float vs, int64_t r, int64_t i, int h0,
+                                                  int split, int wg, int wr, int g, int c4, int ctid) {
+    const bool part = p.splits > 1, f32 = !part && p.out_f32;
     ak_fence_proxy_async(); /* the staging area was last read by wgmma and written by bulk copies */
+    float f[2], am = 0.0f;
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
         const int row = 16 * wr + g + 8 * hr;
         float lse;
-        const float f = ak_sd_row_scale(p, m_run[hr], l_run[hr], h0 + row, vs, lse);
+        f[hr] = ak_sd_row_scale(p, m_run[hr], l_run[hr], h0 + row, vs, lse);
         if (wg == 0 && c4 == 0) lse_s[row] = lse;
+        if (part && h0 + row < p.h_q) am = ak_sd_amax_add(am, ak_sd_frag_amax<32>(o, hr) * fabsf(f[hr]));
+    }
+    float sc = 1.0f, inv = 1.0f;
+    if (part) {
+        ak_sd_part_put(am, red, 8);
+        ak_mbar_arrive(epi);
+        ak_mbar_wait(epi, 0);
+        sc = ak_sd_part_get(red, 8, inv);
+    }
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        const int row = 16 * wr + g + 8 * hr;
+        float *dst32 = reinterpret_cast<float *>(xs) + row * AK_SDX_XSTR + wg * 256 + 2 * c4;
+        uint16_t *dst16 = reinterpret_cast<uint16_t *>(xs) + row * AK_SDX_HSTR + wg * 256 + 2 * c4;
         if (f32) {
-            float *dst = reinterpret_cast<float *>(xs) + row * AK_SDX_XSTR + wg * 256 + 2 * c4;
 #pragma unroll
             for (int j = 0; j < 32; j++)
-                *reinterpret_cast<float2 *>(dst + 8 * j) = make_float2(o[4 * j + 2 * hr] * f, o[4 * j + 2 * hr + 1] * f);
+                *reinterpret_cast<float2 *>(dst32 + 8 * j) =
+                    make_float2(o[4 * j + 2 * hr] * f[hr], o[4 * j + 2 * hr + 1] * f[hr]);
+        } else if (part) {
+#pragma unroll
+            for (int j = 0; j < 32; j++)
+                *reinterpret_cast<uint32_t *>(dst16 + 8 * j) =
+                    ak_sd_pack_f16(o[4 * j + 2 * hr] * f[hr] * sc, o[4 * j + 2 * hr + 1] * f[hr] * sc);
         } else {
-            uint16_t *dst = reinterpret_cast<uint16_t *>(xs) + row * AK_SDX_HSTR + wg * 256 + 2 * c4;
 #pragma unroll
             for (int j = 0; j < 32; j++)
-                *reinterpret_cast<uint32_t *>(dst + 8 * j) = ak_sd_pack_bf16(o[4 * j + 2 * hr] * f, o[4 * j + 2 * hr + 1] * f);
+                *reinterpret_cast<uint32_t *>(dst16 + 8 * j) =
+                    ak_sd_pack_bf16(o[4 * j + 2 * hr] * f[hr], o[4 * j + 2 * hr + 1] * f[hr]);
         }
     }
     ak_fence_proxy_async(); /* staged rows -> the bulk copies' reads */
@@ -330,9 +373,9 @@ __device__ __forceinline__ void ak_sdw_write_bulk(const ak_sd_params &p, uint8_t
     if ((ctid & 31) < 8 && h0 + hl < p.h_q) {
         const int h = h0 + hl;
         if (part) {
-            const int64_t row = split * ((int64_t)p.b * p.s_q * p.h_q) + (r * p.s_q + i) * p.h_q + h;
-            p.lacc[row] = lse_s[hl];
-            ak_bulk_s2g(p.oacc + row * AK_SD_DV, ak_smem_addr(xs + hl * AK_SDX_XSTR * 4), AK_SD_DV * 4);
+            const int64_t row = ak_sd_part_row(p, split, r, i, h);
+            p.lacc[row] = make_float2(lse_s[hl], inv);
+            ak_bulk_s2g(p.oacc + row * AK_SD_DV, ak_smem_addr(xs + hl * AK_SDX_HSTR * 2), AK_SD_DV * 2);
         } else {
             if (p.lse != NULL) p.lse[r * p.l_s0 + i * p.l_s1 + h * p.l_s2] = lse_s[hl];
             const int64_t ob = r * p.o_s0 + i * p.o_s1 + h * p.o_s2;
@@ -530,10 +573,13 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
     ak_grid_dep_launch(); /* the next kernel may start its CTAs during this epilogue */
     if (p.splits == 1 && p.out_bulk) { /* (partial rows by bulk copy measured 0.8 us slower at V4 b 8: x53) */
         __syncthreads(); /* both warpgroups' last products have read Q and the K tiles */
-        ak_sdw_write_bulk(p, smem + M::Q, reinterpret_cast<float *>(smem + M::LSE), o, m_run, l_run, 1.0f, r, i, h0,
-                          split, wg, wr, g, c4, tid);
-    } else {
-        ak_sdw_write_rows(p, o, m_run, l_run, 1.0f, r, i, h0, split, wg, wr, g, c4);
+        ak_sdw_write_bulk(p, smem + M::Q, reinterpret_cast<float *>(smem + M::LSE), NULL, 0, o, m_run, l_run, 1.0f,
+                          r, i, h0, split, wg, wr, g, c4, tid);
+    } else if (p.splits == 1) {
+        ak_sdw_write_rows(p, o, m_run, l_run, 1.0f, r, i, h0, wg, wr, g, c4);
+    } else { /* (the rows' lse area is free with splits) */
+        ak_sdw_write_part_rows(p, o, m_run, l_run, r, i, h0, split, wg, wr, g, c4,
+                               reinterpret_cast<uint32_t *>(smem + M::LSE));
     }
 }
 
@@ -601,8 +647,9 @@ template <int LAYOUT> struct ak_sdx_map {
         VALID = STAGE + 4 * NST * 8 * STG,  /* [NBUF] u32: bit k = key k of the unit is valid */
         ALPHA = VALID + NBUF * 4,           /* [2][64] f32 O rescale factor of units j % 2, per head */
         ML = ALPHA + 2 * 64 * 4,            /* [2][64] f32 final running max and row sum, per head */
-        BAR = (ML + 2 * 64 * 4 + 7) & ~7,   /* FULL[NBUF], EMPTY[NBUF], stage[4][NST] mbarriers */
-        BYTES = BAR + (2 * NBUF + 4 * NST) * 8
+        BAR = (ML + 2 * 64 * 4 + 7) & ~7,   /* FULL[NBUF], EMPTY[NBUF], stage[4][NST], EPI mbarriers */
+        EPI = 2 * NBUF + 4 * NST,           /* the epilogue's hand-off of the partial rows' scale */
+        BYTES = BAR + (EPI + 1) * 8
     };
 };
 
@@ -943,6 +990,7 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
         }
         /* stage barriers: lane 0's expect_tx arrival (V4: and the eight lanes' cp.async arrivals) */
         for (int k = 0; k < 4 * M::NST; k++) ak_mbar_init(bar + 8 * (2 * NBUF + k), M::V4 ? 1 + 8 : 1);
+        ak_mbar_init(bar + 8 * M::EPI, 256); /* every consumer thread */
     }
     __syncthreads();
     ak_grid_dep_wait(); /* as in ak_sd_main: only parameters and shared memory above */
@@ -1076,10 +1124,12 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
 #pragma unroll
         for (int hr = 0; hr < 2; hr++) m_run[hr] = ml_s[rows[hr]], l_run[hr] = ml_s[64 + rows[hr]];
 
+    /* alpha_s is free: its rows' lse, then the fp16 scale's words */
     if (p.splits > 1 || p.out_bulk)
-        ak_sdw_write_bulk(p, smem + M::Q, alpha_s, o, m_run, l_run, kq.ref, r, i, h0, split, wg, wr, g, c4, ctid);
+        ak_sdw_write_bulk(p, smem + M::Q, alpha_s, reinterpret_cast<uint32_t *>(alpha_s + 64), bar + 8 * M::EPI, o,
+                          m_run, l_run, kq.ref, r, i, h0, split, wg, wr, g, c4, ctid);
     else
-        ak_sdw_write_rows(p, o, m_run, l_run, kq.ref, r, i, h0, split, wg, wr, g, c4);
+        ak_sdw_write_rows(p, o, m_run, l_run, kq.ref, r, i, h0, wg, wr, g, c4);
 }
 
 /* ---- swap-AB kernel for h_q <= 32 (656 and per-tensor fp8) --------------------------------------
@@ -1116,7 +1166,8 @@ template <int LAYOUT, int NH> struct ak_sdt_map {
         K = Q + KB * NH * 128,               /* [2][KB][64 keys][128 B] bf16 swizzled */
         PT = K + 2 * KB * AK_SDW_TILE,       /* [NH heads][128 B] bf16 P^T swizzled */
         RED = PT + NH * 128,                 /* [4 warps][NH] f32 column max, then column sums */
-        STAGE = RED + 4 * NH * 4,            /* [PW warps][NST][KPW keys][STG] raw records */
+        AMAX = RED + 4 * NH * 4,             /* [4 warps] u32 partial rows' largest magnitude */
+        STAGE = AMAX + 16,                   /* [PW warps][NST][KPW keys][STG] raw records */
         VF = 64 / AK_SDT_KPW,                /* validity bytes per K buffer */
         VALID = STAGE + AK_SDT_PW * NST * AK_SDT_KPW * STG, /* [2][VF] u8: byte v = keys KPW v .. */
         BAR = (VALID + 2 * VF + 7) & ~7,     /* FULL[2], EMPTY[2], stage[PW][NST] mbarriers */
@@ -1297,21 +1348,22 @@ __device__ __forceinline__ ak_sdt_work ak_sdt_cta(const ak_sd_params &p, int nh)
     return k;
 }
 
-/* Head h's lse of token (r, i): this split's partial lse with splits, else the output lse (if any). */
-__device__ __forceinline__ void ak_sdt_store_lse(const ak_sd_params &p, float lse, int64_t r, int64_t i, int h,
-                                                 int split) {
-    if (p.splits > 1) p.lacc[split * ((int64_t)p.b * p.s_q * p.h_q) + (r * p.s_q + i) * p.h_q + h] = lse;
+/* Head h's lse of token (r, i): this split's partial lse and factor (inv) with splits, else the output
+   lse (if any). */
+__device__ __forceinline__ void ak_sdt_store_lse(const ak_sd_params &p, float lse, float inv, int64_t r, int64_t i,
+                                                 int h, int split) {
+    if (p.splits > 1) p.lacc[ak_sd_part_row(p, split, r, i, h)] = make_float2(lse, inv);
     else if (p.lse != NULL) p.lse[r * p.l_s0 + i * p.l_s1 + h * p.l_s2] = lse;
 }
 
 /* Dims d .. d + 3 of head h's finished row of token (r, i), already scaled: this split's partial row
-   (f32, one 16-byte store into the aligned workspace) with splits, else the output row (bf16 or
-   f32, 4-byte stores: output rows need not be 16-byte aligned). */
+   (fp16 times the CTA's scale sc, one 8-byte store into the aligned workspace) with splits, else
+   the output row (bf16 or f32, 4-byte stores: output rows need not be 16-byte aligned). */
 __device__ __forceinline__ void ak_sdt_store4(const ak_sd_params &p, float4 v, int64_t r, int64_t i, int h, int d,
-                                              int split) {
+                                              int split, float sc) {
     if (p.splits > 1) {
-        const int64_t rows = (int64_t)p.b * p.s_q * p.h_q;
-        *reinterpret_cast<float4 *>(p.oacc + ((int64_t)split * rows + (r * p.s_q + i) * p.h_q + h) * AK_SD_DV + d) = v;
+        *reinterpret_cast<uint2 *>(p.oacc + ak_sd_part_row(p, split, r, i, h) * AK_SD_DV + d) =
+            make_uint2(ak_sd_pack_f16(v.x * sc, v.y * sc), ak_sd_pack_f16(v.z * sc, v.w * sc));
     } else {
         const int64_t ob = r * p.o_s0 + i * p.o_s1 + h * p.o_s2 + d;
         if (p.out_f32) {
@@ -1463,29 +1515,44 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
     ak_sdt_colsum<NH>(l_part, red, w, g, c4);
     ak_bar_sync(1, 128);
     /* Per head: the factor of its O^T column and its lse (ak_sd_row_scale; per-tensor fp8: times
-       ak_sd_kscale::ref); O^T * factor -> shared [head][dim] f32 in
-       K buffer 0 (every product that read it has completed), then rows out in 16-byte pieces. */
+       ak_sd_kscale::ref); O^T * factor -> shared [head][dim] f32 in K buffer 0 (every product
+       that read it has completed), the largest magnitude of the partial rows beside it
+       (ak_sd_part_scale, across this barrier), then rows out in 16-byte (8 with splits) pieces. */
     float *os = reinterpret_cast<float *>(smem + M::K);
+    float lse[NC], am = 0.0f;
 #pragma unroll
     for (int j = 0; j < NH / 8; j++)
 #pragma unroll
         for (int e = 0; e < 2; e++) {
             const int c = 2 * j + e, hl = 8 * j + 2 * c4 + e, h = h0 + hl;
             const float lsum = (red[hl] + red[NH + hl]) + (red[2 * NH + hl] + red[3 * NH + hl]);
-            float lse;
-            const float f = ak_sd_row_scale(p, m_run[c], lsum, h, 1.0f, lse) * kq.ref;
-            if (w == 0 && g == 0 && h < p.h_q) ak_sdt_store_lse(p, lse, r, i, h, split);
+            const float f = ak_sd_row_scale(p, m_run[c], lsum, h, 1.0f, lse[c]) * kq.ref;
+            float a = 0.0f;
 #pragma unroll
             for (int mb = 0; mb < 8; mb++)
 #pragma unroll
-                for (int hr = 0; hr < 2; hr++)
-                    os[hl * M::OSTR + 64 * mb + 16 * w + g + 8 * hr] = o[mb][4 * j + 2 * hr + e] * f;
+                for (int hr = 0; hr < 2; hr++) {
+                    const float v = o[mb][4 * j + 2 * hr + e] * f;
+                    os[hl * M::OSTR + 64 * mb + 16 * w + g + 8 * hr] = v;
+                    a = fmaxf(a, fabsf(v));
+                }
+            if (h < p.h_q) am = ak_sd_amax_add(am, a);
         }
+    uint32_t *amax = reinterpret_cast<uint32_t *>(smem + M::AMAX);
+    float sc = 1.0f, inv = 1.0f;
+    if (p.splits > 1) ak_sd_part_put(am, amax, 4);
     ak_bar_sync(1, 128);
+    if (p.splits > 1) sc = ak_sd_part_get(amax, 4, inv);
+    if (w == 0 && g == 0)
+#pragma unroll
+        for (int c = 0; c < NC; c++) {
+            const int h = h0 + 8 * (c >> 1) + 2 * c4 + (c & 1);
+            if (h < p.h_q) ak_sdt_store_lse(p, lse[c], inv, r, i, h, split);
+        }
     for (int it = ct; it < NH * (AK_SD_DV / 4); it += 128) {
         const int hl = it / (AK_SD_DV / 4), d = (it % (AK_SD_DV / 4)) * 4, h = h0 + hl;
         if (h >= p.h_q) continue;
-        ak_sdt_store4(p, *reinterpret_cast<const float4 *>(os + hl * M::OSTR + d), r, i, h, d, split);
+        ak_sdt_store4(p, *reinterpret_cast<const float4 *>(os + hl * M::OSTR + d), r, i, h, d, split, sc);
     }
 }
 
@@ -1813,30 +1880,46 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
        ak_sd_kscale::ref; 2^56 undoes P' and V's factors) -> shared [wg][head][dim] f32, then rows
        out in 16-byte pieces, the two terms summed in a fixed order. */
     float *os = reinterpret_cast<float *>(smem + M::STAGE);
+    float lse[4], am = 0.0f;
 #pragma unroll
     for (int c = 0; c < 4; c++) {
         const int hl = 8 * (c >> 1) + 2 * c4 + (c & 1), h = h0 + hl;
         const float m0 = ml[hl * 2], l0 = ml[hl * 2 + 1], m1 = ml[(16 + hl) * 2], l1 = ml[(16 + hl) * 2 + 1];
         const float mt = fmaxf(m0, m1), mu = mt == -INFINITY ? 0.0f : mt;
         const float lt = l0 * ak_ex2(m0 - mu) + l1 * ak_ex2(m1 - mu);
-        float lse;
-        const float f = ak_sd_row_scale(p, mt, lt, h, 1.0f, lse) * kq.ref * 0x1p56f * ak_ex2(m_run[c] - mu);
-        if (wg == 0 && w == 0 && g == 0 && h < p.h_q) ak_sdt_store_lse(p, lse, r, i, h, split);
+        const float f = ak_sd_row_scale(p, mt, lt, h, 1.0f, lse[c]) * kq.ref * 0x1p56f * ak_ex2(m_run[c] - mu);
+        float a = 0.0f;
 #pragma unroll
         for (int mb = 0; mb < 8; mb++)
 #pragma unroll
-            for (int hr = 0; hr < 2; hr++)
-                os[(wg * 16 + hl) * M::OSTR + 128 * (mb >> 1) + 4 * (8 * w + g) + 2 * (mb & 1) + hr] =
-                    o[mb][4 * (c >> 1) + 2 * hr + (c & 1)] * f;
+            for (int hr = 0; hr < 2; hr++) {
+                const float v = o[mb][4 * (c >> 1) + 2 * hr + (c & 1)] * f;
+                os[(wg * 16 + hl) * M::OSTR + 128 * (mb >> 1) + 4 * (8 * w + g) + 2 * (mb & 1) + hr] = v;
+                a = fmaxf(a, fabsf(v));
+            }
+        if (h < p.h_q) am = ak_sd_amax_add(am, a);
     }
+    /* the partial rows' largest magnitude (ak_sd_part_scale) across the hand-off, in the column
+       sums' words (read before the first one); a stored value sums two terms, so twice the
+       largest term bounds it */
+    uint32_t *amax = reinterpret_cast<uint32_t *>(smem + M::RED);
+    float sc = 1.0f, inv = 1.0f;
+    if (p.splits > 1) ak_sd_part_put(2.0f * am, amax, 8);
     ak_mbar_arrive(mbar + 8);
     ak_mbar_wait(mbar + 8, 0);
+    if (p.splits > 1) sc = ak_sd_part_get(amax, 8, inv);
+    if (wg == 0 && w == 0 && g == 0)
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int h = h0 + 8 * (c >> 1) + 2 * c4 + (c & 1);
+            if (h < p.h_q) ak_sdt_store_lse(p, lse[c], inv, r, i, h, split);
+        }
     for (int it = ct; it < 16 * (AK_SD_DV / 4); it += 256) {
         const int hl = it / (AK_SD_DV / 4), d = (it % (AK_SD_DV / 4)) * 4, h = h0 + hl;
         if (h >= p.h_q) continue;
         const float4 v0 = *reinterpret_cast<const float4 *>(os + hl * M::OSTR + d);
         const float4 v1 = *reinterpret_cast<const float4 *>(os + (16 + hl) * M::OSTR + d);
-        ak_sdt_store4(p, make_float4(v0.x + v1.x, v0.y + v1.y, v0.z + v1.z, v0.w + v1.w), r, i, h, d, split);
+        ak_sdt_store4(p, make_float4(v0.x + v1.x, v0.y + v1.y, v0.z + v1.z, v0.w + v1.w), r, i, h, d, split, sc);
     }
 }
 
@@ -1913,7 +1996,7 @@ int ak_sdw_plan(const ak_context *ctx, const ak_mla_decode_args *a, ak_sd_plan *
                                                                   : (size_t)ak_sdr_map<AK_LAYOUT_MLA_FP8_PERTENSOR>::BYTES);
     }
     pl->rows = b * s_q * h_q;
-    pl->ws_bytes = splits > 1 ? (size_t)splits * (size_t)pl->rows * (AK_SD_DV + 1) * sizeof(float) : 0;
+    pl->ws_bytes = ak_sd_ws_bytes((int)splits, pl->rows);
     return 1;
 }
 
