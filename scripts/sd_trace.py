@@ -393,9 +393,9 @@ rep('''        wsm[s] = s >= p.splits || wsm[s] == -INFINITY ? 0.0f : exp2f(wsm[
     TC(4);
     TCV(5, __uint_as_float(v[CH - 1][0]));
 ''')
-rep('''            *reinterpret_cast<uint32_t *>((uint16_t *)p.out + ob + 2 * e) = ak_sd_pack_bf16(acc[2 * e] * f, acc[2 * e + 1] * f);
+rep('''                ak_sd_pack_bf16(acc[2 * e] * f, acc[2 * e + 1] * f);
     }
-}''', '''            *reinterpret_cast<uint32_t *>((uint16_t *)p.out + ob + 2 * e) = ak_sd_pack_bf16(acc[2 * e] * f, acc[2 * e + 1] * f);
+}''', '''                ak_sd_pack_bf16(acc[2 * e] * f, acc[2 * e + 1] * f);
     }
     TC(2);
 }''')
