@@ -380,25 +380,18 @@ rep('''    __shared__ float red[NW];
 ''')
 rep('''    ak_grid_dep_wait(); /* the main kernel's partial rows''', '''    ak_grid_dep_wait();
     TC(1); /* the main kernel's partial rows''')
-rep('''        for (int k = 1; k < NW; k++) mx = fmaxf(mx, red[k]);
-        __syncthreads();
-''', '''        for (int k = 1; k < NW; k++) mx = fmaxf(mx, red[k]);
-        __syncthreads();
-        TCV(3, mx);
+rep('''    for (int k = 1; k < NW; k++) mx = fmaxf(mx, red[k]);
+    __syncthreads();
+''', '''    for (int k = 1; k < NW; k++) mx = fmaxf(mx, red[k]);
+    __syncthreads();
+    TCV(3, mx);
 ''')
-# the weight warp's path (2 dims per thread): the row threads learn the max and the weights at once
-rep('''        mx = red[0], lse2 = red[1];
-''', '''        mx = red[0], lse2 = red[1];
-        TCV(3, mx);
-        TC(4);
-        TCV(5, __uint_as_float(v[CH - 1][0]));
-''')
-rep('''            wsm[s] = s >= p.splits || wsm[s] == -INFINITY ? 0.0f : exp2f(wsm[s] - lse2) * fac[s];
-        __syncthreads();
-''', '''            wsm[s] = s >= p.splits || wsm[s] == -INFINITY ? 0.0f : exp2f(wsm[s] - lse2) * fac[s];
-        __syncthreads();
-        TC(4);
-        TCV(5, __uint_as_float(v[CH - 1][0]));
+rep('''        wsm[s] = s >= p.splits || wsm[s] == -INFINITY ? 0.0f : exp2f(wsm[s] - lse2) * isc[s];
+    __syncthreads();
+''', '''        wsm[s] = s >= p.splits || wsm[s] == -INFINITY ? 0.0f : exp2f(wsm[s] - lse2) * isc[s];
+    __syncthreads();
+    TC(4);
+    TCV(5, __uint_as_float(v[CH - 1][0]));
 ''')
 rep('''                ak_sd_pack_bf16(acc[2 * e] * f, acc[2 * e + 1] * f);
     }

@@ -545,39 +545,10 @@ __device__ __forceinline__ void ak_sd_combine_add(float *acc, const uint32_t (*v
     }
 }
 
-/* The weights of a row's splits by one warp, lane l taking splits l, l + 32, ...: the largest
-   lse, the sum of 2^(lse - max) (each lane's splits in order, then a butterfly, whose pairwise
-   sums every lane forms alike), the row's lse (log2) and each split's weight times its factor
-   into wsm (zero from `splits` to `padded`). No barrier: the lse pairs are this warp's first
-   loads, where a block-wide reduction waits for loads that ptxas issues behind the partial rows. */
-__device__ __forceinline__ void ak_sd_combine_weights_warp(const ak_sd_params &p, float *wsm, float *fac, int padded,
-                                                           int64_t row, int64_t rows, int lane, float &mx,
-                                                           float &lse2) {
-    mx = -INFINITY;
-    for (int s = lane; s < p.splits; s += 32) {
-        const float2 li = p.lacc[s * rows + row];
-        wsm[s] = li.x, fac[s] = li.y;
-        mx = fmaxf(mx, li.x);
-    }
-#pragma unroll
-    for (int k = 16; k > 0; k >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, k));
-    float sum = 0.0f;
-    if (mx != -INFINITY)
-        for (int s = lane; s < p.splits; s += 32) sum += exp2f(wsm[s] - mx);
-#pragma unroll
-    for (int k = 16; k > 0; k >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, k);
-    lse2 = mx != -INFINITY ? mx + log2f(sum) : -INFINITY;
-    for (int s = lane; s < padded; s += 32)
-        wsm[s] = s >= p.splits || wsm[s] == -INFINITY ? 0.0f : exp2f(wsm[s] - lse2) * fac[s];
-}
-
-/* ak_sd_combine<CH, DPT>: 512 / DPT row threads (see above); with DPT 2 one more warp makes the
-   weights (ak_sd_combine_weights_warp) while the row threads load their first chunk. */
-#define AK_SDC_THREADS(DPT) (512 / (DPT) + ((DPT) == 2 ? 32 : 0))
 template <int CH, int DPT>
-__global__ void __launch_bounds__(AK_SDC_THREADS(DPT), DPT == 4 ? (CH == 8 ? 8 : 5) : (CH == 8 ? 4 : 3))
+__global__ void __launch_bounds__(512 / DPT, DPT == 4 ? (CH == 8 ? 8 : 5) : (CH == 8 ? 4 : 3))
     ak_sd_combine(const ak_sd_params p) {
-    enum { NT = 512 / DPT, NW = NT / 32, WW = DPT == 2 };
+    enum { NT = 512 / DPT, NW = NT / 32 };
     extern __shared__ float wsm[]; /* [2][splits rounded up to CH] weights (zero past splits), factors */
     __shared__ float red[NW];
     const int64_t row = blockIdx.x;
@@ -587,65 +558,53 @@ __global__ void __launch_bounds__(AK_SDC_THREADS(DPT), DPT == 4 ? (CH == 8 ? 8 :
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int d = tid * DPT;
     const int padded = (p.splits + CH - 1) / CH * CH;
-    float *fac = wsm + padded;
+    float *isc = wsm + padded;
     const __half *src = p.oacc + row * AK_SD_DV + d;
     const int64_t step = rows * AK_SD_DV;
     ak_grid_dep_wait(); /* the main kernel's partial rows (the index math above overlaps its end) */
     ak_grid_dep_launch();
-    float mx, lse2;
-    if (WW && warp == NW) { /* the weight warp: done once the row threads have the weights */
-        ak_sd_combine_weights_warp(p, wsm, fac, padded, row, rows, lane, mx, lse2);
-        if (lane == 0) red[0] = mx, red[1] = lse2;
-        __syncthreads();
-        return;
-    }
-    /* without it, each thread's first (lse, factor) pair is loaded ahead of the partial rows, so the
-       weights are made while the rows arrive (b 1 h_q 128: the max known 1.4 us after the wait, not
-       1.9) */
+    /* each thread's first (lse, factor) pair is loaded ahead of the partial rows, so the weights
+       are made while the rows arrive (b 1 h_q 128: the max known 1.4 us after the wait, not 1.9) */
     float2 li = make_float2(-INFINITY, 0.0f);
-    if (!WW && tid < p.splits) li = p.lacc[tid * rows + row];
+    if (tid < p.splits) li = p.lacc[tid * rows + row];
     uint32_t v[CH][DPT / 2];
     ak_sd_combine_load<CH, DPT>(v, src, 0, p.splits, step);
     const float sink = p.sink != NULL ? p.sink[h] : 0.0f;
-    if (WW) {
-        __syncthreads();
-        mx = red[0], lse2 = red[1];
-    } else {
-        mx = li.x;
-        if (tid < p.splits) wsm[tid] = li.x, fac[tid] = li.y;
-        for (int s = tid + NT; s < p.splits; s += NT) {
-            li = p.lacc[s * rows + row];
-            wsm[s] = li.x, fac[s] = li.y;
-            mx = fmaxf(mx, li.x);
-        }
-#pragma unroll
-        for (int k = 16; k > 0; k >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, k));
-        if (lane == 0) red[warp] = mx;
-        __syncthreads();
-        mx = red[0];
-#pragma unroll
-        for (int k = 1; k < NW; k++) mx = fmaxf(mx, red[k]);
-        __syncthreads();
-        float sum = 0.0f;
-        if (mx != -INFINITY)
-            for (int s = tid; s < p.splits; s += NT) sum += exp2f(wsm[s] - mx);
-#pragma unroll
-        for (int k = 16; k > 0; k >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, k);
-        if (lane == 0) red[warp] = sum;
-        __syncthreads();
-        float t[NW]; /* the warps' sums in a fixed pairwise tree */
-#pragma unroll
-        for (int k = 0; k < NW; k++) t[k] = red[k];
-#pragma unroll
-        for (int n = NW / 2; n > 0; n /= 2)
-#pragma unroll
-            for (int k = 0; k < n; k++) t[k] = t[2 * k] + t[2 * k + 1];
-        lse2 = mx != -INFINITY ? mx + log2f(t[0]) : -INFINITY;
-        /* the padding is zero: the compiler may read a chunk's weights with vector loads past `splits` */
-        for (int s = tid; s < padded; s += NT)
-            wsm[s] = s >= p.splits || wsm[s] == -INFINITY ? 0.0f : exp2f(wsm[s] - lse2) * fac[s];
-        __syncthreads();
+    float mx = li.x;
+    if (tid < p.splits) wsm[tid] = li.x, isc[tid] = li.y;
+    for (int s = tid + NT; s < p.splits; s += NT) {
+        li = p.lacc[s * rows + row];
+        wsm[s] = li.x, isc[s] = li.y;
+        mx = fmaxf(mx, li.x);
     }
+#pragma unroll
+    for (int k = 16; k > 0; k >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, k));
+    if (lane == 0) red[warp] = mx;
+    __syncthreads();
+    mx = red[0];
+#pragma unroll
+    for (int k = 1; k < NW; k++) mx = fmaxf(mx, red[k]);
+    __syncthreads();
+    float sum = 0.0f;
+    if (mx != -INFINITY)
+        for (int s = tid; s < p.splits; s += NT) sum += exp2f(wsm[s] - mx);
+#pragma unroll
+    for (int k = 16; k > 0; k >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, k);
+    if (lane == 0) red[warp] = sum;
+    __syncthreads();
+    float t[NW]; /* the warps' sums in a fixed pairwise tree */
+#pragma unroll
+    for (int k = 0; k < NW; k++) t[k] = red[k];
+#pragma unroll
+    for (int n = NW / 2; n > 0; n /= 2)
+#pragma unroll
+        for (int k = 0; k < n; k++) t[k] = t[2 * k] + t[2 * k + 1];
+    sum = t[0];
+    const float lse2 = mx != -INFINITY ? mx + log2f(sum) : -INFINITY;
+    /* the padding is zero: the compiler may read a chunk's weights with vector loads past `splits` */
+    for (int s = tid; s < padded; s += NT)
+        wsm[s] = s >= p.splits || wsm[s] == -INFINITY ? 0.0f : exp2f(wsm[s] - lse2) * isc[s];
+    __syncthreads();
     float acc[DPT];
 #pragma unroll
     for (int e = 0; e < DPT; e++) acc[e] = 0.0f;
@@ -787,7 +746,7 @@ static ak_status ak_sd_combine_launch(ak_context *ctx, const ak_sd_params &p, co
     const int dpt = pl.rows <= sms ? 2 : 4;
     const void *fn = dpt == 2 ? (ch == 8 ? (const void *)ak_sd_combine<8, 2> : (const void *)ak_sd_combine<16, 2>)
                               : (ch == 8 ? (const void *)ak_sd_combine<8, 4> : (const void *)ak_sd_combine<16, 4>);
-    AK_CUDA_TRY(ak_launch_pdl(ctx, fn, (unsigned)pl.rows, AK_SDC_THREADS(dpt),
+    AK_CUDA_TRY(ak_launch_pdl(ctx, fn, (unsigned)pl.rows, 512 / dpt,
                               2 * (size_t)((pl.splits + ch - 1) / ch * ch) * sizeof(float), args));
     AK_CUDA_CHECK_LAUNCH("ak_sd_combine");
     return AK_OK;
