@@ -217,7 +217,7 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
     uint8_t *stage = (uint8_t *)(ss + 16 * MW * SSTR);               /* [NSTG][64][STG] raw records */
     int64_t *offs = (int64_t *)(stage + C::NSTG * AK_SD_KEYS * C::STG); /* [3][64] record offset or -1 */
     uint16_t *psm = (uint16_t *)(offs + 3 * AK_SD_KEYS);             /* [16 MW][PSTR] bf16 P */
-    float *rst = (float *)(psm + 16 * MW * C::PSTR);                 /* [2][16 MW] f32 row alpha; m, l */
+    float *rst = (float *)(psm + 16 * MW * C::PSTR);                 /* [2][16 MW] f32 row alpha; factor, lse */
 
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -462,11 +462,21 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
     }
 
     ak_grid_dep_launch(); /* the next kernel may start its CTAs during this epilogue */
-    /* Write this split's rows: final out/lse with one split, else normalized partials. The row
-       statistics go through shared memory from their owners (rst is free: the last read of the
-       alphas precedes this barrier in every warp); so do the warps' largest |O| for the partial
-       rows' fp16 scale (ak_sd_part_scale, in the S tile, free after the first barrier), whose
-       hand-off rides on the second barrier. */
+    /* Write this split's rows: final out/lse with one split, else normalized partials. Each warp
+       makes its own rows' factor and lse (ak_sd_row_scale, lane rr taking row RPW warp + rr; the
+       statistics are the same in every lane) before the first barrier, so that the division and
+       the logarithm stay off the fragment threads' path, and hands them over through shared memory
+       (rst is free after that barrier: the last read of the alphas precedes it in every warp); so
+       do the warps' largest |O| for the partial rows' fp16 scale (ak_sd_part_scale, in the S tile,
+       free after the first barrier), whose hand-off rides on the second barrier. */
+    float own_f = 0.0f, own_lse = 0.0f;
+    {
+        float m = m_own[0], l = l_own[0];
+#pragma unroll
+        for (int rr = 1; rr < RPW; rr++)
+            if (lane == rr) m = m_own[rr], l = l_own[rr];
+        if (lane < RPW) own_f = ak_sd_row_scale(p, m, l, h0 + warp * RPW + lane, kq.ref, own_lse);
+    }
     float am = 0.0f;
     if (p.splits > 1)
 #pragma unroll
@@ -474,10 +484,7 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
             if (h0 + mt * 16 + g + hr * 8 < p.h_q)
                 am = ak_sd_amax_add(am, ak_sd_frag_amax<DVW / 8>(&o[0][0], hr));
     __syncthreads();
-    if (lane == 0) {
-#pragma unroll
-        for (int rr = 0; rr < RPW; rr++) rst[warp * RPW + rr] = m_own[rr], rst[16 * MW + warp * RPW + rr] = l_own[rr];
-    }
+    if (lane < RPW) rst[warp * RPW + lane] = own_f, rst[16 * MW + warp * RPW + lane] = own_lse;
     uint32_t *amax = reinterpret_cast<uint32_t *>(ss);
     if (p.splits > 1) ak_sd_part_put(am, amax, AK_SD_THREADS / 32);
     __syncthreads();
@@ -487,8 +494,7 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
         const int hl = mt * 16 + g + hr * 8;
-        float lse;
-        const float f = ak_sd_row_scale(p, rst[hl], rst[16 * MW + hl], h0 + hl, kq.ref, lse);
+        const float f = rst[hl], lse = rst[16 * MW + hl];
         if (p.splits == 1)
             ak_sd_write_out_row<DVW / 8>(p, &o[0][0], hr, r, i, h0 + hl, f, lse, d0, c4, gw == 0 && c4 == 0);
         else
