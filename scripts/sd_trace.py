@@ -386,9 +386,9 @@ rep('''    for (int k = 1; k < NW; k++) mx = fmaxf(mx, red[k]);
     __syncthreads();
     TCV(3, mx);
 ''')
-rep('''        wsm[s] = s >= p.splits || wsm[s] == -INFINITY ? 0.0f : exp2f(wsm[s] - lse2) * isc[s];
+rep('''        wsm[s] = s >= p.splits || wsm[s] == -INFINITY ? 0.0f : exp2f(wsm[s] - lse2) * fac[s];
     __syncthreads();
-''', '''        wsm[s] = s >= p.splits || wsm[s] == -INFINITY ? 0.0f : exp2f(wsm[s] - lse2) * isc[s];
+''', '''        wsm[s] = s >= p.splits || wsm[s] == -INFINITY ? 0.0f : exp2f(wsm[s] - lse2) * fac[s];
     __syncthreads();
     TC(4);
     TCV(5, __uint_as_float(v[CH - 1][0]));

@@ -564,7 +564,7 @@ __global__ void __launch_bounds__(512 / DPT, DPT == 4 ? (CH == 8 ? 8 : 5) : (CH 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int d = tid * DPT;
     const int padded = (p.splits + CH - 1) / CH * CH;
-    float *isc = wsm + padded;
+    float *fac = wsm + padded;
     const __half *src = p.oacc + row * AK_SD_DV + d;
     const int64_t step = rows * AK_SD_DV;
     ak_grid_dep_wait(); /* the main kernel's partial rows (the index math above overlaps its end) */
@@ -577,10 +577,10 @@ __global__ void __launch_bounds__(512 / DPT, DPT == 4 ? (CH == 8 ? 8 : 5) : (CH 
     ak_sd_combine_load<CH, DPT>(v, src, 0, p.splits, step);
     const float sink = p.sink != NULL ? p.sink[h] : 0.0f;
     float mx = li.x;
-    if (tid < p.splits) wsm[tid] = li.x, isc[tid] = li.y;
+    if (tid < p.splits) wsm[tid] = li.x, fac[tid] = li.y;
     for (int s = tid + NT; s < p.splits; s += NT) {
         li = p.lacc[s * rows + row];
-        wsm[s] = li.x, isc[s] = li.y;
+        wsm[s] = li.x, fac[s] = li.y;
         mx = fmaxf(mx, li.x);
     }
 #pragma unroll
@@ -609,7 +609,7 @@ __global__ void __launch_bounds__(512 / DPT, DPT == 4 ? (CH == 8 ? 8 : 5) : (CH 
     const float lse2 = mx != -INFINITY ? mx + log2f(sum) : -INFINITY;
     /* the padding is zero: the compiler may read a chunk's weights with vector loads past `splits` */
     for (int s = tid; s < padded; s += NT)
-        wsm[s] = s >= p.splits || wsm[s] == -INFINITY ? 0.0f : exp2f(wsm[s] - lse2) * isc[s];
+        wsm[s] = s >= p.splits || wsm[s] == -INFINITY ? 0.0f : exp2f(wsm[s] - lse2) * fac[s];
     __syncthreads();
     float acc[DPT];
 #pragma unroll

@@ -129,7 +129,7 @@ __device__ __forceinline__ float ak_sd_row_scale(const ak_sd_params &p, float m2
 }
 
 /* Partial rows (splits > 1) are stored in fp16, half the bytes of f32 to write and to read back in
-   ak_sd_combine (b 8 h_q 128: -15% for the call, session 24's proxy), with a factor per row that
+   ak_sd_combine (b 8 h_q 128 -5%, V4 b 8 -15%, session 25), with a factor per row that
    the combine multiplies the row's weight by. A normalized partial row is a convex combination of
    V rows, but V has no bound (e4m3 times an fp32 scale, or bf16), so each CTA scales the values it
    stores (the normalized rows, or O before its 1 / l, which then goes into the factor) by 2^e,
@@ -256,6 +256,11 @@ struct ak_sd_plan {
     size_t smem, ws_bytes;
 };
 
+/* Workspace bytes of a plan: fp16 partial rows, then one (lse, factor) pair per row. */
+static inline size_t ak_sd_ws_bytes(int splits, int64_t rows) {
+    return splits > 1 ? (size_t)splits * (size_t)rows * (AK_SD_DV * sizeof(__half) + sizeof(float2)) : 0;
+}
+
 /* The wgmma kernels (sparse_decode_wgmma.cu): ak_sdw_plan returns 1 and fills the plan when one
    of them serves the call (656 and per-tensor fp8: the swap-AB kernel at h_q <= 32 with 16- or
    32-head tiles, or at 16 heads, 16 or more tiles per CTA and a copy ceiling of at least 28 GB/s
@@ -263,11 +268,6 @@ struct ak_sd_plan {
    warp-specialized one at h_q > 32; V4 and MLA_BF16: the pipelined one at
    h_q > 32; 64-head tiles for both); ak_sdw_launch runs it (pl.mw: head tile / 16), and
    ak_sd_combine merges its partial rows like those of ak_sd_main. */
-/* Workspace bytes of a plan: fp16 partial rows, then one (lse, factor) pair per row. */
-static inline size_t ak_sd_ws_bytes(int splits, int64_t rows) {
-    return splits > 1 ? (size_t)splits * (size_t)rows * (AK_SD_DV * sizeof(__half) + sizeof(float2)) : 0;
-}
-
 int ak_sdw_plan(const ak_context *ctx, const ak_mla_decode_args *a, ak_sd_plan *pl);
 ak_status ak_sdw_launch(ak_context *ctx, const ak_sd_params &p, const ak_sd_plan &pl, int layout);
 
