@@ -517,8 +517,8 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
    rows the CTAs' fixed work dominates and 4 dims over 128 threads is faster (b 8 h_q 128, 1024
    rows: 24.5 against 26.1; session 25). The launch bounds keep, for 4 dims, CH 8 at 64 registers
    (8 CTAs per SM: b 8 h_q 128's 1024 rows in one wave; 72 put them in two, x147) and CH 16 at 96
-   (5 CTAs per SM). The workspace holds every split, so the loads stay in bounds even for an
-   empty split, whose weight is 0 and whose (unwritten) row is never used. */
+   (5 CTAs per SM); for 2 dims CH 32 takes 80. The workspace holds every split, so the loads stay
+   in bounds even for an empty split, whose weight is 0 and whose (unwritten) row is never used. */
 template <int CH, int DPT>
 __device__ __forceinline__ void ak_sd_combine_load(uint32_t (*v)[DPT / 2], const __half *src, int s0, int splits,
                                                    int64_t step) {
@@ -747,10 +747,14 @@ static ak_status ak_sd_launch(ak_context *ctx, const ak_sd_params &p, const ak_s
    kernels. */
 static ak_status ak_sd_combine_launch(ak_context *ctx, const ak_sd_params &p, const ak_sd_plan &pl) {
     void *args[] = {(void *)&p};
-    const int ch = pl.splits <= 8 ? 8 : 16;
     const int sms = ctx->cuda != NULL ? ctx->cuda->prop.multiProcessorCount : 132;
     const int dpt = pl.rows <= sms ? 2 : 4;
-    const void *fn = dpt == 2 ? (ch == 8 ? (const void *)ak_sd_combine<8, 2> : (const void *)ak_sd_combine<16, 2>)
+    /* with 2 dims a thread holds one word per split, so up to 32 splits fit one chunk: one L2 round
+       trip (b 1 h_q 16, 32 splits: 9.3 -> 9.1 us, session 26) */
+    const int ch = pl.splits <= 8 ? 8 : pl.splits <= 16 || dpt == 4 ? 16 : 32;
+    const void *fn = dpt == 2 ? (ch == 8    ? (const void *)ak_sd_combine<8, 2>
+                                 : ch == 16 ? (const void *)ak_sd_combine<16, 2>
+                                            : (const void *)ak_sd_combine<32, 2>)
                               : (ch == 8 ? (const void *)ak_sd_combine<8, 4> : (const void *)ak_sd_combine<16, 4>);
     AK_CUDA_TRY(ak_launch_pdl(ctx, fn, (unsigned)pl.rows, 512 / dpt,
                               2 * (size_t)((pl.splits + ch - 1) / ch * ch) * sizeof(float), args));
