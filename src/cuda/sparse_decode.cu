@@ -344,8 +344,9 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
             const int key0 = gw * NKW;
             /* one x4 ldmatrix = the B fragments of two k16 steps (lanes 16..31 address dims +16) */
             const uint32_t ka = ak_smem_addr(ks + (key0 + (lane & 7)) * KSTR + (lane >> 3) * 8);
-            /* ldmatrix and mma are volatile asm, so they issue in program order: load QB steps of
-               fragments first, then run their MMAs, instead of one load-use stall per step */
+            /* QB steps of fragments are loaded, then their MMAs run, instead of one load-use stall
+               per step; ptxas also moves the next batch's loads in among these MMAs (the SASS
+               interleaves LDSM and HMMA although both are volatile asm: session 26) */
 #pragma unroll
             for (int kk0 = 0; kk0 < DQK / 16; kk0 += QB) {
                 uint32_t b[QB / 2][NJ][4], a[QREG ? 1 : QB][4];
