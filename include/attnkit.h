@@ -452,7 +452,9 @@ typedef struct ak_mla_decode_args {
     ak_tensor *lse;                     /* [b, s_q, h_q] f32, natural log, optional, any strides */
 } ak_mla_decode_args;
 
-/* Workspace bytes for these shapes (depends on shapes only, never on lengths or indices). */
+/* Workspace bytes for these shapes (depends on shapes only, never on lengths or indices). On the
+   CUDA backend the workspace must be 16-byte aligned (cudaMalloc's always is), else
+   AK_ERR_INVALID_ARGUMENT. */
 AK_API ak_status ak_mla_decode_workspace_size(ak_context *ctx, const ak_mla_decode_args *args,
                                               size_t *bytes);
 /* Capturable in a CUDA graph on the CUDA backend: no allocation, no host synchronisation; all

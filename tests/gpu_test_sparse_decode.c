@@ -463,6 +463,20 @@ static void sd_run_case(ak_context *cpu, ak_context *gpu, const sd_case *cs, ak_
         CHECK_MSG(changed == 0, "%s: misaligned out: %zu bytes written", what, changed);
         free(hb);
         cudaFree(dbad);
+        if (ws > 0) { /* so is a workspace off the 16-byte grid */
+            uint8_t *dws2 = NULL;
+            CHECK(cudaMalloc((void **)&dws2, ws + 16) == cudaSuccess);
+            CHECK(cudaMemset(dout, 0xff, obytes) == cudaSuccess);
+            CHECK_STATUS(ak_mla_decode(gpu, &ga, dws2 + 8, ws), AK_ERR_INVALID_ARGUMENT);
+            CHECK_MSG(strstr(ak_last_error(), "workspace") != NULL, "%s: misaligned workspace: detail '%s'", what,
+                      ak_last_error());
+            CHECK_STATUS(ak_context_synchronize(gpu), AK_OK);
+            CHECK(cudaMemcpy(hpad, dout, obytes, cudaMemcpyDeviceToHost) == cudaSuccess);
+            size_t written = 0;
+            for (size_t e = 0; e < obytes; e++) written += hpad[e] != 0xff;
+            CHECK_MSG(written == 0, "%s: misaligned workspace: %zu output bytes written", what, written);
+            cudaFree(dws2);
+        }
     }
 
     if (graph) {
