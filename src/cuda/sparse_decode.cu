@@ -781,7 +781,7 @@ extern "C" ak_status ak_cuda_mla_decode(ak_context *ctx, const ak_mla_decode_arg
         return ak_fail(AK_ERR_INVALID_ARGUMENT,
                        "ak_mla_decode: workspace: %zu bytes, need %zu (ak_mla_decode_workspace_size)",
                        workspace_bytes, pl.ws_bytes);
-    /* the partial rows are written with 16-byte and bulk stores */
+    /* the 64-head kernels write the partial rows with bulk copies (16-byte aligned addresses) */
     if (pl.ws_bytes > 0 && (uintptr_t)workspace % 16 != 0)
         return ak_fail(AK_ERR_INVALID_ARGUMENT,
                        "ak_mla_decode: workspace: the CUDA kernels need a 16-byte aligned workspace; got base %% 16 = %zu",
