@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """sd_trace.py DIR -- instruments a copy of the tree at DIR (never the working tree) for per-unit
 timelines of the sparse decode kernels: clock64 stamps of the producer (warp 0, lane 0) and the
-consumers (their first thread) of ak_sdx_main (64-head tiles) and ak_sdt_main (swap-AB), written to a
-device array for 64 sampled CTAs, printed by `attnkit bench` after each mla_decode_sparse case as
-averages in cycles (docs/perf.md, session 13). Run through scripts/sd_trace.sh."""
+consumers (their first thread) of ak_sdx_main (64-head tiles), ak_sdt_main (swap-AB) and ak_sdr_main
+(register-dequantizing; consumer warpgroup 0), written to a device array for 64 sampled CTAs,
+printed by `attnkit bench` after each mla_decode_sparse case as averages in cycles (docs/perf.md,
+sessions 13 and 27); %globaltimer stamps of ak_sd_main and the combine (session 24). Run through
+scripts/sd_trace.sh."""
 import sys
 d = sys.argv[1]
 f=d+'/src/cuda/sparse_decode_wgmma.cu'
@@ -452,4 +454,92 @@ rep('''extern "C" void ak_trace_dump(const char *tag) {
 extern "C" void ak_trace_dump(const char *tag) {
     ak_trace_dump_sdt(tag);
     ak_trace_dump_sdm(tag);''')
+open(f, 'w').write(s)
+
+# ---- ak_sdr_main (register-dequantizing kernel): clock64 stamps of producer warp 0 per tile and of
+# consumer warpgroup 0's first thread per tile it takes (session 27)
+rep('#define TR(sx, jx)', '''__device__ unsigned long long ak_tr3[AK_TR_CTAS][12][AK_TR_N];
+#define TR3(sx, jx) do { const int c_ = ak_trc(); if (c_ >= 0 && (jx) < AK_TR_N) ak_tr3[c_][sx][jx] = ak_clk(); } while (0)
+#define TR(sx, jx)''')
+rep('''        ak_mbar_wait(bar + 8 * (AK_SDR_NBUF + b), ((n / AK_SDR_NBUF) & 1) ^ 1); /* EMPTY[b] */''',
+    '''        if (w == 0 && lane == 0) TR3(0, n);
+        ak_mbar_wait(bar + 8 * (AK_SDR_NBUF + b), ((n / AK_SDR_NBUF) & 1) ^ 1); /* EMPTY[b] */
+        if (w == 0 && lane == 0) TR3(1, n);''')
+rep('''        if (ro >= 0) ak_bulk_g2s_hint(stage + (uint32_t)((b * 64 + key) * M::STR), l.pool + ro, M::CPY, bar + 8 * b, pol);''',
+    '''        if (ro >= 0) ak_bulk_g2s_hint(stage + (uint32_t)((b * 64 + key) * M::STR), l.pool + ro, M::CPY, bar + 8 * b, pol);
+        __syncwarp();
+        if (w == 0 && lane == 0) TR3(2, n);''')
+rep('''    ak_sdr_load_q(p, qs, r, i, h0, ct);''', '''    if (ct == 0) TR3(11, 0);
+    ak_sdr_load_q(p, qs, r, i, h0, ct);''')
+rep('''        ak_mbar_wait(bar + 8 * b, (n / AK_SDR_NBUF) & 1); /* FULL[b] */
+        const uint8_t *st''', '''        if (ct == 0) TR3(5, n);
+        ak_mbar_wait(bar + 8 * b, (n / AK_SDR_NBUF) & 1); /* FULL[b] */
+        if (ct == 0) TR3(6, n);
+        const uint8_t *st''')
+rep('''            s[k] = s2[0][k] + s2[1][k];
+        }
+''', '''            s[k] = s2[0][k] + s2[1][k];
+        }
+        if (ct == 0) TR3(7, n);
+''')
+rep('''        ak_bar_sync(bar2, 128);  /* P'^T complete; every thread has read the column maxima */''',
+    '''        ak_bar_sync(bar2, 128);  /* P'^T complete; every thread has read the column maxima */
+        if (ct == 0) TR3(8, n);''')
+rep('''            for (int k = 0; k < 8; k++) ak_reg_fence(o[mb][k]);
+    }
+
+    ak_grid_dep_launch();''', '''            for (int k = 0; k < 8; k++) ak_reg_fence(o[mb][k]);
+        if (ct == 0) TR3(9, n);
+    }
+    if (ct == 0) TR3(11, 1);
+
+    ak_grid_dep_launch();''')
+rep('''extern "C" void ak_trace_dump(const char *tag) {
+    ak_trace_dump_sdt(tag);''', '''extern "C" void ak_trace_dump_sdr(const char *tag);
+extern "C" void ak_trace_dump(const char *tag) {
+    ak_trace_dump_sdr(tag);
+    ak_trace_dump_sdt(tag);''')
+s += r'''
+/* Means over the sampled CTAs, in cycles: the producer per tile (its EMPTY wait, its copy call,
+   the rest of its step), warpgroup 0 per tile it takes (FULL wait, S, softmax, P V), the records'
+   landing (FULL seen minus warp 0's copies issued, for tiles whose FULL was waited on) and the
+   tile period (the producer's steps). */
+extern "C" void ak_trace_dump_sdr(const char *tag) {
+    static unsigned long long h[AK_TR_CTAS][12][AK_TR_N];
+    if (cudaMemcpyFromSymbol(h, ak_tr3, sizeof h) != cudaSuccess) return;
+    static unsigned long long z[AK_TR_CTAS][12][AK_TR_N];
+    cudaMemcpyToSymbol(ak_tr3, z, sizeof z);
+    double a[12] = {0};
+    int nc = 0;
+    for (int c = 0; c < AK_TR_CTAS; c++) {
+        if (h[c][11][0] == 0 || h[c][11][1] == 0) continue;
+        int np = 0;
+        while (np < AK_TR_N && h[c][2][np] != 0) np++;
+        if (np < 8) continue;
+        double v[12] = {0};
+        int k = 0;
+        for (int n = 1; n < np; n++) {
+            v[0] += h[c][1][n] - h[c][0][n]; v[1] += h[c][2][n] - h[c][1][n];
+            v[2] += (n + 1 < np ? h[c][0][n + 1] : h[c][2][n]) - h[c][2][n];
+        }
+        for (int q = 0; q < 3; q++) v[q] /= np - 1;
+        v[3] = (double)(h[c][2][np - 1] - h[c][2][0]) / (np - 1);
+        for (int n = 1; n < np; n++) {
+            if (h[c][9][n] == 0) continue;
+            v[4] += h[c][6][n] - h[c][5][n]; v[5] += h[c][7][n] - h[c][6][n]; v[6] += h[c][8][n] - h[c][7][n];
+            v[7] += h[c][9][n] - h[c][8][n]; v[8] += (double)(long long)(h[c][6][n] - h[c][2][n]);
+            k++;
+        }
+        if (k == 0) continue;
+        for (int q = 4; q < 9; q++) v[q] /= k;
+        v[9] = np; v[10] = k;
+        for (int q = 0; q < 11; q++) a[q] += v[q];
+        nc++;
+    }
+    if (nc == 0) return;
+    for (int q = 0; q < 11; q++) a[q] /= nc;
+    fprintf(stderr, "sdr %s: %d CTAs, %.0f tiles (%.0f on warpgroup 0) | producer per tile %.0f: EMPTY wait %.0f, copy call %.0f, rest %.0f | warpgroup 0 per tile: FULL wait %.0f, S %.0f, softmax+P+bar %.0f, PV %.0f | FULL seen - copies issued %.0f\n",
+            tag, nc, a[9], a[10], a[3], a[0], a[1], a[2], a[4], a[5], a[6], a[7], a[8]);
+}
+'''
 open(f, 'w').write(s)
