@@ -22,7 +22,9 @@ static void usage(FILE *f) {
             "  --model M    dsv3, dsv32, dsv4-flash, dsv4-pro, llama3-8b (default: each family's shapes)\n"
             "  --quick      smaller shapes and fewer samples (smoke runs)\n"
             "  --json       one JSON document on stdout instead of the table\n"
-            "Environment: AK_BENCH_FILTER=a,b times only the cases whose shape contains a or b.\n");
+            "Environment: AK_BENCH_FILTER=a,b times only the cases whose shape contains a or b;\n"
+            "AK_BENCH_SHARED_CTX=1 puts every V3.2 sparse decode request's keys in one shared 32k\n"
+            "context (records L2-resident: a proxy for more bandwidth per SM, marked 'shared').\n");
 }
 
 int ak_cmd_bench(int argc, char **argv) {
