@@ -461,19 +461,19 @@ open(f, 'w').write(s)
 rep('#define TR(sx, jx)', '''__device__ unsigned long long ak_tr3[AK_TR_CTAS][12][AK_TR_N];
 #define TR3(sx, jx) do { const int c_ = ak_trc(); if (c_ >= 0 && (jx) < AK_TR_N) ak_tr3[c_][sx][jx] = ak_clk(); } while (0)
 #define TR(sx, jx)''')
-rep('''        ak_mbar_wait(bar + 8 * (AK_SDR_NBUF + b), ((n / AK_SDR_NBUF) & 1) ^ 1); /* EMPTY[b] */''',
+rep('''        ak_mbar_wait(bar + 8 * (AK_SDR_NFULL + b), ((n / AK_SDR_NBUF) & 1) ^ 1); /* EMPTY[b] */''',
     '''        if (w == 0 && lane == 0) TR3(0, n);
-        ak_mbar_wait(bar + 8 * (AK_SDR_NBUF + b), ((n / AK_SDR_NBUF) & 1) ^ 1); /* EMPTY[b] */
+        ak_mbar_wait(bar + 8 * (AK_SDR_NFULL + b), ((n / AK_SDR_NBUF) & 1) ^ 1); /* EMPTY[b] */
         if (w == 0 && lane == 0) TR3(1, n);''')
-rep('''        if (ro >= 0) ak_bulk_g2s_hint(stage + (uint32_t)((b * 64 + key) * M::STR), l.pool + ro, M::CPY, bar + 8 * b, pol);''',
-    '''        if (ro >= 0) ak_bulk_g2s_hint(stage + (uint32_t)((b * 64 + key) * M::STR), l.pool + ro, M::CPY, bar + 8 * b, pol);
+rep('''        if (ro >= 0) ak_bulk_g2s_hint(stage + (uint32_t)((b * 64 + key) * M::STR), l.pool + ro, M::CPY, bar + 8 * f, pol);''',
+    '''        if (ro >= 0) ak_bulk_g2s_hint(stage + (uint32_t)((b * 64 + key) * M::STR), l.pool + ro, M::CPY, bar + 8 * f, pol);
         __syncwarp();
         if (w == 0 && lane == 0) TR3(2, n);''')
 rep('''    ak_sdr_load_q(p, qs, r, i, h0, ct);''', '''    if (ct == 0) TR3(11, 0);
     ak_sdr_load_q(p, qs, r, i, h0, ct);''')
-rep('''        ak_mbar_wait(bar + 8 * b, (n / AK_SDR_NBUF) & 1); /* FULL[b] */
+rep('''        ak_mbar_wait(bar + 8 * (n % AK_SDR_NFULL), (n / AK_SDR_NFULL) & 1); /* FULL[n % NFULL] */
         const uint8_t *st''', '''        if (ct == 0) TR3(5, n);
-        ak_mbar_wait(bar + 8 * b, (n / AK_SDR_NBUF) & 1); /* FULL[b] */
+        ak_mbar_wait(bar + 8 * (n % AK_SDR_NFULL), (n / AK_SDR_NFULL) & 1); /* FULL[n % NFULL] */
         if (ct == 0) TR3(6, n);
         const uint8_t *st''')
 rep('''            s[k] = s2[0][k] + s2[1][k];

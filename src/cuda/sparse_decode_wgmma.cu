@@ -1559,8 +1559,10 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
 /*
  * ak_sdr_main: 656 and per-tensor fp8 at h_q <= 16, the keys dequantized in the consumers'
  * registers. One CTA = (token, 16-head tile, KV split): four producer warps that only issue bulk
- * copies (16 keys of each 64-key tile, into a ring of four raw tiles) and two consumer warpgroups,
- * warpgroup c serving the tiles n with n % 2 == c; their states merge at the end.
+ * copies (16 keys of each 64-key tile, into a ring of four raw tiles) and three consumer
+ * warpgroups, warpgroup c serving the tiles n with n % 3 == c; their states merge at the end. Three
+ * chains per SM (two left the consumers the bound: x174) at 152 registers, so the products issue in
+ * groups of four k16 steps (ptxas checks them against the launch's 128).
  *
  * S^T = K Q^T with K as the wgmma A operand from registers: each thread loads the fp8 bytes of its
  * two keys (rows 16 w + g and + 8) and dequantizes them exactly as the layout defines (656:
@@ -1577,10 +1579,18 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
  * bound (two bf16 roundings per term at most).
  */
 #define AK_SDR_PW 4 /* producer warps: 16 keys of each tile */
-#define AK_SDR_THREADS (32 * AK_SDR_PW + 256)
+#define AK_SDR_NWG 3 /* consumer warpgroups: warpgroup c takes the tiles n with n % NWG == c */
+#define AK_SDR_CT (128 * AK_SDR_NWG)
+#define AK_SDR_THREADS (32 * AK_SDR_PW + AK_SDR_CT)
 #define AK_SDR_NBUF 4
-#define AK_SDR_PREG 40 /* registers after setmaxnreg (128 x 40 + 256 x 232 <= 64 K) */
-#define AK_SDR_CREG 232
+/* FULL mbarriers, lcm(NBUF, NWG): tile n completes on FULL[n % NFULL], so each barrier's phases are
+   one warpgroup's tiles of one buffer, in order. With one FULL per buffer the buffer's previous
+   tile would belong to another warpgroup, its records possibly still landing when this warpgroup
+   arrives, and the parity wait would pass on the phase before it (x175: a fault under load). */
+#define AK_SDR_NFULL 12
+static_assert(AK_SDR_NFULL % AK_SDR_NBUF == 0 && AK_SDR_NFULL % AK_SDR_NWG == 0, "FULL per (buffer, warpgroup)");
+#define AK_SDR_PREG 40 /* registers after setmaxnreg (128 x 40 + 384 x 152 <= 64 K) */
+#define AK_SDR_CREG 152
 
 template <int LAYOUT> struct ak_sdr_map {
     enum {
@@ -1589,13 +1599,13 @@ template <int LAYOUT> struct ak_sdr_map {
         STR = PT ? 592 : 656,         /* stage row stride: 16 or 80 bytes mod 128 (conflict-free loads) */
         NPB = PT ? 1 : 4,             /* P'^T copies (656: one per scale block) */
         Q = 0,                        /* [9][16 heads][128 B] bf16, permuted columns, swizzled */
-        P = Q + 9 * 16 * 128,         /* [2][NPB][16 heads][128 B] bf16 P'^T, swizzled */
-        STAGE = P + 2 * NPB * 2048,   /* [NBUF][64 keys][STR] raw records */
+        P = Q + 9 * 16 * 128,         /* [NWG][NPB][16 heads][128 B] bf16 P'^T, swizzled */
+        STAGE = P + AK_SDR_NWG * NPB * 2048, /* [NBUF][64 keys][STR] raw records */
         VALID = STAGE + AK_SDR_NBUF * 64 * STR, /* [NBUF][4 warps] u16 validity bits */
-        RED = VALID + AK_SDR_NBUF * 8,          /* [2][4 warps][16] f32 column max, then sums */
-        ML = RED + 2 * 4 * 16 * 4,              /* [2][16][2] f32 final max and sum per warpgroup */
-        BAR = (ML + 2 * 16 * 2 * 4 + 7) & ~7,   /* FULL[NBUF], EMPTY[NBUF], MERGE[2] */
-        BYTES = BAR + (2 * AK_SDR_NBUF + 2) * 8,
+        RED = VALID + AK_SDR_NBUF * 8,          /* [NWG][4 warps][16] f32 column max, then sums */
+        ML = RED + AK_SDR_NWG * 4 * 16 * 4,     /* [NWG][16][2] f32 final max and sum per warpgroup */
+        BAR = (ML + AK_SDR_NWG * 16 * 2 * 4 + 7) & ~7, /* FULL[NFULL], EMPTY[NBUF], MERGE[2] */
+        BYTES = BAR + (AK_SDR_NFULL + AK_SDR_NBUF + 2) * 8,
         OSTR = AK_SD_DV + 4 /* f32 row stride of the output staging (in STAGE) */
     };
 };
@@ -1611,11 +1621,11 @@ __device__ __forceinline__ int ak_sdr_col(int d) {
 }
 
 /* Q [16 heads x 576] bf16 of token (r, i), heads h0 .., -> qs in permuted columns (zero rows past
-   h_q); ct: consumer thread (256). */
+   h_q); ct: consumer thread (AK_SDR_CT). */
 __device__ __forceinline__ void ak_sdr_load_q(const ak_sd_params &p, uint8_t *qs, int64_t r, int64_t i, int h0,
                                               int ct) {
     const uint16_t *qb = p.q + r * p.q_s0 + i * p.q_s1;
-    for (int it = ct; it < 16 * 72; it += 256) { /* 8 dims per item */
+    for (int it = ct; it < 16 * 72; it += AK_SDR_CT) { /* 8 dims per item */
         const int hl = it / 72, d0 = (it % 72) * 8, h = h0 + hl;
         const uint4 x = h < p.h_q ? ak_sd_ldq8(p, qb + (int64_t)h * p.q_s2 + d0) : make_uint4(0, 0, 0, 0);
         const uint32_t wd[4] = {x.x, x.y, x.z, x.w};
@@ -1647,21 +1657,21 @@ __device__ __forceinline__ void ak_sdr_produce(const ak_sd_params &p, uint8_t *s
     int32_t slot = ak_sdw_slot(p, r, i, t, key, len0, len1, ok);
     const uint64_t pol = ak_l2_policy(p.rec_once != 0); /* as ak_sdx_copy (x123) */
     for (int n = 0; t < t_end; n++) {
-        const int b = n % AK_SDR_NBUF;
+        const int b = n % AK_SDR_NBUF, f = n % AK_SDR_NFULL;
         const int tn = ak_sdw_next(p, t + 1, t_end, len0, len1);
         bool okn = false;
         const int32_t sn = ak_sdw_slot(p, r, i, tn < t_end ? tn : t, key, len0, len1, okn);
         okn = okn && tn < t_end;
-        ak_mbar_wait(bar + 8 * (AK_SDR_NBUF + b), ((n / AK_SDR_NBUF) & 1) ^ 1); /* EMPTY[b] */
+        ak_mbar_wait(bar + 8 * (AK_SDR_NFULL + b), ((n / AK_SDR_NBUF) & 1) ^ 1); /* EMPTY[b] */
         const ak_sd_list &l = p.list[t >= p.list[0].tiles];
         int64_t ro = -1, so;
         if (lane < 16) ak_sdw_locate<LAYOUT>(l, ok ? slot : -1, ro, so);
         const uint32_t vm = __ballot_sync(0xffffffffu, ro >= 0);
         if (lane == 0) {
             *reinterpret_cast<uint16_t *>(smem + M::VALID + 8 * b + 2 * w) = (uint16_t)vm;
-            ak_mbar_arrive_tx(bar + 8 * b, (uint32_t)__popc(vm) * M::CPY); /* FULL[b] */
+            ak_mbar_arrive_tx(bar + 8 * f, (uint32_t)__popc(vm) * M::CPY); /* FULL[f] */
         }
-        if (ro >= 0) ak_bulk_g2s_hint(stage + (uint32_t)((b * 64 + key) * M::STR), l.pool + ro, M::CPY, bar + 8 * b, pol);
+        if (ro >= 0) ak_bulk_g2s_hint(stage + (uint32_t)((b * 64 + key) * M::STR), l.pool + ro, M::CPY, bar + 8 * f, pol);
         t = tn;
         slot = sn;
         ok = okn;
@@ -1682,11 +1692,9 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
     const int64_t r = wk.r, i = wk.i;
 
     if (tid == 0) {
-        for (int b = 0; b < AK_SDR_NBUF; b++) {
-            ak_mbar_init(bar + 8 * b, AK_SDR_PW);         /* FULL: one arrival per producer warp */
-            ak_mbar_init(bar + 8 * (AK_SDR_NBUF + b), 128); /* EMPTY: the tile's warpgroup */
-        }
-        for (int k = 0; k < 2; k++) ak_mbar_init(bar + 8 * (2 * AK_SDR_NBUF + k), 256); /* MERGE: both warpgroups */
+        for (int f = 0; f < AK_SDR_NFULL; f++) ak_mbar_init(bar + 8 * f, AK_SDR_PW); /* FULL: one arrival per producer warp */
+        for (int b = 0; b < AK_SDR_NBUF; b++) ak_mbar_init(bar + 8 * (AK_SDR_NFULL + b), 128); /* EMPTY: the tile's warpgroup */
+        for (int k = 0; k < 2; k++) ak_mbar_init(bar + 8 * (AK_SDR_NFULL + AK_SDR_NBUF + k), AK_SDR_CT); /* MERGE: every warpgroup */
     }
     __syncthreads();
     ak_grid_dep_wait(); /* as in ak_sd_main: only parameters and shared memory above */
@@ -1701,10 +1709,10 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
     const int wg = __shfl_sync(0xffffffffu, ct >> 7, 0); /* warp-uniform: the descriptors stay uniform */
     uint8_t *qs = smem + M::Q, *pt = smem + M::P + wg * NB * 2048;
     float *red = reinterpret_cast<float *>(smem + M::RED) + wg * 64;
-    const uint32_t mbar = bar + 8 * 2 * AK_SDR_NBUF;
+    const uint32_t mbar = bar + 8 * (AK_SDR_NFULL + AK_SDR_NBUF);
     ak_sdr_load_q(p, qs, r, i, h0, ct);
     ak_fence_proxy_async(); /* Q writes -> the wgmma (async proxy) reads */
-    ak_bar_sync(1, 256);
+    ak_bar_sync(1, AK_SDR_CT);
 
     /* O^T m-tile mb: o[mb][4 j + 2 hr + e] = dim 128 (mb / 2) + 4 (8 w + g) + 2 (mb % 2) + hr,
        head 8 j + 2 c4 + e */
@@ -1724,9 +1732,9 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
 
     int n = 0;
     for (int t = ak_sdw_next(p, t_begin, t_end, len0, len1); t < t_end; t = ak_sdw_next(p, t + 1, t_end, len0, len1), n++) {
-        if ((n & 1) != wg) continue;
+        if (n % AK_SDR_NWG != wg) continue;
         const int b = n % AK_SDR_NBUF;
-        ak_mbar_wait(bar + 8 * b, (n / AK_SDR_NBUF) & 1); /* FULL[b] */
+        ak_mbar_wait(bar + 8 * (n % AK_SDR_NFULL), (n / AK_SDR_NFULL) & 1); /* FULL[n % NFULL] */
         const uint8_t *st = smem + M::STAGE + b * 64 * M::STR;
         const uint8_t *rw[2] = {st + k0 * M::STR, st + (k0 + 8) * M::STR};
         const uint16_t *vb = reinterpret_cast<const uint16_t *>(smem + M::VALID + 8 * b);
@@ -1742,22 +1750,22 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
                 sc[hr][0] = x.x, sc[hr][1] = x.y, sc[hr][2] = x.z, sc[hr][3] = x.w;
             }
         }
-        /* S^T: per scale block 8 k16 steps from the thread's 32 bytes of each key, then the RoPE;
-           the groups alternate between two accumulators (half the dependent chain) */
+        /* S^T: per half scale block 4 k16 steps from the thread's 16 bytes of each key, then the
+           RoPE; the groups alternate between two accumulators (half the dependent chain). Four steps
+           per group keep the A fragments at 16 registers: at 512 threads ptxas checks the wgmma
+           against the launch's 128 registers per thread and serializes them if they do not fit. */
         float s2[2][8];
 #pragma unroll
-        for (int grp = 0; grp < 5; grp++) {
-            uint32_t a[8][4];
-            const int nq = grp < 4 ? 8 : 4;
+        for (int grp = 0; grp < 9; grp++) {
+            uint32_t a[4][4];
 #pragma unroll
             for (int hr = 0; hr < 2; hr++) {
-                if (grp < 4) {
-                    const uint4 x = *reinterpret_cast<const uint4 *>(rw[hr] + 128 * grp + 32 * c4);
-                    const uint4 y = *reinterpret_cast<const uint4 *>(rw[hr] + 128 * grp + 32 * c4 + 16);
-                    const uint32_t wd[8] = {x.x, x.y, x.z, x.w, y.x, y.y, y.z, y.w};
-                    const float sv = sc[hr][grp];
+                if (grp < 8) {
+                    const uint4 x = *reinterpret_cast<const uint4 *>(rw[hr] + 128 * (grp >> 1) + 32 * c4 + 16 * (grp & 1));
+                    const uint32_t wd[4] = {x.x, x.y, x.z, x.w};
+                    const float sv = sc[hr][grp >> 1];
 #pragma unroll
-                    for (int q = 0; q < 8; q++) {
+                    for (int q = 0; q < 4; q++) {
                         a[q][hr] = ak_sd_deq2<0>(wd[q], sv);
                         a[q][2 + hr] = ak_sd_deq2<1>(wd[q], sv);
                     }
@@ -1778,8 +1786,8 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
             }
             ak_wgmma_fence();
 #pragma unroll
-            for (int q = 0; q < nq; q++) {
-                const int kk = 8 * grp + q;
+            for (int q = 0; q < 4; q++) {
+                const int kk = 4 * grp + q;
                 const uint32_t qo = (kk >> 2) * 2048 + (kk & 3) * 32;
                 ak_wgmma_m64n16k16_rs(s2[grp & 1], a[q], dq0 + (qo >> 4), q > 0 || grp >= 2);
             }
@@ -1822,11 +1830,12 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
 #pragma unroll
             for (int k = 0; k < 8; k++) ak_reg_fence(o[mb][k]);
 #pragma unroll
-        for (int kc = 0; kc < 4; kc++) {
-            const int kb = 16 * kc + 2 * c4;
-            uint32_t a[8][4];
+        for (int kh = 0; kh < 8; kh++) { /* key step kc, scale blocks 2 hb and 2 hb + 1 (m-tiles 4 hb ..) */
+            const int kc = kh >> 1, hb = kh & 1, kb = 16 * kc + 2 * c4;
+            uint32_t a[4][4];
 #pragma unroll
-            for (int blk = 0; blk < 4; blk++) {
+            for (int bl = 0; bl < 2; bl++) {
+                const int blk = 2 * hb + bl;
                 uint32_t x[4];
 #pragma unroll
                 for (int j = 0; j < 4; j++)
@@ -1836,17 +1845,19 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
                 for (int e = 0; e < 2; e++) {
                     const uint32_t sel = e ? 0x7632u : 0x5410u;
                     const uint32_t lo = __byte_perm(x[0], x[1], sel), hi = __byte_perm(x[2], x[3], sel);
-                    a[2 * blk + e][0] = ak_sdr_bf16_02(lo);
-                    a[2 * blk + e][1] = ak_sdr_bf16_13(lo);
-                    a[2 * blk + e][2] = ak_sdr_bf16_02(hi);
-                    a[2 * blk + e][3] = ak_sdr_bf16_13(hi);
+                    a[2 * bl + e][0] = ak_sdr_bf16_02(lo);
+                    a[2 * bl + e][1] = ak_sdr_bf16_13(lo);
+                    a[2 * bl + e][2] = ak_sdr_bf16_02(hi);
+                    a[2 * bl + e][3] = ak_sdr_bf16_13(hi);
                 }
             }
-            if (kc == 3) ak_mbar_arrive(bar + 8 * (AK_SDR_NBUF + b)); /* EMPTY[b]: the tile's last raw bytes are read */
+            if (kh == 7) ak_mbar_arrive(bar + 8 * (AK_SDR_NFULL + b)); /* EMPTY[b]: the tile's last raw bytes are read */
             ak_wgmma_fence();
 #pragma unroll
-            for (int mb = 0; mb < 8; mb++)
-                ak_wgmma_m64n16k16_rs(o[mb], a[mb], dp0 + (((NB == 4 ? (mb >> 1) : 0) * 2048 + kc * 32) >> 4), 1);
+            for (int m = 0; m < 4; m++) {
+                const int mb = 4 * hb + m;
+                ak_wgmma_m64n16k16_rs(o[mb], a[m], dp0 + (((NB == 4 ? (mb >> 1) : 0) * 2048 + kc * 32) >> 4), 1);
+            }
             ak_wgmma_commit();
             ak_wgmma_wait<1>();
         }
@@ -1870,23 +1881,27 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
             ml[(wg * 16 + h) * 2 + 1] = (red[h] + red[16 + h]) + (red[32 + h] + red[48 + h]);
         }
     }
-    /* both warpgroups' states (every product has completed and every copy landed: the stages are
+    /* every warpgroup's state (every product has completed and every copy landed: the stages are
        free for the output staging); through mbarriers: racecheck reported this hand-off across a
        256-thread named barrier (x77, x79) */
     ak_mbar_arrive(mbar);
     ak_mbar_wait(mbar, 0);
-    /* Per head: the merged max, sum and lse (warpgroup 0's term first: the same bits every run),
-       each warpgroup's O^T column times its factor (ak_sd_row_scale; per-tensor fp8: times
+    /* Per head: the merged max, sum and lse (the warpgroups' terms in order: the same bits every
+       run), each warpgroup's O^T column times its factor (ak_sd_row_scale; per-tensor fp8: times
        ak_sd_kscale::ref; 2^56 undoes P' and V's factors) -> shared [wg][head][dim] f32, then rows
-       out in 16-byte pieces, the two terms summed in a fixed order. */
+       out in 16-byte pieces, the NWG terms summed in a fixed order. */
     float *os = reinterpret_cast<float *>(smem + M::STAGE);
     float lse[4], am = 0.0f;
 #pragma unroll
     for (int c = 0; c < 4; c++) {
         const int hl = 8 * (c >> 1) + 2 * c4 + (c & 1), h = h0 + hl;
-        const float m0 = ml[hl * 2], l0 = ml[hl * 2 + 1], m1 = ml[(16 + hl) * 2], l1 = ml[(16 + hl) * 2 + 1];
-        const float mt = fmaxf(m0, m1), mu = mt == -INFINITY ? 0.0f : mt;
-        const float lt = l0 * ak_ex2(m0 - mu) + l1 * ak_ex2(m1 - mu);
+        float mt = -INFINITY;
+#pragma unroll
+        for (int k = 0; k < AK_SDR_NWG; k++) mt = fmaxf(mt, ml[(16 * k + hl) * 2]);
+        const float mu = mt == -INFINITY ? 0.0f : mt;
+        float lt = 0.0f;
+#pragma unroll
+        for (int k = 0; k < AK_SDR_NWG; k++) lt += ml[(16 * k + hl) * 2 + 1] * ak_ex2(ml[(16 * k + hl) * 2] - mu);
         const float f = ak_sd_row_scale(p, mt, lt, h, 1.0f, lse[c]) * kq.ref * 0x1p56f * ak_ex2(m_run[c] - mu);
         float a = 0.0f;
 #pragma unroll
@@ -1900,26 +1915,30 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
         if (h < p.h_q) am = ak_sd_amax_add(am, a);
     }
     /* the partial rows' largest magnitude (ak_sd_part_scale) across the hand-off, in the column
-       sums' words (read before the first one); a stored value sums two terms, so twice the
+       sums' words (read before the first one); a stored value sums NWG terms, so NWG times the
        largest term bounds it */
     uint32_t *amax = reinterpret_cast<uint32_t *>(smem + M::RED);
     float sc = 1.0f, inv = 1.0f;
-    if (p.splits > 1) ak_sd_part_put(2.0f * am, amax, 8);
+    if (p.splits > 1) ak_sd_part_put((float)AK_SDR_NWG * am, amax, 4 * AK_SDR_NWG);
     ak_mbar_arrive(mbar + 8);
     ak_mbar_wait(mbar + 8, 0);
-    if (p.splits > 1) sc = ak_sd_part_get(amax, 8, inv);
+    if (p.splits > 1) sc = ak_sd_part_get(amax, 4 * AK_SDR_NWG, inv);
     if (wg == 0 && w == 0 && g == 0)
 #pragma unroll
         for (int c = 0; c < 4; c++) {
             const int h = h0 + 8 * (c >> 1) + 2 * c4 + (c & 1);
             if (h < p.h_q) ak_sdt_store_lse(p, lse[c], inv, r, i, h, split);
         }
-    for (int it = ct; it < 16 * (AK_SD_DV / 4); it += 256) {
+    for (int it = ct; it < 16 * (AK_SD_DV / 4); it += AK_SDR_CT) {
         const int hl = it / (AK_SD_DV / 4), d = (it % (AK_SD_DV / 4)) * 4, h = h0 + hl;
         if (h >= p.h_q) continue;
-        const float4 v0 = *reinterpret_cast<const float4 *>(os + hl * M::OSTR + d);
-        const float4 v1 = *reinterpret_cast<const float4 *>(os + (16 + hl) * M::OSTR + d);
-        ak_sdt_store4(p, make_float4(v0.x + v1.x, v0.y + v1.y, v0.z + v1.z, v0.w + v1.w), r, i, h, d, split, sc);
+        float4 v = *reinterpret_cast<const float4 *>(os + hl * M::OSTR + d);
+#pragma unroll
+        for (int k = 1; k < AK_SDR_NWG; k++) {
+            const float4 x = *reinterpret_cast<const float4 *>(os + (16 * k + hl) * M::OSTR + d);
+            v = make_float4(v.x + x.x, v.y + x.y, v.z + x.z, v.w + x.w);
+        }
+        ak_sdt_store4(p, v, r, i, h, d, split, sc);
     }
 }
 
@@ -2027,7 +2046,7 @@ static ak_status ak_sdt_launch_t(ak_context *ctx, const ak_sd_params &p, const a
 template <int LAYOUT>
 static ak_status ak_sdr_launch_t(ak_context *ctx, const ak_sd_params &p, const ak_sd_plan &pl) {
     static_assert(1024 + ak_sdr_map<LAYOUT>::BYTES <= 232448, "shared memory of ak_sdr_main (227 KB per block)");
-    static_assert(2 * 16 * (AK_SD_DV + 4) * 4 <= AK_SDR_NBUF * 64 * ak_sdr_map<LAYOUT>::STR,
+    static_assert(AK_SDR_NWG * 16 * (AK_SD_DV + 4) * 4 <= AK_SDR_NBUF * 64 * ak_sdr_map<LAYOUT>::STR,
                   "output staging fits the stages");
     return ak_sdw_launch_fn(ctx, (const void *)ak_sdr_main<LAYOUT>, "ak_sdr_main", AK_SDR_THREADS, p, pl);
 }
