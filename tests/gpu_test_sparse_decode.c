@@ -107,10 +107,12 @@ static int sd_rec_bytes(ak_layout l) {
    key is 2^vexp times the anchor distribution's, exactly: the fp8 layouts' bytes stay, their scales
    (and per-tensor k_scale) and the bf16 parts take the factor. */
 static void sd_pool_make(sd_pool *p, ak_rng *r, ak_layout layout, int32_t num_pages, int32_t page,
-                         float k_scale, int scale_ptr, int dense, int vexp) {
+                         float k_scale, int scale_ptr, int dense, int vexp, int copies) {
     const float vf = ak_pow2_f32(vexp);
     memset(p, 0, sizeof *p);
     p->layout = layout;
+    const int32_t drawn = num_pages; /* pages of random records; `copies` > 1 repeats them */
+    num_pages *= copies > 1 ? copies : 1;
     p->num_pages = num_pages;
     p->page_size = page;
     CHECK_STATUS(ak_cache_init(&p->c_cpu, layout, &sd_dummy, num_pages, page), AK_OK);
@@ -131,6 +133,7 @@ static void sd_pool_make(sd_pool *p, ak_rng *r, ak_layout layout, int32_t num_pa
         }
         p->used[p->n_used++] = s;
         int32_t pg = s / page, t = s % page;
+        if (pg >= drawn) continue; /* a copy, below */
         uint8_t *base = p->host + (int64_t)pg * p->stride;
         float x[576];
         for (int d = 0; d < 576; d++) x[d] = sd_anchor(r, 0.1);
@@ -166,6 +169,8 @@ static void sd_pool_make(sd_pool *p, ak_rng *r, ak_layout layout, int32_t num_pa
             for (int d = 0; d < 64; d++) rope[d] = sd_bf16(x[448 + d] * vf);
         }
     }
+    for (int32_t pg = drawn; pg < num_pages; pg++)
+        memcpy(p->host + (int64_t)pg * p->stride, p->host + (int64_t)(pg % drawn) * p->stride, (size_t)p->stride);
     CHECK(cudaMalloc(&p->dev, (size_t)p->bytes) == cudaSuccess);
     CHECK(cudaMemcpy(p->dev, p->host, (size_t)p->bytes, cudaMemcpyHostToDevice) == cudaSuccess);
     p->c_cpu.data = p->host;
@@ -243,6 +248,8 @@ typedef struct sd_case {
     int runs; /* the main list's rows as runs of consecutive slots (sd_fill_indices) */
     int vexp; /* keys (so values) times 2^vexp, q times 2^-vexp: the same logits, outputs times 2^vexp */
     int out_pad; /* > 0: output rows of 512 + out_pad elements (rows not 16-byte aligned); not with graphs */
+    int pool_copies; /* > 1: the main pool's pages repeated this often (a pool far past L2) */
+    int launches;    /* > 1: each checked run is this many launches back to back (the last one's output) */
 } sd_case;
 
 static void sd_fill_lengths(int32_t *len, int64_t n, int64_t topk, ak_rng *r) {
@@ -336,9 +343,10 @@ static void sd_run_case(ak_context *cpu, ak_context *gpu, const sd_case *cs, ak_
     sd_pool mp, ep;
     memset(&ep, 0, sizeof ep);
     /* the main pool's per-tensor scale as a float, the extra pool's through a device pointer */
-    sd_pool_make(&mp, r, cs->layout, (int32_t)((4 * topk + 63) / 64) + 1, 64, SD_K_SCALE_MAIN, 0, cs->runs, cs->vexp);
+    sd_pool_make(&mp, r, cs->layout, (int32_t)((4 * topk + 63) / 64) + 1, 64, SD_K_SCALE_MAIN, 0, cs->runs, cs->vexp,
+                 cs->pool_copies);
     if (etopk > 0)
-        sd_pool_make(&ep, r, cs->layout, (int32_t)((4 * etopk + 15) / 16) + 1, 16, SD_K_SCALE_EXTRA, 1, 0, cs->vexp);
+        sd_pool_make(&ep, r, cs->layout, (int32_t)((4 * etopk + 15) / 16) + 1, 16, SD_K_SCALE_EXTRA, 1, 0, cs->vexp, 1);
 
     const int64_t nq = b * s_q * h_q * dqk, nrow = b * s_q * h_q;
     const int64_t nlen = cs->len_mode == 2 ? b * s_q : b;
@@ -430,7 +438,8 @@ static void sd_run_case(ak_context *cpu, ak_context *gpu, const sd_case *cs, ak_
     for (int rep = 0; rep < 2; rep++) { /* the second run must match the first bit for bit */
         CHECK(cudaMemset(dout, 0xff, obytes) == cudaSuccess); /* NaN poison */
         CHECK(cudaMemset(dlse, 0xff, (size_t)nrow * 4) == cudaSuccess);
-        CHECK_STATUS(ak_mla_decode(gpu, &ga, dws, ws), AK_OK);
+        for (int l = 0; l < (cs->launches > 1 ? cs->launches : 1); l++)
+            CHECK_STATUS(ak_mla_decode(gpu, &ga, dws, ws), AK_OK);
         CHECK_STATUS(ak_context_synchronize(gpu), AK_OK);
         CHECK(cudaMemcpy(hpad, dout, obytes, cudaMemcpyDeviceToHost) == cudaSuccess);
         /* the rows to the dense host copy; every padding byte must still hold the poison */
@@ -691,6 +700,34 @@ AK_TEST(sparse_decode_wide) {
         c.out_pad = n == 2 || n == 5 || n == 6 || n == 10 ? 2 : 0;
         sd_run_case(cpu, gpu, &c, &r, 0);
     }
+    ak_context_destroy(cpu);
+    ak_context_destroy(gpu);
+}
+
+/* The register-dequantizing kernel's ring of raw tiles under DRAM load: 132 requests of 2048 keys
+   (one CTA per request, 32 tiles each) spread over a ~1.3 GB pool, far past L2, so that a tile's
+   records can land after a later tile's, and 16 launches per checked run. A FULL barrier shared by
+   two consumer warpgroups' tiles once let a warpgroup pass on the phase before its own under this
+   load (x175: a fault in the benchmark that the L2-resident pools above never showed). */
+AK_TEST(sparse_decode_ring_load) {
+    ak_context *cpu = NULL, *gpu = NULL;
+    if (!sd_contexts(&cpu, &gpu)) return;
+    if (sd_quick()) { /* the sanitizers' runs: the wide cases cover this kernel's code */
+        ak_test_skip("full runs only (AK_TEST_QUICK)");
+        ak_context_destroy(cpu);
+        ak_context_destroy(gpu);
+        return;
+    }
+    ak_rng r;
+    ak_rng_init(&r, ak_test_seed() + 11);
+    ak_device_info di;
+    CHECK_STATUS(ak_context_device_info(gpu, &di), AK_OK);
+    CHECK_STATUS(ak_context_set_ceilings(gpu, 64e9 * di.sm_count, 0.0), AK_OK); /* as sparse_decode_wide */
+    sd_case c;
+    memset(&c, 0, sizeof c);
+    c.layout = AK_LAYOUT_DSA_FP8_BLOCKSCALE, c.b = 132, c.s_q = 1, c.h_q = 16, c.topk = 2048;
+    c.bad = 1, c.pool_copies = 256, c.launches = 16;
+    sd_run_case(cpu, gpu, &c, &r, 0);
     ak_context_destroy(cpu);
     ak_context_destroy(gpu);
 }
