@@ -131,7 +131,7 @@ static ak_status add_sparse_decode(ak_context *ctx, const ak_bench_opts *o, ak_b
        records (21.5 MB at 656 bytes) stay in L2 and the call runs without the DRAM bound: what a
        kernel would do on a card with more bandwidth per SM (a proxy, named in the shape). */
     const char *shared_env = getenv("AK_BENCH_SHARED_CTX");
-    int shared = !v4 && shared_env != NULL && strcmp(shared_env, "0") != 0 && shared_env[0] != '\0';
+    int shared = !v4 && shared_env != NULL && atoi(shared_env) != 0;
     uint64_t seed = o->seed ^ 0x6d6c61ull, rs = seed;
     char shape[200];
     ak_layout_traits lt;
