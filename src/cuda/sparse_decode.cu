@@ -232,7 +232,7 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
     const int n_tiles = p.list[0].tiles + p.list[1].tiles, nt0 = p.list[0].tiles;
     int t_begin, t_end;
     ak_sd_split_range(split, n_tiles, p.splits, t_begin, t_end);
-    ak_sd_prefetch_q<16 * MW, DQK>(p, r, i, h0, split, tid);
+    ak_sd_prefetch_q<16 * MW, DQK>(p, r, i, h0, tid);
 
     /* A programmatic dependent launch: the work above reads only parameters and runs while the
        previous kernel finishes (~0.7 us of 64-bit division and parameter loads at the small batches,

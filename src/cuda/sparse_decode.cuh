@@ -180,17 +180,18 @@ __device__ __forceinline__ uint32_t ak_sd_pack_f16(float lo, float hi) {
    threads t < NH, issued before the dependency wait so that the fetch overlaps the previous grid's
    end. Without it the 64-head kernel's consumers had their 72 KB of Q ~13k cycles after that wait,
    ~4.5k after the first K buffer (b 128 h_q 64 on an H100; in a DSA step the indexer streams its
-   cache between Q's writer and this kernel, so Q comes from DRAM). Asked by split 0's CTA only
-   (the other splits read the same rows) and by the first wave only (blockIdx below %nsmid, which
-   bounds the SM count; one CTA per SM): later CTAs start after the previous grid has ended, with
-   nothing to overlap (b 128 s_q 2 and V4-Pro +0.3..1.5% when they asked too, run x177). Rows must be
-   16-byte aligned (q_vec). */
+   cache between Q's writer and this kernel, so Q comes from DRAM). Only in unsplit calls (large
+   batches, where every CTA's Q is its own and a burst beside its first records), and only by the
+   first wave (blockIdx below %nsmid, which bounds the SM count; one CTA per SM): later CTAs start
+   after the previous grid has ended, with nothing to overlap (b 128 s_q 2 and V4-Pro +0.3..1.5%
+   when they asked too), and the short CTAs of split calls, whose splits share their Q through
+   L2 anyway, lost ~0.2 us with split 0 asking (b 8 h_q 16; run x177). Rows must be 16-byte
+   aligned (q_vec). */
 template <int NH, int DQK>
-__device__ __forceinline__ void ak_sd_prefetch_q(const ak_sd_params &p, int64_t r, int64_t i, int h0, int split,
-                                                 int t) {
+__device__ __forceinline__ void ak_sd_prefetch_q(const ak_sd_params &p, int64_t r, int64_t i, int h0, int t) {
     uint32_t nsm;
     asm("mov.u32 %0, %%nsmid;" : "=r"(nsm));
-    if (blockIdx.x < nsm && split == 0 && p.q_vec && t < NH && h0 + t < p.h_q)
+    if (p.splits == 1 && blockIdx.x < nsm && p.q_vec && t < NH && h0 + t < p.h_q)
         ak_bulk_prefetch_l2(p.q + r * p.q_s0 + i * p.q_s1 + (int64_t)(h0 + t) * p.q_s2, DQK * 2);
 }
 

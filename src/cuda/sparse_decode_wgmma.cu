@@ -413,7 +413,7 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
     const int n_tiles = p.list[0].tiles + p.list[1].tiles;
     int t_begin, t_end;
     ak_sd_split_range(split, n_tiles, p.splits, t_begin, t_end);
-    ak_sd_prefetch_q<AK_SDW_HEADS, ak_sd_geo<LAYOUT>::DQK>(p, r, i, h0, split, tid);
+    ak_sd_prefetch_q<AK_SDW_HEADS, ak_sd_geo<LAYOUT>::DQK>(p, r, i, h0, tid);
     ak_grid_dep_wait(); /* as in ak_sd_main: only parameters above */
     const int32_t len0 = ak_sd_len(p.list[0], r, i), len1 = ak_sd_len(p.list[1], r, i);
     /* Tiles t (in K buffer kb), tn (its records in x, or for MLA_BF16 its offset in xro) and tnn
@@ -983,7 +983,7 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
     int t_begin, t_end;
     ak_sd_split_range(split, p.list[0].tiles + p.list[1].tiles, p.splits, t_begin, t_end);
     const int u_begin = 2 * t_begin, u_end = 2 * t_end;
-    ak_sd_prefetch_q<AK_SDW_HEADS, DQK>(p, r, i, h0, split, tid);
+    ak_sd_prefetch_q<AK_SDW_HEADS, DQK>(p, r, i, h0, tid);
 
     if (tid == 0) {
         for (int b = 0; b < NBUF; b++) {
@@ -1392,7 +1392,7 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
     const ak_sdt_work wk = ak_sdt_cta(p, NH);
     const int split = wk.split, h0 = wk.h0, t_begin = wk.t_begin, t_end = wk.t_end;
     const int64_t r = wk.r, i = wk.i;
-    ak_sd_prefetch_q<NH, DQK>(p, r, i, h0, split, tid);
+    ak_sd_prefetch_q<NH, DQK>(p, r, i, h0, tid);
 
     if (tid == 0) {
         for (int b = 0; b < 2; b++) {
@@ -1693,7 +1693,7 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
     const ak_sdt_work wk = ak_sdt_cta(p, 16);
     const int split = wk.split, h0 = wk.h0, t_begin = wk.t_begin, t_end = wk.t_end;
     const int64_t r = wk.r, i = wk.i;
-    ak_sd_prefetch_q<16, ak_sd_geo<LAYOUT>::DQK>(p, r, i, h0, split, tid);
+    ak_sd_prefetch_q<16, ak_sd_geo<LAYOUT>::DQK>(p, r, i, h0, tid);
 
     if (tid == 0) {
         for (int f = 0; f < AK_SDR_NFULL; f++) ak_mbar_init(bar + 8 * f, AK_SDR_PW); /* FULL: one arrival per producer warp */
