@@ -184,9 +184,9 @@ __device__ __forceinline__ uint32_t ak_sd_pack_f16(float lo, float hi) {
    batches, where every CTA's Q is its own and a burst beside its first records), and only by the
    first wave (blockIdx below %nsmid, which bounds the SM count; one CTA per SM): later CTAs start
    after the previous grid has ended, with nothing to overlap (V4-Pro +0.5..1% and b 128 s_q 2
-   -0.6..+1.5% when they asked too), and the short CTAs of split calls, whose splits share their Q through
-   L2 anyway, lost ~0.2 us with split 0 asking (b 8 h_q 16; run x177). Rows must be 16-byte
-   aligned (q_vec). */
+   -0.6..+1.5% when they asked too), and the short CTAs of split calls, whose splits share their Q
+   through L2 anyway, lost ~0.2 us with split 0 asking (b 8 h_q 16; run x177). Rows must be
+   16-byte aligned (q_vec). */
 template <int NH, int DQK>
 __device__ __forceinline__ void ak_sd_prefetch_q(const ak_sd_params &p, int64_t r, int64_t i, int h0, int t) {
     uint32_t nsm;
