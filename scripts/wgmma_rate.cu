@@ -1,43 +1,58 @@
-/* wgmma_rate.cu -- issue rate of the wgmma shapes the sparse decode kernels use (not part of the
- * library): one CTA per SM, W warpgroups each issuing chains of 36 k16 steps (S = Q K^T of one
- * unit: A and B from shared memory, 128-byte swizzle) or 2 steps of m64n256k16 (P V), timed with
- * clock64 over many chains. Prints clk per instruction and per chain, and the operand bytes the
- * chain reads from shared memory per clk. Then one warpgroup's S chains beside NW "producer" warps,
- * as the kernels' consumers run theirs beside the producers, in two kinds: shared-memory traffic
- * (a 16-byte load and store per lane and step, GAP dependent FMAs between steps) and FMAs alone (CH
- * independent chains per warp; OLD puts these warps before the warpgroup): how much the chains slow
- * (docs/perf.md, session 30).
+/* wgmma_rate.cu -- rates of the wgmma shapes the sparse decode kernels use (not part of the
+ * library; docs/perf.md sessions 9 and 30). One CTA per SM, timed with clock64 over many chains:
+ * - W warpgroups each issuing chains of 36 k16 steps (S = Q K^T of one unit: A and B from shared
+ *   memory, 128-byte swizzle) or 2 steps of m64n256k16 (P V), the same operands every chain: clk
+ *   per instruction and operand bytes per clk. Re-read operands run twice as fast as fresh ones, so
+ *   these are not the kernels' rates;
+ * - the swap-AB kernel's tile (S, then O^T += V^T P^T with A MN-major) and S with A from two K
+ *   buffers in turn: the rates with operands read once, as in the kernels (~117 B/clk);
+ * - one warpgroup's S chains beside NW other warps of one kind of work each (shared-memory traffic,
+ *   proxy fences, FMA chains, bulk copies of random records, mbarrier waits): how much the
+ *   producers' work slows the consumers' products.
  * build: nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 -Isrc scripts/wgmma_rate.cu -o wgmma_rate */
 #include "cuda/ptx.cuh"
 #include <cstdio>
 #include <cstdint>
 
-template <int N>
+/* KL: B's 64-column blocks N x 128 bytes apart, as the swap-AB kernel's Q (else 8192, as A) */
+template <int N, bool KL = false>
 __device__ __forceinline__ void chain(float *d, uint64_t da, uint64_t db) {
     ak_wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 36; kk++) {
-        const uint32_t off = (kk >> 2) * 8192 + (kk & 3) * 32;
-        if (N == 16) ak_wgmma_m64n16k16_ss<0>(d, da + (off >> 4), db + (off >> 4), kk > 0);
-        if (N == 32) ak_wgmma_m64n32k16_ss<0>(d, da + (off >> 4), db + (off >> 4), kk > 0);
-        if (N == 64) ak_wgmma_m64n64k16_ss(d, da + (off >> 4), db + (off >> 4), kk > 0);
+        const uint32_t off = (kk >> 2) * 8192 + (kk & 3) * 32, offb = KL ? (kk >> 2) * (N * 128) + (kk & 3) * 32 : off;
+        if (N == 16) ak_wgmma_m64n16k16_ss<0>(d, da + (off >> 4), db + (offb >> 4), kk > 0);
+        if (N == 32) ak_wgmma_m64n32k16_ss<0>(d, da + (off >> 4), db + (offb >> 4), kk > 0);
+        if (N == 64) ak_wgmma_m64n64k16_ss(d, da + (off >> 4), db + (offb >> 4), kk > 0);
     }
     ak_wgmma_commit();
 }
 
-template <int N, int W>
+/* Random bf16 pairs (|v| in [2^-7, 2), random signs and mantissas), or a constant. */
+__device__ __forceinline__ uint32_t fill(int k, bool rnd) {
+    if (!rnd) return 0x3c003c00u;
+    uint32_t h = 2654435761u * (uint32_t)(k + 1);
+    h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
+    const uint32_t lo = ((h & 1u) << 15) | ((0x78u + ((h >> 1) & 7u)) << 7) | ((h >> 4) & 0x7fu);
+    const uint32_t hi = ((h >> 11 & 1u) << 15) | ((0x78u + ((h >> 12) & 7u)) << 7) | ((h >> 15) & 0x7fu);
+    return lo | (hi << 16);
+}
+
+template <int N, int W, bool RND = false, bool KL = false>
 __global__ void __launch_bounds__(128 * W, 1) rate(long long *out, int reps) {
     extern __shared__ __align__(1024) uint8_t sm[];
-    for (int k = threadIdx.x; k < 200 * 1024 / 4; k += blockDim.x) reinterpret_cast<uint32_t *>(sm)[k] = 0x3c003c00u;
+    for (int k = threadIdx.x; k < 200 * 1024 / 4; k += blockDim.x) reinterpret_cast<uint32_t *>(sm)[k] = fill(k, RND);
     __syncthreads();
     const uint32_t base = ak_smem_addr(sm);
-    const uint64_t da = ak_wgmma_desc_sw128(base, 16, 1024), db = ak_wgmma_desc_sw128(base + 81920, 16, 1024);
+    /* KL: the swap-AB kernel's map, Q (B) at 0 and the K buffer (A) right after it */
+    const uint64_t da = ak_wgmma_desc_sw128(base + (KL ? 9 * N * 128 : 0), 16, 1024),
+                   db = ak_wgmma_desc_sw128(base + (KL ? 0 : 81920), 16, 1024);
     float d[128];
     for (int k = 0; k < 128; k++) d[k] = 0.0f;
     const long long t0 = clock64();
     for (int r = 0; r < reps; r++) {
         if (N <= 64) {
-            chain<N>(d, da, db);
+            chain<N, KL>(d, da, db);
         } else {
             ak_wgmma_fence();
             ak_wgmma_m64n256k16_ss_tb(d, da, db);
@@ -53,11 +68,110 @@ __global__ void __launch_bounds__(128 * W, 1) rate(long long *out, int reps) {
     if (acc == 12345.0f) out[0] = 0;
 }
 
-/* One consumer warpgroup (threads 0..127) issuing chains of m64nNk16 as above, beside NW warps of
-   shared-memory traffic (a 16-byte load and a 16-byte store per lane and step, conflict-free, GAP
-   dependent FMAs after each) that stop when the chains are done. */
-template <int N, int NW, int GAP, int CH = 8, bool OLD = false>
-__global__ void __launch_bounds__(128 + 32 * NW, 1) rate_noise(long long *out, int reps) {
+/* The swap-AB kernel's tile on one warpgroup: S^T (36 x m64nNk16, K-major, as `chain` on the
+   kernel's map) then O^T += V^T P^T (8 m-tiles x 4 k16 steps of m64nNk16 with A MN-major from the
+   K buffer, B = P^T), each followed by wait_group 0; clk of each part summed apart. */
+template <int N>
+__global__ void __launch_bounds__(128, 1) rate_tile(long long *out, int reps) {
+    extern __shared__ __align__(1024) uint8_t sm[];
+    for (int k = threadIdx.x; k < 200 * 1024 / 4; k += blockDim.x) reinterpret_cast<uint32_t *>(sm)[k] = fill(k, true);
+    __syncthreads();
+    const uint32_t base = ak_smem_addr(sm), ka = base + 9 * N * 128, pa = ka + 9 * 8192;
+    const uint64_t dq0 = ak_wgmma_desc_sw128(base, 16, 1024), dk0 = ak_wgmma_desc_sw128(ka, 16, 1024);
+    const uint64_t dv0 = ak_wgmma_desc_sw128(ka, 8192, 1024), dp0 = ak_wgmma_desc_sw128(pa, 16, 1024);
+    float s[32], o[8][N / 2];
+    for (int k = 0; k < 32; k++) s[k] = 0.0f;
+    for (int mb = 0; mb < 8; mb++)
+        for (int k = 0; k < N / 2; k++) o[mb][k] = 0.0f;
+    long long ts = 0, tp = 0;
+    for (int r = 0; r < reps; r++) {
+        const long long t0 = clock64();
+        chain<N, true>(s, dk0, dq0);
+        ak_wgmma_wait0();
+        const long long t1 = clock64();
+        ak_wgmma_fence();
+#pragma unroll
+        for (int mb = 0; mb < 8; mb++)
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) {
+                const uint64_t da = dv0 + ((mb * 8192 + kk * 2048) >> 4), db = dp0 + (kk * 32 >> 4);
+                if (N == 16) ak_wgmma_m64n16k16_ss<1>(o[mb], da, db, 1);
+                else ak_wgmma_m64n32k16_ss<1>(o[mb], da, db, 1);
+            }
+        ak_wgmma_commit();
+        ak_wgmma_wait0();
+        const long long t2 = clock64();
+        ts += t1 - t0, tp += t2 - t1;
+    }
+    float acc = 0.0f;
+    for (int k = 0; k < N / 2; k++) acc += s[k];
+    for (int mb = 0; mb < 8; mb++)
+        for (int k = 0; k < N / 2; k++) acc += o[mb][k];
+    if (threadIdx.x == 0) out[2 * blockIdx.x] = ts, out[2 * blockIdx.x + 1] = tp;
+    if (acc == 12345.0f) out[0] = 0;
+}
+
+/* S chains alone (as `chain` on the swap-AB map), A taken in turn from NB K buffers 73728 bytes
+   apart (the kernel alternates two) or, with SAMEB false, B from NB Q copies too (fits 224 KB for
+   N <= 32). */
+template <int N, int NB, bool SAMEB>
+__global__ void __launch_bounds__(128, 1) rate_bufs(long long *out, int reps) {
+    extern __shared__ __align__(1024) uint8_t sm[];
+    for (int k = threadIdx.x; k < 224 * 1024 / 4; k += blockDim.x) reinterpret_cast<uint32_t *>(sm)[k] = fill(k, true);
+    __syncthreads();
+    const uint32_t base = ak_smem_addr(sm);
+    float s[32];
+    for (int k = 0; k < 32; k++) s[k] = 0.0f;
+    const long long t0 = clock64();
+    for (int r = 0; r < reps; r++) {
+        const uint32_t b = (uint32_t)(r % NB);
+        const uint64_t dq = ak_wgmma_desc_sw128(base + (SAMEB ? 0 : b * 9 * N * 128), 16, 1024);
+        const uint64_t dk = ak_wgmma_desc_sw128(base + (SAMEB ? 1 : NB) * 9 * N * 128 + b * 73728, 16, 1024);
+        chain<N, true>(s, dk, dq);
+        ak_wgmma_wait0();
+    }
+    const long long t1 = clock64();
+    float acc = 0.0f;
+    for (int k = 0; k < N / 2; k++) acc += s[k];
+    if (threadIdx.x == 0) out[blockIdx.x] = t1 - t0;
+    if (acc == 12345.0f) out[0] = 0;
+}
+
+template <int N, int NB, bool SAMEB> void run_bufs(int sms) {
+    long long *dout, h[1];
+    cudaMalloc(&dout, 256 * sizeof(long long));
+    cudaFuncSetAttribute(rate_bufs<N, NB, SAMEB>, cudaFuncAttributeMaxDynamicSharedMemorySize, 224 * 1024);
+    const int reps = 2000;
+    rate_bufs<N, NB, SAMEB><<<sms, 128, 224 * 1024>>>(dout, reps);
+    cudaError_t e = cudaDeviceSynchronize();
+    cudaMemcpy(h, dout, sizeof(long long), cudaMemcpyDeviceToHost);
+    printf("S at %d heads, A from %d K buffers in turn, B %s: %.1f clk per chain (%s)\n", N, NB,
+           SAMEB ? "the same Q" : "from as many Q copies", (double)h[0] / reps, cudaGetErrorString(e));
+    cudaFree(dout);
+}
+
+template <int N> void run_tile(int sms) {
+    long long *dout, h[2];
+    cudaMalloc(&dout, 2 * 256 * sizeof(long long));
+    cudaFuncSetAttribute(rate_tile<N>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
+    const int reps = 2000;
+    rate_tile<N><<<sms, 128, 200 * 1024>>>(dout, reps);
+    cudaError_t e = cudaDeviceSynchronize();
+    cudaMemcpy(h, dout, 2 * sizeof(long long), cudaMemcpyDeviceToHost);
+    printf("swap-AB tile at %d heads, S then P V in turn: S %.1f clk per chain, P V %.1f clk per chain (%s)\n", N,
+           (double)h[0] / reps, (double)h[1] / reps, cudaGetErrorString(e));
+    cudaFree(dout);
+}
+
+/* One warpgroup issuing chains of m64nNk16 as above, beside NW warps that stop when the chains are
+   done, doing one of: shared-memory traffic (GAP >= 0: a 16-byte load and store per lane and step,
+   conflict-free, GAP dependent FMAs after each; FENCE: a proxy fence per four steps), FMAs alone
+   (GAP < 0: CH independent chains of -GAP distinct instructions), bulk copies of random 656-byte
+   records (COPY), waits on an mbarrier that never completes (SPIN). OLD: those warps come first. */
+template <int N, int NW, int GAP, int CH = 8, bool OLD = false, bool COPY = false, bool FENCE = false,
+          bool SPIN = false>
+__global__ void __launch_bounds__(128 + 32 * NW, 1) rate_noise(long long *out, int reps, const uint8_t *pool,
+                                                               uint32_t nrec) {
     extern __shared__ __align__(1024) uint8_t sm[];
     for (int k = threadIdx.x; k < 200 * 1024 / 4; k += blockDim.x) reinterpret_cast<uint32_t *>(sm)[k] = 0x3c003c00u;
     volatile int *stop = reinterpret_cast<volatile int *>(sm + 200 * 1024 - 16);
@@ -73,7 +187,36 @@ __global__ void __launch_bounds__(128 + 32 * NW, 1) rate_noise(long long *out, i
         float f = (float)threadIdx.x;
         long long it = 0;
         const long long t0 = clock64();
-        while (*stop == 0) {
+        if (COPY) { /* the producers' copy call: lanes 0..3 each bulk-copy a random 656-byte record into
+                       the warp's stage, two stages, each step waiting for the step before's records */
+            const uint32_t st = base + 155648 + w * 2 * 2624, mb = base + 204288 + w * 16;
+            if (lane == 0) ak_mbar_init(mb, 1), ak_mbar_init(mb + 8, 1);
+            __syncwarp();
+            uint32_t h = 2654435761u * (blockIdx.x * 64 + w * 32 + lane + 1);
+            for (int j = 0; *stop == 0; j++) {
+                const uint32_t b = j & 1;
+                if (lane == 0) ak_mbar_arrive_tx(mb + 8 * b, 4 * 656);
+                __syncwarp();
+                h = h * 1664525u + 1013904223u;
+                if (lane < 4)
+                    ak_bulk_g2s_hint(st + b * 2624 + lane * 656, pool + (size_t)(h % nrec) * 656, 656, mb + 8 * b,
+                                     ak_l2_policy(true));
+                if (j > 0) ak_mbar_wait(mb + 8 * (b ^ 1), ((j - 1) >> 1) & 1);
+                it += 4;
+            }
+        }
+        if (SPIN) { /* a wait on an mbarrier phase that has not completed, as ak_mbar_wait spins */
+            const uint32_t mb = base + 204288 + w * 16;
+            if (lane == 0) ak_mbar_init(mb, 1);
+            __syncwarp();
+            while (*stop == 0) {
+                uint32_t ok;
+                asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\nselp.u32 %0, 1, 0, p;\n}\n"
+                             : "=r"(ok) : "r"(mb) : "memory");
+                it += 1 + ok;
+            }
+        }
+        while (!COPY && !SPIN && *stop == 0) {
             if (GAP >= 0) {
 #pragma unroll
                 for (int u = 0; u < 8; u++) {
@@ -82,6 +225,7 @@ __global__ void __launch_bounds__(128 + 32 * NW, 1) rate_noise(long long *out, i
                     x.x ^= y.x, x.y ^= y.y, x.z += y.z, x.w += y.w;
 #pragma unroll
                     for (int g = 0; g < GAP; g++) f = fmaf(f, 1.0001f, 0.5f);
+                    if (FENCE && (u & 3) == 3) ak_fence_proxy_async(); /* as a producer releasing K rows */
                 }
                 it += 8;
             } else { /* no shared memory: CH independent FMA chains, -GAP steps each */
@@ -91,7 +235,8 @@ __global__ void __launch_bounds__(128 + 32 * NW, 1) rate_noise(long long *out, i
 #pragma unroll
                 for (int g = 0; g < -GAP; g++)
 #pragma unroll
-                    for (int c = 0; c < CH; c++) e[c] = fmaf(e[c], 1.0001f, 0.5f);
+                    for (int c = 0; c < CH; c++) /* distinct constants: -GAP x CH instructions of code */
+                        e[c] = fmaf(e[c], 1.0001f + 1e-7f * (float)g, 0.5f + (float)(g * CH + c));
 #pragma unroll
                 for (int c = 0; c < CH; c++) f += e[c];
                 it += CH * -GAP;
@@ -119,41 +264,59 @@ __global__ void __launch_bounds__(128 + 32 * NW, 1) rate_noise(long long *out, i
     if (acc == 12345.0f) out[0] = 0;
 }
 
-template <int N, int NW, int GAP, int CH = 8, bool OLD = false> void run_noise(int sms) {
+template <int N, int NW, int GAP, int CH = 8, bool OLD = false, bool COPY = false, bool FENCE = false,
+          bool SPIN = false>
+void run_noise(int sms) {
     long long *dout, h[1024];
+    const uint32_t nrec = COPY ? 400000 : 1; /* 262 MB of records: past L2 */
+    uint8_t *pool = NULL;
+    cudaMalloc(&pool, (size_t)nrec * 656);
+    cudaMemset(pool, 0x38, (size_t)nrec * 656);
     cudaMalloc(&dout, 1024 * sizeof(long long));
     cudaMemset(dout, 0, 1024 * sizeof(long long));
-    cudaFuncSetAttribute(rate_noise<N, NW, GAP, CH, OLD>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
+    cudaFuncSetAttribute(rate_noise<N, NW, GAP, CH, OLD, COPY, FENCE, SPIN>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
     const int reps = 2000;
-    rate_noise<N, NW, GAP, CH, OLD><<<sms, 128 + 32 * NW, 200 * 1024>>>(dout, reps);
+    rate_noise<N, NW, GAP, CH, OLD, COPY, FENCE, SPIN><<<sms, 128 + 32 * NW, 200 * 1024>>>(dout, reps, pool, nrec);
     cudaError_t e = cudaDeviceSynchronize();
     cudaMemcpy(h, dout, 1024 * sizeof(long long), cudaMemcpyDeviceToHost);
     double nb = 0.0, nc = 0.0;
     for (int w = 0; w < NW; w++) nb += (double)h[256 + w] * 32 * 32, nc += (double)h[512 + w];
     const double clk = (double)h[0] / reps / 36;
-    if (GAP >= 0)
-        printf("m64n%dk16 beside %d warps of lds+sts (%2d dependent FMAs per step): %.1f clk per instruction (%.0f B/clk "
+    const int nw = NW > 0 ? NW : 1;
+    if (SPIN)
+        printf("m64n%dk16 beside %d warps waiting on an mbarrier (try_wait loops): %.1f clk per instruction (%.0f B/clk of "
+               "operands), the warps' %.1f clk per try_wait (%s)\n",
+               N, NW, clk, (2048.0 + 32.0 * N) / clk, (nc / nw) / (h[256] > 0 ? nb / 1024.0 / nw : 1.0),
+               cudaGetErrorString(e));
+    else if (COPY)
+        printf("m64n%dk16 beside %d warps of bulk copies (4 random 656-byte records per warp and step): %.1f clk per "
+               "instruction (%.0f B/clk of operands), the warps' %.1f clk per copy (%s)\n",
+               N, NW, clk, (2048.0 + 32.0 * N) / clk, (nc / nw) / (h[256] > 0 ? nb / 1024.0 / nw : 1.0),
+               cudaGetErrorString(e));
+    else if (GAP >= 0)
+        printf("m64n%dk16 beside %d warps of lds+sts (%2d dependent FMAs per step%s): %.1f clk per instruction (%.0f B/clk "
                "of operands), the warps' shared traffic %.1f B/clk (%s)\n",
-               N, NW, GAP, clk, (2048.0 + 32.0 * N) / clk, NW ? nb / (nc / NW) : 0.0, cudaGetErrorString(e));
+               N, NW, GAP, FENCE ? ", a proxy fence per 4" : "", clk, (2048.0 + 32.0 * N) / clk, NW ? nb / (nc / nw) : 0.0, cudaGetErrorString(e));
     else
         printf("m64n%dk16 beside %d warps of FMAs only (%d independent chains, warps %s than the warpgroup): %.1f clk per "
                "instruction (%.0f B/clk of operands), the warps' %.2f FMA instructions per clk (%s)\n",
-               N, NW, CH, OLD ? "older" : "younger", clk, (2048.0 + 32.0 * N) / clk, nb / 1024.0 / (nc / (NW > 0 ? NW : 1)),
+               N, NW, CH, OLD ? "older" : "younger", clk, (2048.0 + 32.0 * N) / clk, nb / 1024.0 / (nc / nw),
                cudaGetErrorString(e));
     cudaFree(dout);
+    cudaFree(pool);
 }
 
-template <int N, int W> void run(int sms) {
+template <int N, int W, bool RND = false, bool KL = false> void run(int sms) {
     long long *dout, h[256];
     cudaMalloc(&dout, 256 * sizeof(long long));
-    cudaFuncSetAttribute(rate<N, W>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
+    cudaFuncSetAttribute(rate<N, W, RND, KL>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
     const int reps = 2000;
-    rate<N, W><<<sms, 128 * W, 200 * 1024>>>(dout, reps);
+    rate<N, W, RND, KL><<<sms, 128 * W, 200 * 1024>>>(dout, reps);
     cudaError_t e = cudaDeviceSynchronize();
     cudaMemcpy(h, dout, sms * sizeof(long long), cudaMemcpyDeviceToHost);
     const int per = N <= 64 ? 36 : 2;
-    printf("m64n%dk16 x %d per chain, %d warpgroup(s): %.1f clk per chain, %.1f clk per instruction, %.0f B/clk of "
-           "operands (%s)\n", N, per, W, (double)h[0] / reps, (double)h[0] / reps / per,
+    printf("m64n%dk16 x %d per chain, %d warpgroup(s), %s data%s, the same operands every chain: %.1f clk per chain, %.1f clk per instruction, %.0f B/clk of "
+           "operands (%s)\n", N, per, W, RND ? "random" : "constant", KL ? ", the swap-AB kernel's map" : "", (double)h[0] / reps, (double)h[0] / reps / per,
            W * (2048.0 + 32.0 * N) / ((double)h[0] / reps / per), cudaGetErrorString(e));
     cudaFree(dout);
 }
@@ -163,6 +326,12 @@ int main() {
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
     run<16, 1>(sms); run<32, 1>(sms); run<64, 1>(sms); run<256, 1>(sms);
     run<16, 2>(sms); run<32, 2>(sms); run<64, 2>(sms); run<256, 2>(sms);
+    run<16, 1, true>(sms); run<32, 1, true>(sms); run<64, 1, true>(sms); run<256, 1, true>(sms);
+    run<32, 2, true>(sms); run<256, 2, true>(sms);
+    run<16, 1, true, true>(sms); run<32, 1, true, true>(sms);
+    run_tile<16>(sms); run_tile<32>(sms);
+    run_bufs<32, 1, true>(sms); run_bufs<32, 2, true>(sms); run_bufs<32, 2, false>(sms);
+    run_bufs<16, 2, true>(sms); run_bufs<16, 2, false>(sms); run_bufs<64, 1, true>(sms); run_bufs<64, 2, true>(sms);
     run_noise<32, 0, 0>(sms); run_noise<32, 4, 0>(sms); run_noise<32, 8, 0>(sms);
     run_noise<32, 4, 16>(sms); run_noise<32, 8, 16>(sms); run_noise<32, 8, 64>(sms);
     run_noise<32, 8, -32>(sms); run_noise<32, 4, -32>(sms); run_noise<64, 4, -32>(sms);
@@ -170,6 +339,14 @@ int main() {
     run_noise<32, 8, -32, 2>(sms); run_noise<32, 8, -32, 2, true>(sms);
     run_noise<32, 4, -32, 2>(sms); run_noise<32, 4, -32, 2, true>(sms);
     run_noise<32, 8, -32, 1>(sms); run_noise<32, 8, -32, 1, true>(sms);
+    run_noise<32, 8, -2048, 1>(sms); run_noise<32, 8, -2048, 2>(sms); run_noise<32, 4, -2048, 2>(sms);
+    run_noise<16, 8, -2048, 1>(sms); run_noise<32, 8, -512, 1>(sms); run_noise<32, 8, -128, 1>(sms);
+    run_noise<32, 8, 0, 8, false, true>(sms); run_noise<32, 4, 0, 8, false, true>(sms);
+    run_noise<64, 4, 0, 8, false, true>(sms); run_noise<16, 8, 0, 8, false, true>(sms);
+    run_noise<32, 8, 0, 8, false, false, true>(sms); run_noise<32, 8, 16, 8, false, false, true>(sms);
+    run_noise<32, 4, 16, 8, false, false, true>(sms); run_noise<32, 8, 64, 8, false, false, true>(sms);
+    run_noise<32, 8, 0, 8, false, false, false, true>(sms); run_noise<32, 4, 0, 8, false, false, false, true>(sms);
+    run_noise<32, 1, 0, 8, false, false, false, true>(sms); run_noise<16, 8, 0, 8, false, false, false, true>(sms);
     run_noise<16, 8, 0>(sms); run_noise<16, 8, 16>(sms); run_noise<64, 4, 0>(sms); run_noise<64, 4, 16>(sms);
     return 0;
 }
