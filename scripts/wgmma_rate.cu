@@ -167,14 +167,17 @@ template <int N> void run_tile(int sms) {
    done, doing one of: shared-memory traffic (GAP >= 0: a 16-byte load and store per lane and step,
    conflict-free, GAP dependent FMAs after each; FENCE: a proxy fence per four steps), FMAs alone
    (GAP < 0: CH independent chains of -GAP distinct instructions), bulk copies of random 656-byte
-   records (COPY), waits on an mbarrier that never completes (SPIN). OLD: those warps come first. */
+   records (COPY), waits on an mbarrier that never completes (SPIN). OLD: those warps come first.
+   FRESH: the chains take A from two K buffers in turn (operands read once, as in the kernels; not
+   with COPY or SPIN). */
 template <int N, int NW, int GAP, int CH = 8, bool OLD = false, bool COPY = false, bool FENCE = false,
-          bool SPIN = false>
+          bool SPIN = false, bool FRESH = false>
 __global__ void __launch_bounds__(128 + 32 * NW, 1) rate_noise(long long *out, int reps, const uint8_t *pool,
                                                                uint32_t nrec) {
+    enum { SMEM = FRESH ? 224 * 1024 : 200 * 1024, NOISE = FRESH ? 188416 : 163840 };
     extern __shared__ __align__(1024) uint8_t sm[];
-    for (int k = threadIdx.x; k < 200 * 1024 / 4; k += blockDim.x) reinterpret_cast<uint32_t *>(sm)[k] = 0x3c003c00u;
-    volatile int *stop = reinterpret_cast<volatile int *>(sm + 200 * 1024 - 16);
+    for (int k = threadIdx.x; k < SMEM / 4; k += blockDim.x) reinterpret_cast<uint32_t *>(sm)[k] = fill(k, FRESH);
+    volatile int *stop = reinterpret_cast<volatile int *>(sm + SMEM - 16);
     if (threadIdx.x == 0) *stop = 0;
     __syncthreads();
     const uint32_t base = ak_smem_addr(sm);
@@ -182,7 +185,7 @@ __global__ void __launch_bounds__(128 + 32 * NW, 1) rate_noise(long long *out, i
     const bool noise = OLD ? threadIdx.x < 32 * NW : threadIdx.x >= 128;
     if (noise) {
         const int w = (OLD ? threadIdx.x : threadIdx.x - 128) >> 5, lane = threadIdx.x & 31;
-        uint8_t *rg = sm + 163840 + (w % 8) * 4096 + lane * 16;
+        uint8_t *rg = sm + NOISE + (w % 8) * 4096 + lane * 16;
         uint4 x = make_uint4(threadIdx.x, 1, 2, 3);
         float f = (float)threadIdx.x;
         long long it = 0;
@@ -248,11 +251,13 @@ __global__ void __launch_bounds__(128 + 32 * NW, 1) rate_noise(long long *out, i
         return;
     }
     const uint64_t da = ak_wgmma_desc_sw128(base, 16, 1024), db = ak_wgmma_desc_sw128(base + 81920, 16, 1024);
+    const uint64_t dq = ak_wgmma_desc_sw128(base + 147456, 16, 1024);
     float d[32];
     for (int k = 0; k < 32; k++) d[k] = 0.0f;
     const long long t0 = clock64();
     for (int r = 0; r < reps; r++) {
-        chain<N>(d, da, db);
+        if (FRESH) chain<N, true>(d, ak_wgmma_desc_sw128(base + (uint32_t)(r & 1) * 73728, 16, 1024), dq);
+        else chain<N>(d, da, db);
         ak_wgmma_wait0();
     }
     const long long t1 = clock64();
@@ -265,7 +270,7 @@ __global__ void __launch_bounds__(128 + 32 * NW, 1) rate_noise(long long *out, i
 }
 
 template <int N, int NW, int GAP, int CH = 8, bool OLD = false, bool COPY = false, bool FENCE = false,
-          bool SPIN = false>
+          bool SPIN = false, bool FRESH = false>
 void run_noise(int sms) {
     long long *dout, h[1024];
     const uint32_t nrec = COPY ? 400000 : 1; /* 262 MB of records: past L2 */
@@ -274,9 +279,11 @@ void run_noise(int sms) {
     cudaMemset(pool, 0x38, (size_t)nrec * 656);
     cudaMalloc(&dout, 1024 * sizeof(long long));
     cudaMemset(dout, 0, 1024 * sizeof(long long));
-    cudaFuncSetAttribute(rate_noise<N, NW, GAP, CH, OLD, COPY, FENCE, SPIN>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
+    const int smem = FRESH ? 224 * 1024 : 200 * 1024;
+    cudaFuncSetAttribute(rate_noise<N, NW, GAP, CH, OLD, COPY, FENCE, SPIN, FRESH>,
+                         cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     const int reps = 2000;
-    rate_noise<N, NW, GAP, CH, OLD, COPY, FENCE, SPIN><<<sms, 128 + 32 * NW, 200 * 1024>>>(dout, reps, pool, nrec);
+    rate_noise<N, NW, GAP, CH, OLD, COPY, FENCE, SPIN, FRESH><<<sms, 128 + 32 * NW, smem>>>(dout, reps, pool, nrec);
     cudaError_t e = cudaDeviceSynchronize();
     cudaMemcpy(h, dout, 1024 * sizeof(long long), cudaMemcpyDeviceToHost);
     double nb = 0.0, nc = 0.0;
@@ -294,9 +301,9 @@ void run_noise(int sms) {
                N, NW, clk, (2048.0 + 32.0 * N) / clk, (nc / nw) / (h[256] > 0 ? nb / 1024.0 / nw : 1.0),
                cudaGetErrorString(e));
     else if (GAP >= 0)
-        printf("m64n%dk16 beside %d warps of lds+sts (%2d dependent FMAs per step%s): %.1f clk per instruction (%.0f B/clk "
+        printf("m64n%dk16%s beside %d warps of lds+sts (%2d dependent FMAs per step%s): %.1f clk per instruction (%.0f B/clk "
                "of operands), the warps' shared traffic %.1f B/clk (%s)\n",
-               N, NW, GAP, FENCE ? ", a proxy fence per 4" : "", clk, (2048.0 + 32.0 * N) / clk, NW ? nb / (nc / nw) : 0.0, cudaGetErrorString(e));
+               N, FRESH ? " (operands read once)" : "", NW, GAP, FENCE ? ", a proxy fence per 4" : "", clk, (2048.0 + 32.0 * N) / clk, NW ? nb / (nc / nw) : 0.0, cudaGetErrorString(e));
     else
         printf("m64n%dk16 beside %d warps of FMAs only (%d independent chains, warps %s than the warpgroup): %.1f clk per "
                "instruction (%.0f B/clk of operands), the warps' %.2f FMA instructions per clk (%s)\n",
@@ -343,6 +350,11 @@ int main() {
     run_noise<16, 8, -2048, 1>(sms); run_noise<32, 8, -512, 1>(sms); run_noise<32, 8, -128, 1>(sms);
     run_noise<32, 8, 0, 8, false, true>(sms); run_noise<32, 4, 0, 8, false, true>(sms);
     run_noise<64, 4, 0, 8, false, true>(sms); run_noise<16, 8, 0, 8, false, true>(sms);
+    run_noise<32, 0, 0, 8, false, false, false, false, true>(sms);
+    run_noise<32, 4, 0, 8, false, false, false, false, true>(sms);
+    run_noise<32, 8, 0, 8, false, false, false, false, true>(sms);
+    run_noise<32, 8, 16, 8, false, false, false, false, true>(sms);
+    run_noise<16, 8, 0, 8, false, false, false, false, true>(sms);
     run_noise<32, 8, 0, 8, false, false, true>(sms); run_noise<32, 8, 16, 8, false, false, true>(sms);
     run_noise<32, 4, 16, 8, false, false, true>(sms); run_noise<32, 8, 64, 8, false, false, true>(sms);
     run_noise<32, 8, 0, 8, false, false, false, true>(sms); run_noise<32, 4, 0, 8, false, false, false, true>(sms);
