@@ -113,9 +113,9 @@ __global__ void __launch_bounds__(128, 1) rate_tile(long long *out, int reps) {
 
 /* S chains alone (as `chain` on the swap-AB map), A taken in turn from NB K buffers 73728 bytes
    apart (the kernel alternates two) or, with SAMEB false, B from NB Q copies too (fits 224 KB for
-   N <= 32). */
-template <int N, int NB, bool SAMEB>
-__global__ void __launch_bounds__(128, 1) rate_bufs(long long *out, int reps) {
+   N <= 32); W warpgroups at once, each on another K buffer. */
+template <int N, int NB, bool SAMEB, int W = 1>
+__global__ void __launch_bounds__(128 * W, 1) rate_bufs(long long *out, int reps) {
     extern __shared__ __align__(1024) uint8_t sm[];
     for (int k = threadIdx.x; k < 224 * 1024 / 4; k += blockDim.x) reinterpret_cast<uint32_t *>(sm)[k] = fill(k, true);
     __syncthreads();
@@ -123,8 +123,11 @@ __global__ void __launch_bounds__(128, 1) rate_bufs(long long *out, int reps) {
     float s[32];
     for (int k = 0; k < 32; k++) s[k] = 0.0f;
     const long long t0 = clock64();
+    /* with W = 2 the warpgroups read different K buffers at a time; warp-uniform (a shuffle), so that
+       the descriptors stay in uniform registers */
+    const int g = __shfl_sync(0xffffffffu, (int)threadIdx.x >> 7, 0);
     for (int r = 0; r < reps; r++) {
-        const uint32_t b = (uint32_t)(r % NB);
+        const uint32_t b = (uint32_t)((r + g) % NB);
         const uint64_t dq = ak_wgmma_desc_sw128(base + (SAMEB ? 0 : b * 9 * N * 128), 16, 1024);
         const uint64_t dk = ak_wgmma_desc_sw128(base + (SAMEB ? 1 : NB) * 9 * N * 128 + b * 73728, 16, 1024);
         chain<N, true>(s, dk, dq);
@@ -137,15 +140,15 @@ __global__ void __launch_bounds__(128, 1) rate_bufs(long long *out, int reps) {
     if (acc == 12345.0f) out[0] = 0;
 }
 
-template <int N, int NB, bool SAMEB> void run_bufs(int sms) {
+template <int N, int NB, bool SAMEB, int W = 1> void run_bufs(int sms) {
     long long *dout, h[1];
     cudaMalloc(&dout, 256 * sizeof(long long));
-    cudaFuncSetAttribute(rate_bufs<N, NB, SAMEB>, cudaFuncAttributeMaxDynamicSharedMemorySize, 224 * 1024);
+    cudaFuncSetAttribute(rate_bufs<N, NB, SAMEB, W>, cudaFuncAttributeMaxDynamicSharedMemorySize, 224 * 1024);
     const int reps = 2000;
-    rate_bufs<N, NB, SAMEB><<<sms, 128, 224 * 1024>>>(dout, reps);
+    rate_bufs<N, NB, SAMEB, W><<<sms, 128 * W, 224 * 1024>>>(dout, reps);
     cudaError_t e = cudaDeviceSynchronize();
     cudaMemcpy(h, dout, sizeof(long long), cudaMemcpyDeviceToHost);
-    printf("S at %d heads, A from %d K buffers in turn, B %s: %.1f clk per chain (%s)\n", N, NB,
+    printf("S at %d heads, %d warpgroup(s), A from %d K buffers in turn, B %s: %.1f clk per chain (%s)\n", N, W, NB,
            SAMEB ? "the same Q" : "from as many Q copies", (double)h[0] / reps, cudaGetErrorString(e));
     cudaFree(dout);
 }
@@ -339,6 +342,7 @@ int main() {
     run_tile<16>(sms); run_tile<32>(sms);
     run_bufs<32, 1, true>(sms); run_bufs<32, 2, true>(sms); run_bufs<32, 2, false>(sms);
     run_bufs<16, 2, true>(sms); run_bufs<16, 2, false>(sms); run_bufs<64, 1, true>(sms); run_bufs<64, 2, true>(sms);
+    run_bufs<32, 2, true, 2>(sms); run_bufs<16, 2, true, 2>(sms); run_bufs<64, 2, true, 2>(sms);
     run_noise<32, 0, 0>(sms); run_noise<32, 4, 0>(sms); run_noise<32, 8, 0>(sms);
     run_noise<32, 4, 16>(sms); run_noise<32, 8, 16>(sms); run_noise<32, 8, 64>(sms);
     run_noise<32, 8, -32>(sms); run_noise<32, 4, -32>(sms); run_noise<64, 4, -32>(sms);
