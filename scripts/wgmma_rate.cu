@@ -38,6 +38,24 @@ __device__ __forceinline__ uint32_t fill(int k, bool rnd) {
     return lo | (hi << 16);
 }
 
+enum { REPS = 2000 };
+
+/* One launch of probe kernel k over sms CTAs (threads each, smem bytes of dynamic shared memory) with
+   REPS and the extra arguments a; its first nout output words into h (up to 1024, zeroed first). */
+template <typename... P, typename... A>
+static cudaError_t probe(void (*k)(long long *, int, P...), int sms, int threads, int smem, long long *h, int nout,
+                         A... a) {
+    long long *dout;
+    cudaMalloc(&dout, 1024 * sizeof(long long));
+    cudaMemset(dout, 0, 1024 * sizeof(long long));
+    cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    k<<<sms, threads, smem>>>(dout, REPS, a...);
+    const cudaError_t e = cudaDeviceSynchronize();
+    cudaMemcpy(h, dout, nout * sizeof(long long), cudaMemcpyDeviceToHost);
+    cudaFree(dout);
+    return e;
+}
+
 template <int N, int W, bool RND = false, bool KL = false>
 __global__ void __launch_bounds__(128 * W, 1) rate(long long *out, int reps) {
     extern __shared__ __align__(1024) uint8_t sm[];
@@ -141,29 +159,17 @@ __global__ void __launch_bounds__(128 * W, 1) rate_bufs(long long *out, int reps
 }
 
 template <int N, int NB, bool SAMEB, int W = 1> void run_bufs(int sms) {
-    long long *dout, h[1];
-    cudaMalloc(&dout, 256 * sizeof(long long));
-    cudaFuncSetAttribute(rate_bufs<N, NB, SAMEB, W>, cudaFuncAttributeMaxDynamicSharedMemorySize, 224 * 1024);
-    const int reps = 2000;
-    rate_bufs<N, NB, SAMEB, W><<<sms, 128 * W, 224 * 1024>>>(dout, reps);
-    cudaError_t e = cudaDeviceSynchronize();
-    cudaMemcpy(h, dout, sizeof(long long), cudaMemcpyDeviceToHost);
+    long long h[1];
+    const cudaError_t e = probe(rate_bufs<N, NB, SAMEB, W>, sms, 128 * W, 224 * 1024, h, 1);
     printf("S at %d heads, %d warpgroup(s), A from %d K buffers in turn, B %s: %.1f clk per chain (%s)\n", N, W, NB,
-           SAMEB ? "the same Q" : "from as many Q copies", (double)h[0] / reps, cudaGetErrorString(e));
-    cudaFree(dout);
+           SAMEB ? "the same Q" : "from as many Q copies", (double)h[0] / REPS, cudaGetErrorString(e));
 }
 
 template <int N> void run_tile(int sms) {
-    long long *dout, h[2];
-    cudaMalloc(&dout, 2 * 256 * sizeof(long long));
-    cudaFuncSetAttribute(rate_tile<N>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
-    const int reps = 2000;
-    rate_tile<N><<<sms, 128, 200 * 1024>>>(dout, reps);
-    cudaError_t e = cudaDeviceSynchronize();
-    cudaMemcpy(h, dout, 2 * sizeof(long long), cudaMemcpyDeviceToHost);
+    long long h[2];
+    const cudaError_t e = probe(rate_tile<N>, sms, 128, 200 * 1024, h, 2);
     printf("swap-AB tile at %d heads, S then P V in turn: S %.1f clk per chain, P V %.1f clk per chain (%s)\n", N,
-           (double)h[0] / reps, (double)h[1] / reps, cudaGetErrorString(e));
-    cudaFree(dout);
+           (double)h[0] / REPS, (double)h[1] / REPS, cudaGetErrorString(e));
 }
 
 /* One warpgroup issuing chains of m64nNk16 as above, beside NW warps that stop when the chains are
@@ -275,23 +281,16 @@ __global__ void __launch_bounds__(128 + 32 * NW, 1) rate_noise(long long *out, i
 template <int N, int NW, int GAP, int CH = 8, bool OLD = false, bool COPY = false, bool FENCE = false,
           bool SPIN = false, bool FRESH = false>
 void run_noise(int sms) {
-    long long *dout, h[1024];
+    long long h[1024];
     const uint32_t nrec = COPY ? 400000 : 1; /* 262 MB of records: past L2 */
     uint8_t *pool = NULL;
     cudaMalloc(&pool, (size_t)nrec * 656);
     cudaMemset(pool, 0x38, (size_t)nrec * 656);
-    cudaMalloc(&dout, 1024 * sizeof(long long));
-    cudaMemset(dout, 0, 1024 * sizeof(long long));
-    const int smem = FRESH ? 224 * 1024 : 200 * 1024;
-    cudaFuncSetAttribute(rate_noise<N, NW, GAP, CH, OLD, COPY, FENCE, SPIN, FRESH>,
-                         cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    const int reps = 2000;
-    rate_noise<N, NW, GAP, CH, OLD, COPY, FENCE, SPIN, FRESH><<<sms, 128 + 32 * NW, smem>>>(dout, reps, pool, nrec);
-    cudaError_t e = cudaDeviceSynchronize();
-    cudaMemcpy(h, dout, 1024 * sizeof(long long), cudaMemcpyDeviceToHost);
+    const cudaError_t e = probe(rate_noise<N, NW, GAP, CH, OLD, COPY, FENCE, SPIN, FRESH>, sms, 128 + 32 * NW,
+                                FRESH ? 224 * 1024 : 200 * 1024, h, 1024, (const uint8_t *)pool, nrec);
     double nb = 0.0, nc = 0.0;
     for (int w = 0; w < NW; w++) nb += (double)h[256 + w] * 32 * 32, nc += (double)h[512 + w];
-    const double clk = (double)h[0] / reps / 36;
+    const double clk = (double)h[0] / REPS / 36;
     const int nw = NW > 0 ? NW : 1;
     if (SPIN)
         printf("m64n%dk16 beside %d warps waiting on an mbarrier (try_wait loops): %.1f clk per instruction (%.0f B/clk of "
@@ -312,23 +311,18 @@ void run_noise(int sms) {
                "instruction (%.0f B/clk of operands), the warps' %.2f FMA instructions per clk (%s)\n",
                N, NW, CH, OLD ? "older" : "younger", clk, (2048.0 + 32.0 * N) / clk, nb / 1024.0 / (nc / nw),
                cudaGetErrorString(e));
-    cudaFree(dout);
     cudaFree(pool);
 }
 
 template <int N, int W, bool RND = false, bool KL = false> void run(int sms) {
-    long long *dout, h[256];
-    cudaMalloc(&dout, 256 * sizeof(long long));
-    cudaFuncSetAttribute(rate<N, W, RND, KL>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
-    const int reps = 2000;
-    rate<N, W, RND, KL><<<sms, 128 * W, 200 * 1024>>>(dout, reps);
-    cudaError_t e = cudaDeviceSynchronize();
-    cudaMemcpy(h, dout, sms * sizeof(long long), cudaMemcpyDeviceToHost);
+    long long h[1];
+    const cudaError_t e = probe(rate<N, W, RND, KL>, sms, 128 * W, 200 * 1024, h, 1);
     const int per = N <= 64 ? 36 : 2;
-    printf("m64n%dk16 x %d per chain, %d warpgroup(s), %s data%s, the same operands every chain: %.1f clk per chain, %.1f clk per instruction, %.0f B/clk of "
-           "operands (%s)\n", N, per, W, RND ? "random" : "constant", KL ? ", the swap-AB kernel's map" : "", (double)h[0] / reps, (double)h[0] / reps / per,
-           W * (2048.0 + 32.0 * N) / ((double)h[0] / reps / per), cudaGetErrorString(e));
-    cudaFree(dout);
+    const double chain = (double)h[0] / REPS;
+    printf("m64n%dk16 x %d per chain, %d warpgroup(s), %s data%s, the same operands every chain: %.1f clk per chain, "
+           "%.1f clk per instruction, %.0f B/clk of operands (%s)\n", N, per, W, RND ? "random" : "constant",
+           KL ? ", the swap-AB kernel's map" : "", chain, chain / per, W * (2048.0 + 32.0 * N) / (chain / per),
+           cudaGetErrorString(e));
 }
 
 int main() {
