@@ -288,29 +288,26 @@ void run_noise(int sms) {
     cudaMemset(pool, 0x38, (size_t)nrec * 656);
     const cudaError_t e = probe(rate_noise<N, NW, GAP, CH, OLD, COPY, FENCE, SPIN, FRESH>, sms, 128 + 32 * NW,
                                 FRESH ? 224 * 1024 : 200 * 1024, h, 1024, (const uint8_t *)pool, nrec);
-    double nb = 0.0, nc = 0.0;
-    for (int w = 0; w < NW; w++) nb += (double)h[256 + w] * 32 * 32, nc += (double)h[512 + w];
-    const double clk = (double)h[0] / REPS / 36;
-    const int nw = NW > 0 ? NW : 1;
+    /* the other warps' iterations (summed) and cycles (their mean) */
+    double its = 0.0, cyc = 0.0;
+    for (int w = 0; w < NW; w++) its += (double)h[256 + w], cyc += (double)h[512 + w] / (NW > 0 ? NW : 1);
+    const double clk = (double)h[0] / REPS / 36, ops = (2048.0 + 32.0 * N) / clk;
+    const char *err = cudaGetErrorString(e);
     if (SPIN)
-        printf("m64n%dk16 beside %d warps waiting on an mbarrier (try_wait loops): %.1f clk per instruction (%.0f B/clk of "
-               "operands), the warps' %.1f clk per try_wait (%s)\n",
-               N, NW, clk, (2048.0 + 32.0 * N) / clk, (nc / nw) / (h[256] > 0 ? nb / 1024.0 / nw : 1.0),
-               cudaGetErrorString(e));
+        printf("m64n%dk16 beside %d warps waiting on an mbarrier (try_wait loops): %.1f clk per instruction (%.0f B/clk "
+               "of operands), the warps' %.1f clk per try_wait (%s)\n", N, NW, clk, ops, cyc * NW / its, err);
     else if (COPY)
         printf("m64n%dk16 beside %d warps of bulk copies (4 random 656-byte records per warp and step): %.1f clk per "
-               "instruction (%.0f B/clk of operands), the warps' %.1f clk per copy (%s)\n",
-               N, NW, clk, (2048.0 + 32.0 * N) / clk, (nc / nw) / (h[256] > 0 ? nb / 1024.0 / nw : 1.0),
-               cudaGetErrorString(e));
+               "instruction (%.0f B/clk of operands), the warps' %.1f clk per copy (%s)\n", N, NW, clk, ops,
+               cyc * NW / its, err);
     else if (GAP >= 0)
-        printf("m64n%dk16%s beside %d warps of lds+sts (%2d dependent FMAs per step%s): %.1f clk per instruction (%.0f B/clk "
-               "of operands), the warps' shared traffic %.1f B/clk (%s)\n",
-               N, FRESH ? " (operands read once)" : "", NW, GAP, FENCE ? ", a proxy fence per 4" : "", clk, (2048.0 + 32.0 * N) / clk, NW ? nb / (nc / nw) : 0.0, cudaGetErrorString(e));
+        printf("m64n%dk16%s beside %d warps of lds+sts (%2d dependent FMAs per step%s): %.1f clk per instruction (%.0f "
+               "B/clk of operands), the warps' shared traffic %.1f B/clk (%s)\n", N, FRESH ? " (operands read once)" : "",
+               NW, GAP, FENCE ? ", a proxy fence per 4" : "", clk, ops, NW ? its * 32 * 32 / cyc : 0.0, err);
     else
         printf("m64n%dk16 beside %d warps of FMAs only (%d independent chains, warps %s than the warpgroup): %.1f clk per "
-               "instruction (%.0f B/clk of operands), the warps' %.2f FMA instructions per clk (%s)\n",
-               N, NW, CH, OLD ? "older" : "younger", clk, (2048.0 + 32.0 * N) / clk, nb / 1024.0 / (nc / nw),
-               cudaGetErrorString(e));
+               "instruction (%.0f B/clk of operands), the warps' %.2f FMA instructions per clk (%s)\n", N, NW, CH,
+               OLD ? "older" : "younger", clk, ops, its / cyc, err);
     cudaFree(pool);
 }
 
