@@ -132,6 +132,14 @@ static ak_status add_sparse_decode(ak_context *ctx, const ak_bench_opts *o, ak_b
        kernel would do on a card with more bandwidth per SM (a proxy, named in the shape). */
     const char *shared_env = getenv("AK_BENCH_SHARED_CTX");
     int shared = !v4 && shared_env != NULL && atoi(shared_env) != 0;
+    /* AK_BENCH_INVALID=n (V3.2 only, 0..100): the last n% of every index row are -1, as an engine
+       pads the top-k list of a request shorter than top-k when it passes no topk_length */
+    const char *inv_env = getenv("AK_BENCH_INVALID");
+    int inv_pct = !v4 && inv_env != NULL ? atoi(inv_env) : 0;
+    inv_pct = inv_pct < 0 ? 0 : inv_pct > 100 ? 100 : inv_pct;
+    int32_t n_valid = topk - (int32_t)((int64_t)topk * inv_pct / 100);
+    char inv_note[24] = "";
+    if (inv_pct > 0) snprintf(inv_note, sizeof inv_note, " invalid %d%%", inv_pct);
     uint64_t seed = o->seed ^ 0x6d6c61ull, rs = seed;
     char shape[200];
     ak_layout_traits lt;
@@ -143,8 +151,9 @@ static ak_status add_sparse_decode(ak_context *ctx, const ak_bench_opts *o, ak_b
                  m->extra_page_size, lt.name, note);
     else
         snprintf(shape, sizeof shape,
-                 "%s b %lld s_q %lld h_q %lld topk %d ctx 32k%s (P %d) %s%s", m->name, (long long)b,
-                 (long long)s_q, (long long)h_q, topk, shared ? " shared" : "", P, lt.name, note);
+                 "%s b %lld s_q %lld h_q %lld topk %d ctx 32k%s%s (P %d) %s%s", m->name, (long long)b,
+                 (long long)s_q, (long long)h_q, topk, shared ? " shared" : "", inv_note, P, lt.name,
+                 note);
     if (ak_bench_skip(shape)) return AK_OK;
     mla_bench *s = calloc(1, sizeof *s);
     if (s == NULL) return AK_ERR_OUT_OF_MEMORY;
@@ -174,6 +183,10 @@ static ak_status add_sparse_decode(ak_context *ctx, const ak_bench_opts *o, ak_b
                 ak_mla_data_distinct(row, topk, ctx_tokens, perm, &rs);
             for (int32_t j = 0; j < topk; j++) {
                 int32_t pos = v4 ? row[j] - (int32_t)(r * ctx_tokens) : row[j];
+                if (j >= n_valid) {
+                    row[j] = -1;
+                    continue;
+                }
                 if (!v4 && !shared) row[j] += (int32_t)(r * ctx_tokens);
                 unique += !seen[pos];
                 seen[pos] = 1;
@@ -231,7 +244,7 @@ static ak_status add_sparse_decode(ak_context *ctx, const ak_bench_opts *o, ak_b
     memset(&bc, 0, sizeof bc);
     snprintf(bc.op, sizeof bc.op, "mla_decode_sparse");
     memcpy(bc.shape, shape, sizeof bc.shape);
-    double keys = (double)rows * (topk + extra_topk);
+    double keys = (double)rows * (n_valid + extra_topk);
     bc.flops = 2.0 * (double)h_q * keys * (d_qk + 512);
     bc.bytes_kv = keys * lt.bytes_per_token;
     bc.bytes_total =

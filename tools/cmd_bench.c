@@ -24,7 +24,9 @@ static void usage(FILE *f) {
             "  --json       one JSON document on stdout instead of the table\n"
             "Environment: AK_BENCH_FILTER=a,b times only the cases whose shape contains a or b;\n"
             "AK_BENCH_SHARED_CTX=1 puts every V3.2 sparse decode request's keys in one shared 32k\n"
-            "context (records L2-resident: a proxy for more bandwidth per SM, marked 'shared').\n");
+            "context (records L2-resident: a proxy for more bandwidth per SM, marked 'shared');\n"
+            "AK_BENCH_INVALID=n sets the last n%% of every V3.2 sparse decode index row to -1 (an\n"
+            "engine's padding of short requests with no topk_length; marked 'invalid n%%').\n");
 }
 
 int ak_cmd_bench(int argc, char **argv) {
