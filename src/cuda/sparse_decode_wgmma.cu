@@ -674,8 +674,12 @@ __device__ __forceinline__ int32_t ak_sdx_slot(const ak_sd_params &p, int64_t r,
     return l.idx[r * l.idx_s0 + i * l.idx_s1 + min(pos, l.topk - 1)];
 }
 
-/* Zero bytes in global memory, the source of an invalid key's record copy. */
-static __device__ __align__(128) const uint8_t ak_sdx_zero[1024] = {0};
+/* Zero bytes in global memory, the source of an invalid key's record copy: 256 blocks of 1 KB, so
+   that the invalid keys of a call (an engine's -1 padding of short requests' top-k lists can be most
+   of them) spread their copies over L2's slices. Every copy from one 1 KB source took the whole
+   call to one slice's rate: 20x slower with every key invalid (session 31). */
+#define AK_SDX_ZBLK 256
+static __device__ __align__(1024) const uint8_t ak_sdx_zero[AK_SDX_ZBLK * 1024] = {0};
 
 /* Producer warp: lane k < KPW copies its key's record (slot `slot`; -1 or out of range: rule I1,
    never read) into the stage at `dst` with one bulk copy completing on `sbar`; V4: and its 8 scale
@@ -689,13 +693,15 @@ template <int LAYOUT, int KPW>
 __device__ __forceinline__ uint32_t ak_sdx_copy(const ak_sd_list &l, int32_t slot, int lane, uint32_t dst,
                                                 uint32_t sbar, uint64_t pol) {
     typedef ak_sdx_map<LAYOUT> M;
-    static_assert(M::CPY <= (int)sizeof(ak_sdx_zero), "zero source covers a record");
+    static_assert(M::CPY <= 1024, "a zero block covers a record");
     int64_t ro = -1, so = -1;
     if (lane < KPW) ak_sdw_locate<LAYOUT>(l, slot, ro, so);
     const uint32_t vm = __ballot_sync(0xffffffffu, ro >= 0);
     if (lane == 0) ak_mbar_arrive_tx(sbar, KPW * M::CPY);
     if (lane < KPW)
-        ak_bulk_g2s_hint(dst + (uint32_t)(lane * M::STG), ro >= 0 ? l.pool + ro : ak_sdx_zero, M::CPY, sbar, pol);
+        ak_bulk_g2s_hint(dst + (uint32_t)(lane * M::STG),
+                         ro >= 0 ? l.pool + ro : ak_sdx_zero + (((threadIdx.x >> 5) * 8u + lane + 32u * blockIdx.x) % AK_SDX_ZBLK) * 1024,
+                         M::CPY, sbar, pol);
     if (M::V4 && lane < KPW) {
         ak_cp_async8(dst + (uint32_t)(lane * M::STG + M::CPY), ro >= 0 ? l.pool + so : ak_sdx_zero, ro >= 0 ? 8u : 0u);
         ak_cp_async_mbar_arrive(sbar);
