@@ -22,8 +22,8 @@
     } while (0)
 
 typedef struct mla_bench {
-    void *q, *pool, *idx, *extra_pool, *extra_idx, *out, *lse, *ml, *bt, *seq, *kv, *ws;
-    ak_tensor tq, tidx, textra_idx, tout, tlse, tml, tbt, tseq, tkv;
+    void *q, *pool, *idx, *extra_pool, *extra_idx, *out, *lse, *ml, *bt, *seq, *kv, *len, *ws;
+    ak_tensor tq, tidx, textra_idx, tout, tlse, tml, tbt, tseq, tkv, tlen;
     ak_cache cache, extra;
     ak_mla_decode_args dec;
     ak_sparse_prefill_args pre;
@@ -34,7 +34,7 @@ static void mla_bench_destroy(ak_context *ctx, void *state) {
     mla_bench *s = (mla_bench *)state;
     if (s == NULL) return;
     void *bufs[] = {s->q,   s->pool, s->idx, s->extra_pool, s->extra_idx, s->out,
-                    s->lse, s->ml,   s->bt,  s->seq,        s->kv,        s->ws};
+                    s->lse, s->ml,   s->bt,  s->seq,        s->kv,        s->len, s->ws};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         ak_dev_free(ctx, bufs[i]);
     free(s);
@@ -138,8 +138,14 @@ static ak_status add_sparse_decode(ak_context *ctx, const ak_bench_opts *o, ak_b
     int inv_pct = !v4 && inv_env != NULL ? atoi(inv_env) : 0;
     inv_pct = inv_pct < 0 ? 0 : inv_pct > 100 ? 100 : inv_pct;
     int32_t n_valid = topk - (int32_t)((int64_t)topk * inv_pct / 100);
-    char inv_note[24] = "";
-    if (inv_pct > 0) snprintf(inv_note, sizeof inv_note, " invalid %d%%", inv_pct);
+    /* AK_BENCH_RAGGED=1 (V3.2 only): topk_length per request, uniform in 1..topk (a batch of mixed
+       context lengths below top-k) */
+    const char *rag_env = getenv("AK_BENCH_RAGGED");
+    int ragged = !v4 && rag_env != NULL && atoi(rag_env) != 0;
+    char inv_note[40] = "";
+    snprintf(inv_note, sizeof inv_note, "%s", ragged ? " ragged" : "");
+    if (inv_pct > 0)
+        snprintf(inv_note + strlen(inv_note), sizeof inv_note - strlen(inv_note), " invalid %d%%", inv_pct);
     uint64_t seed = o->seed ^ 0x6d6c61ull, rs = seed;
     char shape[200];
     ak_layout_traits lt;
@@ -167,10 +173,13 @@ static ak_status add_sparse_decode(ak_context *ctx, const ak_bench_opts *o, ak_b
     int32_t *perm = malloc((size_t)32768 * 4);
     uint8_t *seen = calloc((size_t)32768, 1);
     uint16_t *q = malloc((size_t)(rows * h_q * d_qk) * 2);
-    double unique = 0;
-    if (idx == NULL || eidx == NULL || perm == NULL || seen == NULL || q == NULL)
+    int32_t *len = malloc((size_t)b * 4);
+    double unique = 0, keys = 0;
+    if (idx == NULL || eidx == NULL || perm == NULL || seen == NULL || q == NULL || len == NULL)
         st = AK_ERR_OUT_OF_MEMORY;
+    uint64_t rl = seed + 3;
     for (int64_t r = 0; r < b && st == AK_OK; r++) {
+        len[r] = ragged ? 1 + (int32_t)(ak_mla_rand(&rl) % (uint64_t)topk) : topk;
         memset(seen, 0, 32768);
         int32_t start = (int32_t)(ak_mla_rand(&rs) % (uint64_t)ctx_tokens);
         for (int64_t i = 0; i < s_q; i++) {
@@ -188,6 +197,8 @@ static ak_status add_sparse_decode(ak_context *ctx, const ak_bench_opts *o, ak_b
                     continue;
                 }
                 if (!v4 && !shared) row[j] += (int32_t)(r * ctx_tokens);
+                if (j >= len[r]) continue;
+                keys += 1;
                 unique += !seen[pos];
                 seen[pos] = 1;
             }
@@ -198,6 +209,7 @@ static ak_status add_sparse_decode(ak_context *ctx, const ak_bench_opts *o, ak_b
                 int32_t *row = eidx + (r * s_q + i) * extra_topk;
                 ak_mla_data_distinct(row, extra_topk, extra_ctx, perm, &rs);
                 for (int32_t j = 0; j < extra_topk; j++) {
+                    keys += 1;
                     unique += !seen[row[j]];
                     seen[row[j]] = 1;
                     row[j] += (int32_t)(r * extra_ctx);
@@ -212,12 +224,14 @@ static ak_status add_sparse_decode(ak_context *ctx, const ak_bench_opts *o, ak_b
         if (v4) s->extra_idx = upload(ctx, eidx, (size_t)(rows * extra_topk) * 4, &st);
         s->out = alloc_dev(ctx, (size_t)(rows * h_q * 512) * 2, &st);
         s->lse = alloc_dev(ctx, (size_t)(rows * h_q) * 4, &st);
+        if (ragged) s->len = upload(ctx, len, (size_t)b * 4, &st);
     }
     free(idx);
     free(eidx);
     free(perm);
     free(seen);
     free(q);
+    free(len);
     if (st != AK_OK) {
         mla_bench_destroy(ctx, s);
         return st;
@@ -233,6 +247,11 @@ static ak_status add_sparse_decode(ak_context *ctx, const ak_bench_opts *o, ak_b
     s->dec.cache = &s->cache;
     s->dec.softmax_scale = m->softmax_scale;
     s->dec.indices = &s->tidx;
+    if (ragged) {
+        int64_t shl[1] = {b};
+        s->tlen = ak_dev_tensor(ctx, s->len, AK_DTYPE_I32, 1, shl);
+        s->dec.topk_length = &s->tlen;
+    }
     if (v4) {
         s->dec.extra_cache = &s->extra;
         s->dec.extra_indices = &s->textra_idx;
@@ -244,7 +263,6 @@ static ak_status add_sparse_decode(ak_context *ctx, const ak_bench_opts *o, ak_b
     memset(&bc, 0, sizeof bc);
     snprintf(bc.op, sizeof bc.op, "mla_decode_sparse");
     memcpy(bc.shape, shape, sizeof bc.shape);
-    double keys = (double)rows * (n_valid + extra_topk);
     bc.flops = 2.0 * (double)h_q * keys * (d_qk + 512);
     bc.bytes_kv = keys * lt.bytes_per_token;
     bc.bytes_total =
