@@ -139,11 +139,12 @@ static ak_status add_sparse_decode(ak_context *ctx, const ak_bench_opts *o, ak_b
     inv_pct = inv_pct < 0 ? 0 : inv_pct > 100 ? 100 : inv_pct;
     int32_t n_valid = topk - (int32_t)((int64_t)topk * inv_pct / 100);
     /* AK_BENCH_RAGGED=1 (V3.2 only): topk_length per request, uniform in 1..topk (a batch of mixed
-       context lengths below top-k) */
+       context lengths below top-k); 2 and 3: the same spread, falling or rising with the request */
     const char *rag_env = getenv("AK_BENCH_RAGGED");
-    int ragged = !v4 && rag_env != NULL && atoi(rag_env) != 0;
+    int ragged = !v4 && rag_env != NULL ? atoi(rag_env) : 0;
     char inv_note[40] = "";
-    snprintf(inv_note, sizeof inv_note, "%s", ragged ? " ragged" : "");
+    snprintf(inv_note, sizeof inv_note, "%s",
+             ragged == 1 ? " ragged" : ragged == 2 ? " ragged falling" : ragged == 3 ? " ragged rising" : "");
     if (inv_pct > 0)
         snprintf(inv_note + strlen(inv_note), sizeof inv_note - strlen(inv_note), " invalid %d%%", inv_pct);
     uint64_t seed = o->seed ^ 0x6d6c61ull, rs = seed;
@@ -180,6 +181,8 @@ static ak_status add_sparse_decode(ak_context *ctx, const ak_bench_opts *o, ak_b
     uint64_t rl = seed + 3;
     for (int64_t r = 0; r < b && st == AK_OK; r++) {
         len[r] = ragged ? 1 + (int32_t)(ak_mla_rand(&rl) % (uint64_t)topk) : topk;
+        if (ragged == 2) len[r] = topk - (int32_t)((int64_t)(topk - 1) * r / (b > 1 ? b - 1 : 1));
+        if (ragged == 3) len[r] = 1 + (int32_t)((int64_t)(topk - 1) * r / (b > 1 ? b - 1 : 1));
         memset(seen, 0, 32768);
         int32_t start = (int32_t)(ak_mla_rand(&rs) % (uint64_t)ctx_tokens);
         for (int64_t i = 0; i < s_q; i++) {

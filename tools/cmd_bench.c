@@ -28,7 +28,7 @@ static void usage(FILE *f) {
             "AK_BENCH_INVALID=n sets the last n%% of every V3.2 sparse decode index row to -1 (an\n"
             "engine's padding of short requests with no topk_length; marked 'invalid n%%');\n"
             "AK_BENCH_RAGGED=1 passes a V3.2 topk_length per request, uniform in 1..top-k (marked\n"
-            "'ragged').\n");
+            "'ragged'; 2 and 3: the same lengths falling or rising with the request index).\n");
 }
 
 int ak_cmd_bench(int argc, char **argv) {
