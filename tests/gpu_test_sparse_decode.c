@@ -708,6 +708,44 @@ AK_TEST(sparse_decode_wide) {
     ak_context_destroy(gpu);
 }
 
+/* Calls whose CTAs of one split fill two waves, with lengths: the kernels take the token rows
+   longest first (ak_sd_lpt_row, a permutation of the CTAs computed on the device from the lengths
+   after the dependency wait). Every kernel family: the warp-specialized kernel (656 at 128 heads,
+   V4 with an extra list), the swap-AB kernel (656 at 16 heads and s_q 2, per-tensor fp8 at 32), the
+   pipelined one (MLA_BF16) and the register-dequantizing one. b is two waves of the device's SMs,
+   so the plan keeps one split; both length forms, invalid indices, sinks; the poisoned outputs
+   catch a row taken twice or by no CTA. */
+AK_TEST(sparse_decode_lpt) {
+    ak_context *cpu = NULL, *gpu = NULL;
+    if (!sd_contexts(&cpu, &gpu)) return;
+    ak_rng r;
+    ak_rng_init(&r, ak_test_seed() + 13);
+    ak_device_info di;
+    CHECK_STATUS(ak_context_device_info(gpu, &di), AK_OK);
+    const int64_t w2 = 2 * (int64_t)di.sm_count; /* CTAs of two waves (one per SM) */
+    static const struct { ak_layout l; int64_t s_q, h_q, topk, etopk; } k[] = {
+        {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 1, 128, 512, 0}, {AK_LAYOUT_DSV4_FP8_UE8M0, 1, 64, 128, 256},
+        {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 2, 16, 256, 0},  {AK_LAYOUT_MLA_FP8_PERTENSOR, 1, 32, 256, 0},
+        {AK_LAYOUT_MLA_BF16, 1, 64, 256, 0},            {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 1, 16, 1024, 0},
+    };
+    const int n_k = (int)(sizeof k / sizeof k[0]);
+    for (int n = 0; n < n_k; n++) {
+        if (sd_quick() && n % 3 != 0) continue;
+        /* the last case on the register-dequantizing kernel: claim a high copy bandwidth per SM */
+        if (n == n_k - 1) CHECK_STATUS(ak_context_set_ceilings(gpu, 64e9 * di.sm_count, 0.0), AK_OK);
+        sd_case c;
+        memset(&c, 0, sizeof c);
+        const int64_t htiles = k[n].h_q > 32 ? (k[n].h_q + 63) / 64 : 1;
+        c.layout = k[n].l, c.s_q = k[n].s_q, c.h_q = k[n].h_q, c.topk = k[n].topk, c.etopk = k[n].etopk;
+        c.b = w2 / (htiles * c.s_q);
+        c.len_mode = 1 + n % 2, c.bad = 1, c.sink = n % 2;
+        sd_run_case(cpu, gpu, &c, &r, 0);
+        if (n == n_k - 1) CHECK_STATUS(ak_context_set_ceilings(gpu, di.copy_bytes_per_s, 0.0), AK_OK);
+    }
+    ak_context_destroy(cpu);
+    ak_context_destroy(gpu);
+}
+
 /* The register-dequantizing kernel under DRAM load, as it runs the target shape: 128 requests of
    2048 keys (one CTA per request, 32 tiles each, its three consumer warpgroups taking turns on a
    ring of four raw tiles), each request's keys in its own ~21 MB share of a 2.8 GB pool, far past

@@ -669,7 +669,17 @@ static size_t ak_sd_smem(ak_layout layout, int mw) {
  * tiles). Ties go to the wider tile and the fewer splits.
  */
 static void ak_sd_plan_make(const ak_context *ctx, const ak_mla_decode_args *a, ak_sd_plan *pl) {
-    if (ak_sdw_plan(ctx, a, pl)) return;
+    pl->lpt = 0;
+    if (ak_sdw_plan(ctx, a, pl)) {
+        /* rows longest first (ak_sd_lpt_order) where one split's CTAs (one per SM) fill several
+           waves and the rows' lengths can differ */
+        const int64_t sms = ctx->cuda != NULL ? ctx->cuda->prop.multiProcessorCount : 132;
+        const int64_t n = a->q->shape[0] * a->q->shape[1];
+        const int lens = a->topk_length != NULL || (a->extra_indices != NULL && a->extra_topk_length != NULL);
+        pl->lpt = pl->splits == 1 && n * pl->htiles > sms && n <= AK_SD_LPT_MAX && lens;
+        if (pl->lpt) pl->ws_bytes = ak_sd_ws_bytes(pl->splits, pl->rows) + (size_t)n * sizeof(int32_t);
+        return;
+    }
     pl->kernel = 0;
     const int64_t b = a->q->shape[0], s_q = a->q->shape[1], h_q = a->q->shape[2];
     const int64_t topk = a->indices->shape[2];
@@ -712,6 +722,37 @@ extern "C" ak_status ak_cuda_mla_decode_workspace_size(ak_context *ctx, const ak
     ak_sd_plan_make(ctx, args, &pl);
     *bytes = pl.ws_bytes;
     return AK_OK;
+}
+
+/* The token rows of a p.lpt call, longest first (tiles inside the lengths, descending; then the
+   row index), into rows[0 .. b s_q - 1] for the main kernel's CTAs (ak_sd_lpt_take). The hardware
+   starts CTAs in blockIdx order, so the longest rows run in the first wave and the short ones fill
+   the SMs as they free up (longest-processing-time-first); in row order a ragged batch lasted as
+   long as each wave's longest row. Each row is still one CTA's, so the results are the same bits in
+   any order. One CTA: keys (n_tiles - tiles) << 12 | row sorted by a bitonic network in shared
+   memory, a few microseconds at 4096 rows. Computed here rather than in every main CTA: the same
+   code in the main kernels' prologue cost them 15-18% of their loop (session 31), from its
+   instructions and registers. */
+__global__ void __launch_bounds__(1024) ak_sd_lpt_order(const ak_sd_params p, int32_t *rows) {
+    __shared__ uint32_t key[AK_SD_LPT_MAX];
+    const int n = p.b * p.s_q, nt = p.list[0].tiles + p.list[1].tiles;
+    int m = 1;
+    while (m < n) m <<= 1;
+    ak_grid_dep_wait(); /* the lengths may come from the previous kernel */
+    ak_grid_dep_launch();
+    for (int k = (int)threadIdx.x; k < m; k += (int)blockDim.x)
+        key[k] = k < n ? (uint32_t)(nt - ak_sd_row_tiles(p, k)) << 12 | (uint32_t)k : 0xffffffffu;
+    __syncthreads();
+    for (int size = 2; size <= m; size <<= 1)
+        for (int stride = size >> 1; stride > 0; stride >>= 1) {
+            for (int t = (int)threadIdx.x; t < m / 2; t += (int)blockDim.x) {
+                const int lo = 2 * t - (t & (stride - 1)), hi = lo + stride;
+                const uint32_t x = key[lo], y = key[hi];
+                if ((x > y) == ((lo & size) == 0)) key[lo] = y, key[hi] = x;
+            }
+            __syncthreads();
+        }
+    for (int k = (int)threadIdx.x; k < n; k += (int)blockDim.x) rows[k] = (int32_t)(key[k] & 0xfffu);
 }
 
 static void ak_sd_list_fill(ak_sd_list *l, const ak_cache *c, const ak_tensor *idx,
@@ -805,6 +846,8 @@ extern "C" ak_status ak_cuda_mla_decode(ak_context *ctx, const ak_mla_decode_arg
     ak_sd_list_fill(&p.list[0], a->cache, a->indices, a->topk_length);
     if (a->extra_cache != NULL && a->extra_indices != NULL)
         ak_sd_list_fill(&p.list[1], a->extra_cache, a->extra_indices, a->extra_topk_length);
+    p.lpt = pl.lpt;
+    if (pl.lpt) p.lpt_rows = (const int32_t *)((uint8_t *)workspace + ak_sd_ws_bytes(pl.splits, pl.rows));
     p.scale_log2 = a->softmax_scale * 1.4426950408889634f;
     p.sink = a->attn_sink != NULL ? (const float *)a->attn_sink->data : NULL;
     p.out = a->out->data;
@@ -837,6 +880,12 @@ extern "C" ak_status ak_cuda_mla_decode(ak_context *ctx, const ak_mla_decode_arg
         p.lacc = (float2 *)(p.oacc + (size_t)pl.splits * pl.rows * AK_SD_DV);
     }
     ak_status st;
+    if (pl.lpt) {
+        int32_t *rows = (int32_t *)p.lpt_rows;
+        void *largs[] = {(void *)&p, (void *)&rows};
+        AK_CUDA_TRY(ak_launch_pdl(ctx, (const void *)ak_sd_lpt_order, 1, 1024, 0, largs));
+        AK_CUDA_CHECK_LAUNCH("ak_sd_lpt_order");
+    }
     if (pl.kernel != 0) st = ak_sdw_launch(ctx, p, pl, (int)a->cache->layout);
     else switch (a->cache->layout) {
     case AK_LAYOUT_MLA_BF16: st = ak_sd_launch_mw<AK_LAYOUT_MLA_BF16>(ctx, p, pl); break;

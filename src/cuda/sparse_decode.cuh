@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #define AK_SD_KEYS 64 /* keys per tile */
+#define AK_SD_LPT_MAX 4096 /* token rows of a call whose CTAs take rows longest first (12 bits of ak_sd_lpt_order's keys) */
 #define AK_SD_DV 512
 
 struct ak_sd_list {
@@ -46,6 +47,8 @@ struct ak_sd_params {
     int32_t out_f32;
     int32_t out_bulk;   /* every output row 16-byte aligned: the 64-head kernels store rows by bulk copy */
     int32_t rec_once;   /* one head tile and s_q 1: no other CTA reads a CTA's records (x123) */
+    int32_t lpt;        /* token rows taken longest first (ak_sd_lpt_order): several waves, one split, lengths */
+    const int32_t *lpt_rows; /* [b * s_q] workspace: the rows in that order */
     int64_t o_s0, o_s1, o_s2;
     float *lse;         /* [b, s_q, h_q] f32 or NULL */
     int64_t l_s0, l_s1, l_s2;
@@ -191,7 +194,7 @@ template <int NH, int DQK>
 __device__ __forceinline__ void ak_sd_prefetch_q(const ak_sd_params &p, int64_t r, int64_t i, int h0, int t) {
     uint32_t nsm;
     asm("mov.u32 %0, %%nsmid;" : "=r"(nsm));
-    if (p.splits == 1 && blockIdx.x < nsm && p.q_vec && t < NH && h0 + t < p.h_q)
+    if (p.splits == 1 && !p.lpt && blockIdx.x < nsm && p.q_vec && t < NH && h0 + t < p.h_q)
         ak_bulk_prefetch_l2(p.q + r * p.q_s0 + i * p.q_s1 + (int64_t)(h0 + t) * p.q_s2, DQK * 2);
 }
 
@@ -262,6 +265,21 @@ __device__ __forceinline__ int32_t ak_sd_len(const ak_sd_list &l, int64_t r, int
     return n < 0 ? 0 : (n > l.topk ? l.topk : n);
 }
 
+/* 64-key tiles of token row `row` (r s_q + i) inside its lengths, both lists. */
+__device__ __forceinline__ int ak_sd_row_tiles(const ak_sd_params &p, int64_t row) {
+    const int64_t r = row / p.s_q, i = row % p.s_q;
+    return (ak_sd_len(p.list[0], r, i) + AK_SD_KEYS - 1) / AK_SD_KEYS +
+           (ak_sd_len(p.list[1], r, i) + AK_SD_KEYS - 1) / AK_SD_KEYS;
+}
+
+/* The token (r, i) of a CTA of a p.lpt launch (the kernels' LPT instance, one split): slot
+   blockIdx / htiles of the longest-first row order that ak_sd_lpt_order wrote before the kernel. */
+__device__ __forceinline__ void ak_sd_lpt_take(const ak_sd_params &p, int64_t &r, int64_t &i) {
+    const int64_t ri = p.lpt_rows[blockIdx.x / p.htiles];
+    r = ri / p.s_q;
+    i = ri % p.s_q;
+}
+
 /* Tiles [t0, t1) of the concatenated main + extra tile list that split `s` of `splits` owns. */
 __device__ __forceinline__ void ak_sd_split_range(int s, int n_tiles, int splits, int &t0, int &t1) {
     t0 = (int)((int64_t)s * n_tiles / splits);
@@ -271,6 +289,7 @@ __device__ __forceinline__ void ak_sd_split_range(int s, int n_tiles, int splits
 struct ak_sd_plan {
     int kernel; /* 0: ak_sd_main (mma.sync); 1: ak_sdw_main, 2: ak_sdx_main, 3: ak_sdt_main, 4: ak_sdr_main (sparse_decode_wgmma.cu) */
     int mw, htiles, splits, n_tiles;
+    int lpt; /* rows longest first (ak_sd_lpt_order), their order after the partial rows in the workspace */
     int64_t rows;
     size_t smem, ws_bytes;
 };

@@ -388,7 +388,7 @@ __device__ __forceinline__ void ak_sdw_write_bulk(const ak_sd_params &p, uint8_t
     }
 }
 
-template <int LAYOUT>
+template <int LAYOUT, int LPT>
 __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_params p) {
     static_assert(AK_SDW_HEADS * AK_SDX_XSTR * 4 <= ak_sdw_smem_map<LAYOUT>::VALID, "staged rows fit in Q and K");
     typedef ak_sd_geo<LAYOUT> G;
@@ -409,12 +409,13 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
     int split, h0;
     int64_t ri;
     ak_sdw_cta(p, AK_SDW_HEADS, split, h0, ri);
-    const int64_t r = ri / p.s_q, i = ri % p.s_q;
+    int64_t r = ri / p.s_q, i = ri % p.s_q;
     const int n_tiles = p.list[0].tiles + p.list[1].tiles;
     int t_begin, t_end;
     ak_sd_split_range(split, n_tiles, p.splits, t_begin, t_end);
     ak_sd_prefetch_q<AK_SDW_HEADS, ak_sd_geo<LAYOUT>::DQK>(p, r, i, h0, tid);
     ak_grid_dep_wait(); /* as in ak_sd_main: only parameters above */
+    if (LPT) ak_sd_lpt_take(p, r, i);
     const int32_t len0 = ak_sd_len(p.list[0], r, i), len1 = ak_sd_len(p.list[1], r, i);
     /* Tiles t (in K buffer kb), tn (its records in x, or for MLA_BF16 its offset in xro) and tnn
        (its raw slot id for key `tok` in sraw) of the pipeline. */
@@ -971,7 +972,7 @@ __device__ __forceinline__ void ak_sdx_produce(const ak_sd_params &p, uint8_t *s
     }
 }
 
-template <int LAYOUT>
+template <int LAYOUT, int LPT>
 __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_params p) {
     /* the epilogue stages rows over Q, the K buffers, P and the stages (all free by then) */
     static_assert(AK_SDW_HEADS * AK_SDX_XSTR * 4 <= ak_sdx_map<LAYOUT>::VALID, "staged rows fit before the masks");
@@ -985,7 +986,7 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
     int split, h0;
     int64_t ri;
     ak_sdw_cta(p, AK_SDW_HEADS, split, h0, ri);
-    const int64_t r = ri / p.s_q, i = ri % p.s_q;
+    int64_t r = ri / p.s_q, i = ri % p.s_q;
     int t_begin, t_end;
     ak_sd_split_range(split, p.list[0].tiles + p.list[1].tiles, p.splits, t_begin, t_end);
     const int u_begin = 2 * t_begin, u_end = 2 * t_end;
@@ -1002,6 +1003,7 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
     }
     __syncthreads();
     ak_grid_dep_wait(); /* as in ak_sd_main: only parameters and shared memory above */
+    if (LPT) ak_sd_lpt_take(p, r, i);
     const int32_t len0 = ak_sd_len(p.list[0], r, i), len1 = ak_sd_len(p.list[1], r, i);
 
     if (warp < 4) {
@@ -1385,7 +1387,7 @@ __device__ __forceinline__ void ak_sdt_store4(const ak_sd_params &p, float4 v, i
     }
 }
 
-template <int LAYOUT, int NH>
+template <int LAYOUT, int NH, int LPT>
 __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_params p) {
     typedef ak_sdt_map<LAYOUT, NH> M;
     enum { DQK = M::DQK, KSTEPS = DQK / 16, NS = NH / 2, /* S^T and per-block O^T registers */
@@ -1397,7 +1399,7 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
 
     const ak_sdt_work wk = ak_sdt_cta(p, NH);
     const int split = wk.split, h0 = wk.h0, t_begin = wk.t_begin, t_end = wk.t_end;
-    const int64_t r = wk.r, i = wk.i;
+    int64_t r = wk.r, i = wk.i;
     ak_sd_prefetch_q<NH, DQK>(p, r, i, h0, tid);
 
     if (tid == 0) {
@@ -1409,6 +1411,7 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
     }
     __syncthreads();
     ak_grid_dep_wait(); /* as in ak_sd_main: only parameters and shared memory above */
+    if (LPT) ak_sd_lpt_take(p, r, i);
     const int32_t len0 = ak_sd_len(p.list[0], r, i), len1 = ak_sd_len(p.list[1], r, i);
     if (warp < AK_SDT_PW) {
         ak_setmaxnreg_dec<AK_SDT_PREG>();
@@ -1687,7 +1690,7 @@ __device__ __forceinline__ void ak_sdr_produce(const ak_sd_params &p, uint8_t *s
     }
 }
 
-template <int LAYOUT>
+template <int LAYOUT, int LPT>
 __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_params p) {
     typedef ak_sdr_map<LAYOUT> M;
     enum { PT = M::PT, NB = M::NPB };
@@ -1698,7 +1701,7 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
 
     const ak_sdt_work wk = ak_sdt_cta(p, 16);
     const int split = wk.split, h0 = wk.h0, t_begin = wk.t_begin, t_end = wk.t_end;
-    const int64_t r = wk.r, i = wk.i;
+    int64_t r = wk.r, i = wk.i;
     ak_sd_prefetch_q<16, ak_sd_geo<LAYOUT>::DQK>(p, r, i, h0, tid);
 
     if (tid == 0) {
@@ -1708,6 +1711,7 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
     }
     __syncthreads();
     ak_grid_dep_wait(); /* as in ak_sd_main: only parameters and shared memory above */
+    if (LPT) ak_sd_lpt_take(p, r, i);
     const int32_t len0 = ak_sd_len(p.list[0], r, i), len1 = ak_sd_len(p.list[1], r, i);
     if (warp < AK_SDR_PW) {
         ak_setmaxnreg_dec<AK_SDR_PREG>();
@@ -2046,13 +2050,13 @@ static ak_status ak_sdw_launch_fn(ak_context *ctx, const void *fn, const char *n
 template <int LAYOUT>
 static ak_status ak_sdx_launch_t(ak_context *ctx, const ak_sd_params &p, const ak_sd_plan &pl) {
     static_assert(1024 + ak_sdx_map<LAYOUT>::BYTES <= 232448, "shared memory of ak_sdx_main (227 KB per block)");
-    return ak_sdw_launch_fn(ctx, (const void *)ak_sdx_main<LAYOUT>, "ak_sdx_main", AK_SDX_THREADS, p, pl);
+    return ak_sdw_launch_fn(ctx, (p.lpt ? (const void *)ak_sdx_main<LAYOUT, 1> : (const void *)ak_sdx_main<LAYOUT, 0>), "ak_sdx_main", AK_SDX_THREADS, p, pl);
 }
 
 template <int LAYOUT, int NH>
 static ak_status ak_sdt_launch_t(ak_context *ctx, const ak_sd_params &p, const ak_sd_plan &pl) {
     static_assert(1024 + ak_sdt_map<LAYOUT, NH>::BYTES <= 232448, "shared memory of ak_sdt_main (227 KB per block)");
-    return ak_sdw_launch_fn(ctx, (const void *)ak_sdt_main<LAYOUT, NH>, "ak_sdt_main", AK_SDT_THREADS, p, pl);
+    return ak_sdw_launch_fn(ctx, (p.lpt ? (const void *)ak_sdt_main<LAYOUT, NH, 1> : (const void *)ak_sdt_main<LAYOUT, NH, 0>), "ak_sdt_main", AK_SDT_THREADS, p, pl);
 }
 
 template <int LAYOUT>
@@ -2060,12 +2064,12 @@ static ak_status ak_sdr_launch_t(ak_context *ctx, const ak_sd_params &p, const a
     static_assert(1024 + ak_sdr_map<LAYOUT>::BYTES <= 232448, "shared memory of ak_sdr_main (227 KB per block)");
     static_assert(AK_SDR_NWG * 16 * (AK_SD_DV + 4) * 4 <= AK_SDR_NBUF * 64 * ak_sdr_map<LAYOUT>::STR,
                   "output staging fits the stages");
-    return ak_sdw_launch_fn(ctx, (const void *)ak_sdr_main<LAYOUT>, "ak_sdr_main", AK_SDR_THREADS, p, pl);
+    return ak_sdw_launch_fn(ctx, (p.lpt ? (const void *)ak_sdr_main<LAYOUT, 1> : (const void *)ak_sdr_main<LAYOUT, 0>), "ak_sdr_main", AK_SDR_THREADS, p, pl);
 }
 
 template <int LAYOUT>
 static ak_status ak_sdw_launch_t(ak_context *ctx, const ak_sd_params &p, const ak_sd_plan &pl) {
-    return ak_sdw_launch_fn(ctx, (const void *)ak_sdw_main<LAYOUT>, "ak_sdw_main", AK_SDW_THREADS, p, pl);
+    return ak_sdw_launch_fn(ctx, (p.lpt ? (const void *)ak_sdw_main<LAYOUT, 1> : (const void *)ak_sdw_main<LAYOUT, 0>), "ak_sdw_main", AK_SDW_THREADS, p, pl);
 }
 
 ak_status ak_sdw_launch(ak_context *ctx, const ak_sd_params &p, const ak_sd_plan &pl, int layout) {
