@@ -20,7 +20,10 @@
  * schedule needs no host sync, is the same in a captured graph and in replay, and the fixed
  * boundaries plus the fixed-order combine make results bitwise reproducible. With one split the
  * main kernel writes out and lse itself; otherwise it writes normalized partial rows and their
- * lse (log2 units) to the workspace and ak_sd_combine merges them in split order.
+ * lse (log2 units) to the workspace and ak_sd_combine merges them in split order. Where one
+ * split's CTAs fill several waves and lengths are given, a one-CTA kernel first orders the token
+ * rows longest first (ak_sd_lpt_order) and the wgmma kernels' CTAs take them in that order, so a
+ * ragged batch's short rows fill the SMs its long rows leave free.
  */
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_common.cuh"
@@ -731,8 +734,8 @@ extern "C" ak_status ak_cuda_mla_decode_workspace_size(ak_context *ctx, const ak
    long as each wave's longest row. Each row is still one CTA's, so the results are the same bits in
    any order. One CTA: keys (n_tiles - tiles) << 12 | row sorted by a bitonic network in shared
    memory, a few microseconds at 4096 rows. Computed here rather than in every main CTA: the same
-   code in the main kernels' prologue cost them 15-18% of their loop (session 31), from its
-   instructions and registers. */
+   work in the main kernels' prologue made them 15-18% slower (inlined) or ~40% (a called function,
+   whose call spilled registers), far more than its own time (session 31). */
 __global__ void __launch_bounds__(1024) ak_sd_lpt_order(const ak_sd_params p, int32_t *rows) {
     __shared__ uint32_t key[AK_SD_LPT_MAX];
     const int n = p.b * p.s_q, nt = p.list[0].tiles + p.list[1].tiles;

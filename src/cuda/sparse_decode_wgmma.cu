@@ -230,7 +230,9 @@ __device__ __forceinline__ void ak_sdw_qk(float *s, uint64_t dq0, uint64_t dk0) 
 }
 
 /* This CTA's KV split, first head and token row ri = r * s_q + i, from blockIdx.x (splits fastest,
-   then head tiles of nh heads). */
+   then head tiles of nh heads). Each kernel's LPT instance (p.lpt) replaces the row after the
+   dependency wait by ak_sd_lpt_take; the other instance is the kernel as it was (the order
+   computed in every CTA's prologue instead made the kernels 15-18% slower, session 31). */
 __device__ __forceinline__ void ak_sdw_cta(const ak_sd_params &p, int nh, int &split, int &h0, int64_t &ri) {
     int64_t cta = blockIdx.x;
     split = (int)(cta % p.splits);
@@ -1144,7 +1146,7 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
 
 /* ---- swap-AB kernel for h_q <= 32 (656 and per-tensor fp8) --------------------------------------
  *
- * ak_sdt_main<LAYOUT, NH>: one CTA = (request r, query token i, NH-head tile (16 or 32), KV split);
+ * ak_sdt_main<LAYOUT, NH, LPT>: one CTA = (request r, query token i, NH-head tile (16 or 32), KV split);
  * 384 threads. Warpgroups 0 and 1 produce as in ak_sdx_main (a warp's records by bulk copy into its
  * stage ring, dequantized into a bf16 K buffer), here eight warps of four keys each into 64-key
  * buffers filled in two 32-key halves (four warps of eight keys left the consumer waiting half of
