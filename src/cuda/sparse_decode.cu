@@ -675,12 +675,15 @@ static void ak_sd_plan_make(const ak_context *ctx, const ak_mla_decode_args *a, 
     pl->lpt = 0;
     if (ak_sdw_plan(ctx, a, pl)) {
         /* rows longest first (ak_sd_lpt_order) where one split's CTAs (one per SM) fill several
-           waves and the rows' lengths can differ */
+           waves and the rows' lengths can differ. The order's workspace (up to AK_SD_LPT_MAX rows)
+           is counted from shapes alone: a size asked without the length tensors, or for more rows
+           (the planner's), still covers a call with them */
         const int64_t sms = ctx->cuda != NULL ? ctx->cuda->prop.multiProcessorCount : 132;
         const int64_t n = a->q->shape[0] * a->q->shape[1];
         const int lens = a->topk_length != NULL || (a->extra_indices != NULL && a->extra_topk_length != NULL);
-        pl->lpt = pl->splits == 1 && n * pl->htiles > sms && n <= AK_SD_LPT_MAX && lens;
-        if (pl->lpt) pl->ws_bytes = ak_sd_ws_bytes(pl->splits, pl->rows) + (size_t)n * sizeof(int32_t);
+        const int waves = pl->splits == 1 && n * pl->htiles > sms;
+        pl->lpt = waves && lens && n <= AK_SD_LPT_MAX;
+        if (waves) pl->ws_bytes = ak_sd_ws_bytes(pl->splits, pl->rows) + (size_t)(n < AK_SD_LPT_MAX ? n : AK_SD_LPT_MAX) * 4;
         return;
     }
     pl->kernel = 0;
