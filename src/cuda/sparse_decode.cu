@@ -739,8 +739,8 @@ extern "C" ak_status ak_cuda_mla_decode_workspace_size(ak_context *ctx, const ak
    memory, a few microseconds at 4096 rows. Computed here rather than in every main CTA: the same
    work in the main kernels' prologue made them 15-18% slower (inlined) or ~40% (a called function,
    whose call spilled registers), far more than its own time (session 31). */
-__global__ void __launch_bounds__(1024) ak_sd_lpt_order(const ak_sd_params p, int32_t *rows) {
-    __shared__ uint32_t key[AK_SD_LPT_MAX];
+__global__ void __launch_bounds__(1024) ak_sd_lpt_order(const ak_sd_params p, int32_t *rows /* [b s_q] */) {
+    __shared__ uint32_t key[AK_SD_LPT_MAX]; /* [m] sort keys, m = b s_q rounded up to a power of two */
     const int n = p.b * p.s_q, nt = p.list[0].tiles + p.list[1].tiles;
     int m = 1;
     while (m < n) m <<= 1;
