@@ -709,8 +709,8 @@ AK_TEST(sparse_decode_wide) {
 }
 
 /* Calls whose CTAs of one split fill two waves, with lengths: the kernels take the token rows
-   longest first (ak_sd_lpt_row, a permutation of the CTAs computed on the device from the lengths
-   after the dependency wait). Every kernel family: the warp-specialized kernel (656 at 128 heads,
+   longest first (the order ak_sd_lpt_order computes on the device from the lengths before the main
+   kernel, which each CTA reads after its dependency wait). Every kernel family: the warp-specialized kernel (656 at 128 heads,
    V4 with an extra list), the swap-AB kernel (656 at 16 heads and s_q 2, per-tensor fp8 at 32), the
    pipelined one (MLA_BF16) and the register-dequantizing one. b is two waves of the device's SMs,
    so the plan keeps one split; both length forms, invalid indices, sinks; the poisoned outputs

@@ -180,9 +180,10 @@ static ak_status add_sparse_decode(ak_context *ctx, const ak_bench_opts *o, ak_b
         st = AK_ERR_OUT_OF_MEMORY;
     uint64_t rl = seed + 3;
     for (int64_t r = 0; r < b && st == AK_OK; r++) {
-        len[r] = ragged ? 1 + (int32_t)(ak_mla_rand(&rl) % (uint64_t)topk) : topk;
-        if (ragged == 2) len[r] = topk - (int32_t)((int64_t)(topk - 1) * r / (b > 1 ? b - 1 : 1));
-        if (ragged == 3) len[r] = 1 + (int32_t)((int64_t)(topk - 1) * r / (b > 1 ? b - 1 : 1));
+        const int32_t lin = (int32_t)((int64_t)(topk - 1) * r / (b > 1 ? b - 1 : 1));
+        len[r] = ragged == 2 ? topk - lin
+                 : ragged == 3 ? 1 + lin
+                 : ragged ? 1 + (int32_t)(ak_mla_rand(&rl) % (uint64_t)topk) : topk;
         memset(seen, 0, 32768);
         int32_t start = (int32_t)(ak_mla_rand(&rs) % (uint64_t)ctx_tokens);
         for (int64_t i = 0; i < s_q; i++) {
