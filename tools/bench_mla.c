@@ -139,12 +139,19 @@ static ak_status add_sparse_decode(ak_context *ctx, const ak_bench_opts *o, ak_b
     inv_pct = inv_pct < 0 ? 0 : inv_pct > 100 ? 100 : inv_pct;
     int32_t n_valid = topk - (int32_t)((int64_t)topk * inv_pct / 100);
     /* AK_BENCH_RAGGED=1 (V3.2 only): topk_length per request, uniform in 1..topk (a batch of mixed
-       context lengths below top-k); 2 and 3: the same spread, falling or rising with the request */
+       context lengths below top-k); 2 and 3: the same spread, falling or rising with the request;
+       4: every length top-k (passed, nothing ragged); 5: every tenth request top-k, the others
+       1..topk / 8 (a few long contexts among short ones) */
     const char *rag_env = getenv("AK_BENCH_RAGGED");
     int ragged = !v4 && rag_env != NULL ? atoi(rag_env) : 0;
     char inv_note[40] = "";
     snprintf(inv_note, sizeof inv_note, "%s",
-             ragged == 1 ? " ragged" : ragged == 2 ? " ragged falling" : ragged == 3 ? " ragged rising" : "");
+             ragged == 1   ? " ragged"
+             : ragged == 2 ? " ragged falling"
+             : ragged == 3 ? " ragged rising"
+             : ragged == 4 ? " lengths full"
+             : ragged == 5 ? " ragged skewed"
+                           : "");
     if (inv_pct > 0)
         snprintf(inv_note + strlen(inv_note), sizeof inv_note - strlen(inv_note), " invalid %d%%", inv_pct);
     uint64_t seed = o->seed ^ 0x6d6c61ull, rs = seed;
@@ -181,9 +188,12 @@ static ak_status add_sparse_decode(ak_context *ctx, const ak_bench_opts *o, ak_b
     uint64_t rl = seed + 3;
     for (int64_t r = 0; r < b && st == AK_OK; r++) {
         const int32_t lin = (int32_t)((int64_t)(topk - 1) * r / (b > 1 ? b - 1 : 1));
-        len[r] = ragged == 2 ? topk - lin
+        len[r] = ragged == 2   ? topk - lin
                  : ragged == 3 ? 1 + lin
-                 : ragged ? 1 + (int32_t)(ak_mla_rand(&rl) % (uint64_t)topk) : topk;
+                 : ragged == 4 ? topk
+                 : ragged == 5 ? (r % 10 == 0 ? topk : 1 + (int32_t)(ak_mla_rand(&rl) % (uint64_t)(topk / 8 > 0 ? topk / 8 : 1)))
+                 : ragged      ? 1 + (int32_t)(ak_mla_rand(&rl) % (uint64_t)topk)
+                               : topk;
         memset(seen, 0, 32768);
         int32_t start = (int32_t)(ak_mla_rand(&rs) % (uint64_t)ctx_tokens);
         for (int64_t i = 0; i < s_q; i++) {

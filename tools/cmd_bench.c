@@ -28,7 +28,9 @@ static void usage(FILE *f) {
             "AK_BENCH_INVALID=n sets the last n%% of every V3.2 sparse decode index row to -1 (an\n"
             "engine's padding of short requests with no topk_length; marked 'invalid n%%');\n"
             "AK_BENCH_RAGGED=1 passes a V3.2 topk_length per request, uniform in 1..top-k (marked\n"
-            "'ragged'; 2 and 3: the same lengths falling or rising with the request index).\n");
+            "'ragged'; 2 and 3: the same lengths falling or rising with the request index; 4: every\n"
+            "length top-k, 'lengths full'; 5: every tenth request top-k, the rest 1..top-k / 8,\n"
+            "'ragged skewed').\n");
 }
 
 int ak_cmd_bench(int argc, char **argv) {
