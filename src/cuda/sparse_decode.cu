@@ -748,7 +748,14 @@ __global__ void __launch_bounds__(1024) ak_sd_lpt_order(const ak_sd_params p, in
     ak_grid_dep_launch();
     for (int k = (int)threadIdx.x; k < m; k += (int)blockDim.x)
         key[k] = k < n ? (uint32_t)(nt - ak_sd_row_tiles(p, k)) << 12 | (uint32_t)k : 0xffffffffu;
-    __syncthreads();
+    /* rows already in that order (equal lengths, as at contexts past top-k, or falling ones): the
+       sort's barriers are skipped */
+    int sorted = 1;
+    for (int k = (int)threadIdx.x; k + 1 < n; k += (int)blockDim.x) sorted &= key[k] < key[k + 1];
+    if (__syncthreads_and(sorted)) {
+        for (int k = (int)threadIdx.x; k < n; k += (int)blockDim.x) rows[k] = k;
+        return;
+    }
     for (int size = 2; size <= m; size <<= 1)
         for (int stride = size >> 1; stride > 0; stride >>= 1) {
             for (int t = (int)threadIdx.x; t < m / 2; t += (int)blockDim.x) {

@@ -188,13 +188,15 @@ __device__ __forceinline__ uint32_t ak_sd_pack_f16(float lo, float hi) {
    first wave (blockIdx below %nsmid, which bounds the SM count; one CTA per SM): later CTAs start
    after the previous grid has ended, with nothing to overlap (V4-Pro +0.5..1% and b 128 s_q 2
    -0.6..+1.5% when they asked too), and the short CTAs of split calls, whose splits share their Q
-   through L2 anyway, lost ~0.2 us with split 0 asking (b 8 h_q 16; run x177). Rows must be
-   16-byte aligned (q_vec). */
+   through L2 anyway, lost ~0.2 us with split 0 asking (b 8 h_q 16; run x177). A p.lpt call's CTAs
+   learn their row after the wait; they ask for the row of blockIdx order, which is theirs when
+   the rows were already in order (equal lengths), and some other first-wave row's otherwise. Rows
+   must be 16-byte aligned (q_vec). */
 template <int NH, int DQK>
 __device__ __forceinline__ void ak_sd_prefetch_q(const ak_sd_params &p, int64_t r, int64_t i, int h0, int t) {
     uint32_t nsm;
     asm("mov.u32 %0, %%nsmid;" : "=r"(nsm));
-    if (p.splits == 1 && !p.lpt && blockIdx.x < nsm && p.q_vec && t < NH && h0 + t < p.h_q)
+    if (p.splits == 1 && blockIdx.x < nsm && p.q_vec && t < NH && h0 + t < p.h_q)
         ak_bulk_prefetch_l2(p.q + r * p.q_s0 + i * p.q_s1 + (int64_t)(h0 + t) * p.q_s2, DQK * 2);
 }
 
