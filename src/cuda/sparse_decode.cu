@@ -748,6 +748,7 @@ __global__ void __launch_bounds__(1024) ak_sd_lpt_order(const ak_sd_params p, in
     ak_grid_dep_launch();
     for (int k = (int)threadIdx.x; k < m; k += (int)blockDim.x)
         key[k] = k < n ? (uint32_t)(nt - ak_sd_row_tiles(p, k)) << 12 | (uint32_t)k : 0xffffffffu;
+    __syncthreads();
     /* rows already in that order (equal lengths, as at contexts past top-k, or falling ones): the
        sort's barriers are skipped */
     int sorted = 1;
