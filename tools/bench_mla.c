@@ -186,12 +186,13 @@ static ak_status add_sparse_decode(ak_context *ctx, const ak_bench_opts *o, ak_b
     if (idx == NULL || eidx == NULL || perm == NULL || seen == NULL || q == NULL || len == NULL)
         st = AK_ERR_OUT_OF_MEMORY;
     uint64_t rl = seed + 3;
+    const uint64_t short_max = topk / 8 > 0 ? (uint64_t)(topk / 8) : 1; /* mode 5's short requests */
     for (int64_t r = 0; r < b && st == AK_OK; r++) {
         const int32_t lin = (int32_t)((int64_t)(topk - 1) * r / (b > 1 ? b - 1 : 1));
         len[r] = ragged == 2   ? topk - lin
                  : ragged == 3 ? 1 + lin
                  : ragged == 4 ? topk
-                 : ragged == 5 ? (r % 10 == 0 ? topk : 1 + (int32_t)(ak_mla_rand(&rl) % (uint64_t)(topk / 8 > 0 ? topk / 8 : 1)))
+                 : ragged == 5 ? (r % 10 == 0 ? topk : 1 + (int32_t)(ak_mla_rand(&rl) % short_max))
                  : ragged      ? 1 + (int32_t)(ak_mla_rand(&rl) % (uint64_t)topk)
                                : topk;
         memset(seen, 0, 32768);

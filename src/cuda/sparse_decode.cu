@@ -736,9 +736,10 @@ extern "C" ak_status ak_cuda_mla_decode_workspace_size(ak_context *ctx, const ak
    the SMs as they free up (longest-processing-time-first); in row order a ragged batch lasted as
    long as each wave's longest row. Each row is still one CTA's, so the results are the same bits in
    any order. One CTA: keys (n_tiles - tiles) << 12 | row sorted by a bitonic network in shared
-   memory unless already in order (~11 us for the kernel alone, cold, at 256 rows). Computed here rather than in every main CTA: the same
-   work in the main kernels' prologue made them 15-18% slower (inlined) or ~40% (a called function,
-   whose call spilled registers), far more than its own time (session 31). */
+   memory unless already in order (~11 us for the kernel alone, cold, at 256 rows). Computed here
+   rather than in every main CTA: the same work in the main kernels' prologue made them 15-18%
+   slower (inlined) or ~40% (a called function, whose call spilled registers), far more than its
+   own time (session 31). */
 __global__ void __launch_bounds__(1024) ak_sd_lpt_order(const ak_sd_params p, int32_t *rows /* [b s_q] */) {
     __shared__ uint32_t key[AK_SD_LPT_MAX]; /* [m] sort keys, m = b s_q rounded up to a power of two */
     const int n = p.b * p.s_q, nt = p.list[0].tiles + p.list[1].tiles;
