@@ -1,11 +1,12 @@
 /* wgmma_rate.cu -- rates of the wgmma shapes the sparse decode kernels use (not part of the
- * library; docs/perf.md sessions 9 and 30). One CTA per SM, timed with clock64 over many chains:
+ * library; docs/perf.md sessions 9, 30 and 33). One CTA per SM, timed with clock64 over many
+ * chains, each adding to the last one's accumulators (before session 33 they overwrote them, and
+ * ptxas deleted every other chain wherever the loop unrolled: scripts/wgmma_reuse.cu):
  * - W warpgroups each issuing chains of 36 k16 steps (S = Q K^T of one unit: A and B from shared
  *   memory, 128-byte swizzle) or 2 steps of m64n256k16 (P V), the same operands every chain: clk
- *   per instruction and operand bytes per clk. Re-read operands run twice as fast as fresh ones, so
- *   these are not the kernels' rates;
+ *   per instruction and operand bytes per clk;
  * - the swap-AB kernel's tile (S, then O^T += V^T P^T with A MN-major) and S with A from two K
- *   buffers in turn: the rates with operands read once, as in the kernels (~117 B/clk);
+ *   buffers in turn, as in the kernels (~117 B/clk);
  * - one warpgroup's S chains beside NW other warps of one kind of work each (shared-memory traffic,
  *   proxy fences, FMA chains, bulk copies of random records, mbarrier waits): how much the
  *   producers' work slows the consumers' products.
@@ -14,16 +15,19 @@
 #include <cstdio>
 #include <cstdint>
 
-/* KL: B's 64-column blocks N x 128 bytes apart, as the swap-AB kernel's Q (else 8192, as A) */
+/* KL: B's 64-column blocks N x 128 bytes apart, as the swap-AB kernel's Q (else 8192, as A). keep
+   (a run-time value, nonzero after the first chain): the chain adds to d instead of overwriting it.
+   A chain that overwrites d leaves the previous chain's results dead, and where the loop unrolls
+   ptxas deletes that chain (session 33): such a probe times half its chains. */
 template <int N, bool KL = false>
-__device__ __forceinline__ void chain(float *d, uint64_t da, uint64_t db) {
+__device__ __forceinline__ void chain(float *d, uint64_t da, uint64_t db, int keep) {
     ak_wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 36; kk++) {
         const uint32_t off = (kk >> 2) * 8192 + (kk & 3) * 32, offb = KL ? (kk >> 2) * (N * 128) + (kk & 3) * 32 : off;
-        if (N == 16) ak_wgmma_m64n16k16_ss<0>(d, da + (off >> 4), db + (offb >> 4), kk > 0);
-        if (N == 32) ak_wgmma_m64n32k16_ss<0>(d, da + (off >> 4), db + (offb >> 4), kk > 0);
-        if (N == 64) ak_wgmma_m64n64k16_ss(d, da + (off >> 4), db + (offb >> 4), kk > 0);
+        if (N == 16) ak_wgmma_m64n16k16_ss<0>(d, da + (off >> 4), db + (offb >> 4), kk > 0 || keep);
+        if (N == 32) ak_wgmma_m64n32k16_ss<0>(d, da + (off >> 4), db + (offb >> 4), kk > 0 || keep);
+        if (N == 64) ak_wgmma_m64n64k16_ss(d, da + (off >> 4), db + (offb >> 4), kk > 0 || keep);
     }
     ak_wgmma_commit();
 }
@@ -70,7 +74,7 @@ __global__ void __launch_bounds__(128 * W, 1) rate(long long *out, int reps) {
     const long long t0 = clock64();
     for (int r = 0; r < reps; r++) {
         if (N <= 64) {
-            chain<N, KL>(d, da, db);
+            chain<N, KL>(d, da, db, r > 0);
         } else {
             ak_wgmma_fence();
             ak_wgmma_m64n256k16_ss_tb(d, da, db);
@@ -104,7 +108,7 @@ __global__ void __launch_bounds__(128, 1) rate_tile(long long *out, int reps) {
     long long ts = 0, tp = 0;
     for (int r = 0; r < reps; r++) {
         const long long t0 = clock64();
-        chain<N, true>(s, dk0, dq0);
+        chain<N, true>(s, dk0, dq0, r > 0);
         ak_wgmma_wait0();
         const long long t1 = clock64();
         ak_wgmma_fence();
@@ -148,7 +152,7 @@ __global__ void __launch_bounds__(128 * W, 1) rate_bufs(long long *out, int reps
         const uint32_t b = (uint32_t)((r + g) % NB);
         const uint64_t dq = ak_wgmma_desc_sw128(base + (SAMEB ? 0 : b * 9 * N * 128), 16, 1024);
         const uint64_t dk = ak_wgmma_desc_sw128(base + (SAMEB ? 1 : NB) * 9 * N * 128 + b * 73728, 16, 1024);
-        chain<N, true>(s, dk, dq);
+        chain<N, true>(s, dk, dq, r > 0);
         ak_wgmma_wait0();
     }
     const long long t1 = clock64();
@@ -265,8 +269,8 @@ __global__ void __launch_bounds__(128 + 32 * NW, 1) rate_noise(long long *out, i
     for (int k = 0; k < 32; k++) d[k] = 0.0f;
     const long long t0 = clock64();
     for (int r = 0; r < reps; r++) {
-        if (FRESH) chain<N, true>(d, ak_wgmma_desc_sw128(base + (uint32_t)(r & 1) * 73728, 16, 1024), dq);
-        else chain<N>(d, da, db);
+        if (FRESH) chain<N, true>(d, ak_wgmma_desc_sw128(base + (uint32_t)(r & 1) * 73728, 16, 1024), dq, r > 0);
+        else chain<N>(d, da, db, r > 0);
         ak_wgmma_wait0();
     }
     const long long t1 = clock64();
