@@ -1,6 +1,7 @@
 /* probe.cuh -- what the standalone device probes in scripts/ share (not part of the library): a
-   checked CUDA call that ends the probe, and the global nanosecond timer. */
+   checked CUDA call that ends the probe, the global nanosecond timer, and operand fill. */
 #pragma once
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cuda_runtime.h>
@@ -18,4 +19,15 @@ __device__ __forceinline__ unsigned long long gt() {
     unsigned long long t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
     return t;
+}
+
+/* Word k of an operand buffer: random bf16 pairs (|v| in [2^-7, 2), random signs and mantissas), or
+   a constant. */
+__device__ __forceinline__ uint32_t fill(int k, bool rnd) {
+    if (!rnd) return 0x3c003c00u;
+    uint32_t h = 2654435761u * (uint32_t)(k + 1);
+    h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
+    const uint32_t lo = ((h & 1u) << 15) | ((0x78u + ((h >> 1) & 7u)) << 7) | ((h >> 4) & 0x7fu);
+    const uint32_t hi = ((h >> 11 & 1u) << 15) | ((0x78u + ((h >> 12) & 7u)) << 7) | ((h >> 15) & 0x7fu);
+    return lo | (hi << 16);
 }

@@ -12,6 +12,7 @@
  *   producers' work slows the consumers' products.
  * build: nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 -Isrc scripts/wgmma_rate.cu -o wgmma_rate */
 #include "cuda/ptx.cuh"
+#include "probe.cuh"
 #include <cstdio>
 #include <cstdint>
 
@@ -30,16 +31,6 @@ __device__ __forceinline__ void chain(float *d, uint64_t da, uint64_t db, int ke
         if (N == 64) ak_wgmma_m64n64k16_ss(d, da + (off >> 4), db + (offb >> 4), kk > 0 || keep);
     }
     ak_wgmma_commit();
-}
-
-/* Random bf16 pairs (|v| in [2^-7, 2), random signs and mantissas), or a constant. */
-__device__ __forceinline__ uint32_t fill(int k, bool rnd) {
-    if (!rnd) return 0x3c003c00u;
-    uint32_t h = 2654435761u * (uint32_t)(k + 1);
-    h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
-    const uint32_t lo = ((h & 1u) << 15) | ((0x78u + ((h >> 1) & 7u)) << 7) | ((h >> 4) & 0x7fu);
-    const uint32_t hi = ((h >> 11 & 1u) << 15) | ((0x78u + ((h >> 12) & 7u)) << 7) | ((h >> 15) & 0x7fu);
-    return lo | (hi << 16);
 }
 
 enum { REPS = 2000 };

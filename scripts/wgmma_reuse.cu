@@ -12,27 +12,19 @@
  * accumulators carried from chain to chain, as the kernels' products are) all run at one rate.
  * The other variants: NB K buffers in turn; the K buffer rewritten (same bytes, 16-byte st.shared,
  * as the producers' conversion writes) with or without fence.proxy.async before each chain.
- * build: nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 -Isrc -Iscripts scripts/wgmma_reuse.cu -o wgmma_reuse */
+ * build: nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 -Isrc scripts/wgmma_reuse.cu -o wgmma_reuse */
 #include "cuda/ptx.cuh"
 #include "probe.cuh"
 #include <cstdint>
 
 enum { REPS = 2000, QB = 73728 };
 
-__device__ __forceinline__ uint32_t fill(int k) {
-    uint32_t h = 2654435761u * (uint32_t)(k + 1);
-    h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
-    const uint32_t lo = ((h & 1u) << 15) | ((0x78u + ((h >> 1) & 7u)) << 7) | ((h >> 4) & 0x7fu);
-    const uint32_t hi = ((h >> 11 & 1u) << 15) | ((0x78u + ((h >> 12) & 7u)) << 7) | ((h >> 15) & 0x7fu);
-    return lo | (hi << 16);
-}
-
 /* MODE 0: plain; 1: the K buffer rewritten, fence, barrier; 2: rewritten, barrier, no fence. */
 template <int N, int NB, int MODE, bool DEAD>
 __global__ void __launch_bounds__(128, 1) reuse(long long *out, int reps) {
     enum { KBYTES = N * 1152, SMEM = QB + NB * KBYTES };
     extern __shared__ __align__(1024) uint8_t sm[];
-    for (int k = threadIdx.x; k < SMEM / 4; k += 128) reinterpret_cast<uint32_t *>(sm)[k] = fill(k);
+    for (int k = threadIdx.x; k < SMEM / 4; k += 128) reinterpret_cast<uint32_t *>(sm)[k] = fill(k, true);
     __syncthreads();
     const uint32_t base = ak_smem_addr(sm);
     float s[N / 2];
