@@ -5,7 +5,8 @@
  * index, all-invalid rows, sinks including +-inf, NaN-poisoned unused slots and outputs, bitwise
  * reruns and CUDA-graph replay with changed indices and lengths; and the op's limits: top-k 32768,
  * s_q 8 on every layout, more than 11.6k query rows in one call; values past fp16's range both ways
- * on every split path (the partial rows' format). Exit 77 without a GPU. Timing of
+ * on every split path (the partial rows' format); and random shapes, page sizes and q strides
+ * (sparse_decode_fuzz). Exit 77 without a GPU. Timing of
  * the target shapes lives in `attnkit bench --op mla_decode_sparse`. AK_TEST_QUICK=1 keeps a third
  * of the matrix (h_q 1, 16, 64; s_q 1, 2), one long case and two graph cases: the set that
  * compute-sanitizer memcheck and racecheck run in reasonable time.
@@ -254,6 +255,9 @@ typedef struct sd_case {
     int pool_copies; /* > 1: the main pool's pages repeated this often (a pool far past L2), each
                         request's keys drawn from its own share of it, as from its own context */
     int launches;    /* > 1: each checked run is this many launches back to back (the last one's output) */
+    int32_t page, epage; /* slots per page of the main and the extra pool (0: 64 and 16) */
+    int q_pad;       /* > 0: q's head rows d_qk + q_pad elements apart on the GPU (odd: rows off the
+                        16-byte grid, read without vector loads), the gaps NaN */
 } sd_case;
 
 static void sd_fill_lengths(int32_t *len, int64_t n, int64_t topk, ak_rng *r) {
@@ -339,18 +343,20 @@ static void sd_run_case(ak_context *cpu, ak_context *gpu, const sd_case *cs, ak_
     char what[200];
     snprintf(what, sizeof what,
              "layout %d b %lld s_q %lld h_q %lld topk %lld extra %lld len %d bad %d sink %d f32 %d pad %d runs %d "
-             "vexp %d%s",
+             "vexp %d page %d/%d q_pad %d%s",
              (int)cs->layout, (long long)b, (long long)s_q, (long long)h_q, (long long)topk,
              (long long)etopk, cs->len_mode, cs->bad, cs->sink, cs->out_f32, cs->out_pad, cs->runs, cs->vexp,
-             graph ? " graph" : "");
+             (int)cs->page, (int)cs->epage, cs->q_pad, graph ? " graph" : "");
     const ak_device dev = {AK_DEVICE_CUDA, 0};
     sd_pool mp, ep;
     memset(&ep, 0, sizeof ep);
     /* the main pool's per-tensor scale as a float, the extra pool's through a device pointer */
-    sd_pool_make(&mp, r, cs->layout, (int32_t)((4 * topk + 63) / 64) + 1, 64, SD_K_SCALE_MAIN, 0, cs->runs, cs->vexp,
-                 cs->pool_copies);
+    const int32_t page = cs->page > 0 ? cs->page : 64, epage = cs->epage > 0 ? cs->epage : 16;
+    sd_pool_make(&mp, r, cs->layout, (int32_t)((4 * topk + page - 1) / page) + 1, page, SD_K_SCALE_MAIN, 0, cs->runs,
+                 cs->vexp, cs->pool_copies);
     if (etopk > 0)
-        sd_pool_make(&ep, r, cs->layout, (int32_t)((4 * etopk + 15) / 16) + 1, 16, SD_K_SCALE_EXTRA, 1, 0, cs->vexp, 1);
+        sd_pool_make(&ep, r, cs->layout, (int32_t)((4 * etopk + epage - 1) / epage) + 1, epage, SD_K_SCALE_EXTRA, 1, 0,
+                     cs->vexp, 1);
 
     const int64_t nq = b * s_q * h_q * dqk, nrow = b * s_q * h_q;
     const int64_t nlen = cs->len_mode == 2 ? b * s_q : b;
@@ -366,13 +372,22 @@ static void sd_run_case(ak_context *cpu, ak_context *gpu, const sd_case *cs, ak_
     for (int64_t h = 0; h < h_q; h++)
         io.sink[h] = h % 5 == 1 ? INFINITY : h % 5 == 2 ? -INFINITY : (float)ak_rng_normal(r);
     sd_fill_lists(&io, cs, &mp, &ep, r);
-    CHECK(cudaMalloc(&io.dq, 2 * (size_t)nq) == cudaSuccess);
+    const int64_t qstr = dqk + cs->q_pad, nqp = b * s_q * h_q * qstr; /* the GPU's q rows */
+    CHECK(cudaMalloc(&io.dq, 2 * (size_t)nqp) == cudaSuccess);
     CHECK(cudaMalloc(&io.didx, 4 * ni + 4) == cudaSuccess);
     CHECK(cudaMalloc(&io.deidx, 4 * nei + 4) == cudaSuccess);
     CHECK(cudaMalloc(&io.dlen, 4 * (size_t)nlen) == cudaSuccess);
     CHECK(cudaMalloc(&io.delen, 4 * (size_t)nlen) == cudaSuccess);
     CHECK(cudaMalloc(&io.dsink, 4 * (size_t)h_q) == cudaSuccess);
-    sd_upload(io.dq, io.q, 2 * (size_t)nq);
+    if (cs->q_pad > 0) {
+        uint16_t *qp = malloc(2 * (size_t)nqp);
+        memset(qp, 0xff, 2 * (size_t)nqp); /* NaN in every gap: a kernel that reads one fails */
+        for (int64_t k = 0; k < b * s_q * h_q; k++) memcpy(qp + k * qstr, io.q + k * dqk, 2 * (size_t)dqk);
+        sd_upload(io.dq, qp, 2 * (size_t)nqp);
+        free(qp);
+    } else {
+        sd_upload(io.dq, io.q, 2 * (size_t)nq);
+    }
     sd_upload(io.didx, io.idx, 4 * ni);
     sd_upload(io.deidx, io.eidx, 4 * nei);
     sd_upload(io.dlen, io.len, 4 * (size_t)nlen);
@@ -394,6 +409,7 @@ static void sd_run_case(ak_context *cpu, ak_context *gpu, const sd_case *cs, ak_
     ak_tensor cel = ak_tensor_make(io.elen, AK_DTYPE_I32, cs->len_mode == 2 ? 2 : 1, ls);
     ak_tensor cs_ = ak_tensor_make(io.sink, AK_DTYPE_F32, 1, hs);
     ak_tensor gq = ak_tensor_make_on(io.dq, dev, AK_DTYPE_BF16, 4, qs);
+    gq.strides[2] = qstr, gq.strides[1] = h_q * qstr, gq.strides[0] = s_q * h_q * qstr;
     ak_tensor gi = ak_tensor_make_on(io.didx, dev, AK_DTYPE_I32, 3, is);
     ak_tensor gei = ak_tensor_make_on(io.deidx, dev, AK_DTYPE_I32, 3, es);
     ak_tensor gl = ak_tensor_make_on(io.dlen, dev, AK_DTYPE_I32, cs->len_mode == 2 ? 2 : 1, ls);
@@ -833,6 +849,55 @@ AK_TEST(sparse_decode_graph) {
         c.etopk = li >= 2 ? 128 : 0;
         c.bad = 1, c.sink = 1;
         sd_run_case(cpu, gpu, &c, &r, 1);
+    }
+    ak_context_destroy(cpu);
+    ak_context_destroy(gpu);
+}
+
+
+/* Random cases: any head count 1..128, s_q 1..8, batches from one request to a few waves of CTAs
+   (so the kernel, head tile, split count and longest-first order the plan picks all vary), top-k
+   and extra lists in steps of 64, page sizes from 1 to 256 slots in both pools, q rows at padded
+   and at odd strides (off the 16-byte grid), every length form, invalid indices, sinks, f32 and
+   padded outputs, and one case in six under graph replay. The cases above cover each path by
+   design; these look for the combinations nobody listed. Each case's oracle work (b s_q h_q keys)
+   stays under a budget, so a case takes about a second of CPU. AK_SD_FUZZ=n runs n cases (default
+   24; 4 in the quick set); the harness prints the seed, and each failure names its case. */
+AK_TEST(sparse_decode_fuzz) {
+    ak_context *cpu = NULL, *gpu = NULL;
+    if (!sd_contexts(&cpu, &gpu)) return;
+    ak_rng r;
+    ak_rng_init(&r, ak_test_seed() + 17);
+    const char *env = getenv("AK_SD_FUZZ");
+    const int cases = env != NULL ? atoi(env) : sd_quick() ? 4 : 24;
+    const double budget = sd_quick() ? 3e5 : 1.2e7;
+    static const int32_t pages[8] = {1, 2, 16, 32, 64, 100, 128, 256};
+    for (int n = 0; n < cases; n++) {
+        sd_case c;
+        memset(&c, 0, sizeof c);
+        c.layout = k_layouts[ak_rng_range(&r, 0, 4)];
+        const int v4 = c.layout == AK_LAYOUT_DSV4_FP8_UE8M0;
+        c.h_q = ak_rng_range(&r, 1, 129);
+        c.s_q = ak_rng_range(&r, 0, 4) == 0 ? ak_rng_range(&r, 3, 9) : ak_rng_range(&r, 1, 3);
+        c.topk = 64 * ak_rng_range(&r, 1, v4 ? 5 : 33);
+        c.etopk = v4 || ak_rng_range(&r, 0, 3) == 0 ? 64 * ak_rng_range(&r, 1, 17) : 0;
+        /* b log-uniform in [1, bmax]: single requests, split calls and multi-wave calls alike */
+        double bmax = budget / (double)(c.s_q * c.h_q * (c.topk + c.etopk));
+        bmax = bmax < 1.0 ? 1.0 : bmax > 600.0 ? 600.0 : bmax;
+        c.b = (int64_t)floor(pow(bmax, ak_rng_uniform(&r)));
+        c.b = c.b < 1 ? 1 : c.b;
+        c.page = pages[ak_rng_range(&r, 0, 8)];
+        c.epage = pages[ak_rng_range(&r, 0, 8)];
+        c.len_mode = (int)ak_rng_range(&r, 0, 3);
+        c.bad = (int)ak_rng_range(&r, 0, 2);
+        c.sink = (int)ak_rng_range(&r, 0, 2);
+        c.out_f32 = ak_rng_range(&r, 0, 5) == 0;
+        c.runs = ak_rng_range(&r, 0, 4) == 0;
+        const int graph = ak_rng_range(&r, 0, 6) == 0;
+        c.out_pad = !graph && ak_rng_range(&r, 0, 6) == 0 ? 2 : 0;
+        const int64_t qp = ak_rng_range(&r, 0, 6);
+        c.q_pad = qp == 0 ? 8 : qp == 1 ? 1 : 0;
+        sd_run_case(cpu, gpu, &c, &r, graph);
     }
     ak_context_destroy(cpu);
     ak_context_destroy(gpu);
