@@ -258,6 +258,8 @@ typedef struct sd_case {
     int32_t page, epage; /* slots per page of the main and the extra pool (0: 64 and 16) */
     int q_pad;       /* > 0: q's head rows d_qk + q_pad elements apart on the GPU (odd: rows off the
                         16-byte grid, read without vector loads), the gaps NaN */
+    int lse_mode;    /* the GPU's lse: 0 [b, s_q, h_q] packed, 1 as [b, h_q, s_q] (FlashMLA's order), 2 rows
+                        of h_q + 3; every element outside the view must keep its poison */
 } sd_case;
 
 static void sd_fill_lengths(int32_t *len, int64_t n, int64_t topk, ak_rng *r) {
@@ -337,16 +339,40 @@ static void sd_compare(const char *what, const void *out, int f32, const float *
 
 /* One case; graph = 1 also captures the GPU call in a CUDA graph and replays it with new indices
    and lengths written into the captured buffers. */
+/* The GPU's lse (nl floats at dlse: a view [b, s_q, h_q] of strides l0, l1, l2) -> lse packed as
+   [b, s_q, h_q]; every float outside the view must still hold the 0xff poison. */
+static void sd_lse_read(const char *what, float *lse, float *hl, const void *dlse, int64_t nl, int64_t b,
+                        int64_t s_q, int64_t h_q, int64_t l0, int64_t l1, int64_t l2) {
+    CHECK(cudaMemcpy(hl, dlse, 4 * (size_t)nl, cudaMemcpyDeviceToHost) == cudaSuccess);
+    uint8_t *in_view = calloc((size_t)nl, 1);
+    CHECK(in_view != NULL);
+    for (int64_t r = 0; r < b; r++)
+        for (int64_t i = 0; i < s_q; i++)
+            for (int64_t h = 0; h < h_q; h++) {
+                const int64_t off = r * l0 + i * l1 + h * l2;
+                lse[(r * s_q + i) * h_q + h] = hl[off];
+                in_view[off] = 1;
+            }
+    size_t touched = 0;
+    for (int64_t e = 0; e < nl; e++) {
+        uint32_t u;
+        memcpy(&u, hl + e, 4);
+        touched += !in_view[e] && u != 0xffffffffu;
+    }
+    CHECK_MSG(touched == 0, "%s: %zu lse floats outside the view were written", what, touched);
+    free(in_view);
+}
+
 static void sd_run_case(ak_context *cpu, ak_context *gpu, const sd_case *cs, ak_rng *r, int graph) {
     const int dqk = cs->layout == AK_LAYOUT_DSV4_FP8_UE8M0 ? 512 : 576;
     const int64_t b = cs->b, s_q = cs->s_q, h_q = cs->h_q, topk = cs->topk, etopk = cs->etopk;
     char what[200];
     snprintf(what, sizeof what,
              "layout %d b %lld s_q %lld h_q %lld topk %lld extra %lld len %d bad %d sink %d f32 %d pad %d runs %d "
-             "vexp %d page %d/%d q_pad %d%s",
+             "vexp %d page %d/%d q_pad %d lse %d%s",
              (int)cs->layout, (long long)b, (long long)s_q, (long long)h_q, (long long)topk,
              (long long)etopk, cs->len_mode, cs->bad, cs->sink, cs->out_f32, cs->out_pad, cs->runs, cs->vexp,
-             (int)cs->page, (int)cs->epage, cs->q_pad, graph ? " graph" : "");
+             (int)cs->page, (int)cs->epage, cs->q_pad, cs->lse_mode, graph ? " graph" : "");
     const ak_device dev = {AK_DEVICE_CUDA, 0};
     sd_pool mp, ep;
     memset(&ep, 0, sizeof ep);
@@ -398,7 +424,11 @@ static void sd_run_case(ak_context *cpu, ak_context *gpu, const sd_case *cs, ak_
     void *dout = NULL, *dlse = NULL, *dws = NULL;
     CHECK(!graph || cs->out_pad == 0);
     CHECK(cudaMalloc(&dout, obytes) == cudaSuccess);
-    CHECK(cudaMalloc(&dlse, (size_t)nrow * 4) == cudaSuccess);
+    /* the lse view's strides and the buffer under it */
+    const int64_t lhp = cs->lse_mode == 2 ? h_q + 3 : h_q, nl = b * s_q * lhp;
+    const int64_t l0 = s_q * lhp, l1 = cs->lse_mode == 1 ? 1 : lhp, l2 = cs->lse_mode == 1 ? s_q : 1;
+    CHECK(cudaMalloc(&dlse, (size_t)nl * 4) == cudaSuccess);
+    float *hl = malloc(4 * (size_t)nl);
 
     int64_t qs[4] = {b, s_q, h_q, dqk}, is[3] = {b, s_q, topk}, es[3] = {b, s_q, etopk};
     int64_t ls[2] = {b, s_q}, os[4] = {b, s_q, h_q, 512}, lss[3] = {b, s_q, h_q}, hs[1] = {h_q};
@@ -419,6 +449,7 @@ static void sd_run_case(ak_context *cpu, ak_context *gpu, const sd_case *cs, ak_
     go.strides[2] = (int64_t)ostr, go.strides[1] = h_q * go.strides[2], go.strides[0] = s_q * go.strides[1];
     uint8_t *hpad = malloc(obytes);
     ak_tensor glse = ak_tensor_make_on(dlse, dev, AK_DTYPE_F32, 3, lss);
+    glse.strides[0] = l0, glse.strides[1] = l1, glse.strides[2] = l2;
 
     ak_mla_decode_args ca, ga;
     memset(&ca, 0, sizeof ca);
@@ -457,7 +488,7 @@ static void sd_run_case(ak_context *cpu, ak_context *gpu, const sd_case *cs, ak_
     if (ws > 0) CHECK(cudaMalloc(&dws, ws) == cudaSuccess);
     for (int rep = 0; rep < 2; rep++) { /* the second run must match the first bit for bit */
         CHECK(cudaMemset(dout, 0xff, obytes) == cudaSuccess); /* NaN poison */
-        CHECK(cudaMemset(dlse, 0xff, (size_t)nrow * 4) == cudaSuccess);
+        CHECK(cudaMemset(dlse, 0xff, (size_t)nl * 4) == cudaSuccess);
         for (int l = 0; l < (cs->launches > 1 ? cs->launches : 1); l++)
             CHECK_STATUS(ak_mla_decode(gpu, &ga, dws, ws), AK_OK);
         CHECK_STATUS(ak_context_synchronize(gpu), AK_OK);
@@ -469,7 +500,7 @@ static void sd_run_case(ak_context *cpu, ak_context *gpu, const sd_case *cs, ak_
             for (size_t e = 512 * osz; e < ostr * osz; e++) touched += hpad[(size_t)k * ostr * osz + e] != 0xff;
         }
         CHECK_MSG(touched == 0, "%s: %zu bytes of the output rows' padding were written", what, touched);
-        CHECK(cudaMemcpy(rep ? hlse2 : hlse, dlse, 4 * (size_t)nrow, cudaMemcpyDeviceToHost) == cudaSuccess);
+        sd_lse_read(what, rep ? hlse2 : hlse, hl, dlse, nl, b, s_q, h_q, l0, l1, l2);
     }
     sd_compare(what, hout, cs->out_f32, hlse, out_ref, lse_ref, nrow, cs->vexp);
     CHECK_MSG(memcmp(hout, hout2, (size_t)nrow * 512 * osz) == 0 && memcmp(hlse, hlse2, 4 * (size_t)nrow) == 0,
@@ -525,11 +556,11 @@ static void sd_run_case(ak_context *cpu, ak_context *gpu, const sd_case *cs, ak_
             sd_upload(io.dlen, io.len, 4 * (size_t)nlen);
             sd_upload(io.delen, io.elen, 4 * (size_t)nlen);
             CHECK(cudaMemset(dout, 0xff, (size_t)nrow * 512 * osz) == cudaSuccess);
-            CHECK(cudaMemset(dlse, 0xff, (size_t)nrow * 4) == cudaSuccess);
+            CHECK(cudaMemset(dlse, 0xff, (size_t)nl * 4) == cudaSuccess);
             CHECK(cudaGraphLaunch(ge, st) == cudaSuccess);
             CHECK(cudaStreamSynchronize(st) == cudaSuccess);
             CHECK(cudaMemcpy(hout, dout, (size_t)nrow * 512 * osz, cudaMemcpyDeviceToHost) == cudaSuccess);
-            CHECK(cudaMemcpy(hlse, dlse, 4 * (size_t)nrow, cudaMemcpyDeviceToHost) == cudaSuccess);
+            sd_lse_read(what, hlse, hl, dlse, nl, b, s_q, h_q, l0, l1, l2);
             sd_cpu_ref(cpu, ca, out_ref, lse_ref, os, lss);
             sd_compare(what, hout, cs->out_f32, hlse, out_ref, lse_ref, nrow, cs->vexp);
         }
@@ -550,6 +581,7 @@ static void sd_run_case(ak_context *cpu, ak_context *gpu, const sd_case *cs, ak_
     free(hout2);
     free(hlse);
     free(hlse2);
+    free(hl);
     free(io.q);
     free(io.idx);
     free(io.eidx);
@@ -858,8 +890,9 @@ AK_TEST(sparse_decode_graph) {
 /* Random cases: any head count 1..128, s_q 1..8, batches from one request to a few waves of CTAs
    (so the kernel, head tile, split count and longest-first order the plan picks all vary), top-k
    and extra lists in steps of 64, page sizes from 1 to 256 slots in both pools, q rows at padded
-   and at odd strides (off the 16-byte grid), every length form, invalid indices, sinks, f32 and
-   padded outputs, and one case in six under graph replay. The cases above cover each path by
+   and at odd strides (off the 16-byte grid), lse in FlashMLA's [b, h_q, s_q] order or in padded
+   rows, every length form, invalid indices, sinks, f32 and padded outputs, and one case in six
+   under graph replay. The cases above cover each path by
    design; these look for the combinations nobody listed. Each case's oracle work (b s_q h_q keys)
    stays under a budget, so a case takes about a second of CPU. AK_SD_FUZZ=n runs n cases (default
    24; 4 in the quick set); the harness prints the seed, and each failure names its case. */
@@ -897,6 +930,7 @@ AK_TEST(sparse_decode_fuzz) {
         c.out_pad = !graph && ak_rng_range(&r, 0, 6) == 0 ? 2 : 0;
         const int64_t qp = ak_rng_range(&r, 0, 6);
         c.q_pad = qp == 0 ? 8 : qp == 1 ? 1 : 0;
+        c.lse_mode = (int)ak_rng_range(&r, 0, 3);
         sd_run_case(cpu, gpu, &c, &r, graph);
     }
     ak_context_destroy(cpu);
