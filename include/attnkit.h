@@ -424,6 +424,24 @@ AK_API ak_status ak_dsv4_combine_indices(ak_context *ctx, const ak_tensor *raw_t
 /* ---------------------------------------------------------------------------------------------- */
 
 /*
+ * Ragged sparse decode balanced on the GPU (CUDA backend; the CPU backend accepts and ignores it).
+ * A large batch runs one CTA per token row and head tile, so rows of different lengths last as
+ * long as the longest. With AK_BALANCE_MAKE the call first cuts the rows into pieces of similar
+ * work from topk_length / extra_topk_length (on the device, no host sync), keeps that schedule in
+ * the workspace and runs on it, merging the pieces of split rows afterwards; with
+ * AK_BALANCE_REUSE it runs on the schedule that an earlier MAKE call of the same shapes left in
+ * the same workspace (in stream order, nothing else writing that workspace in between). An engine
+ * passes MAKE in a step's first layer and REUSE in the others, whose lengths are the same (a
+ * reused schedule with other lengths still gives exact results, only less balanced). Small
+ * batches, which split every row already, ignore it. Ask the workspace size with `balance` set.
+ */
+typedef enum ak_balance {
+    AK_BALANCE_NONE = 0,  /* each row one CTA (multi-wave calls with lengths take rows longest first) */
+    AK_BALANCE_MAKE = 1,  /* make the schedule from the lengths, keep it in the workspace, run on it */
+    AK_BALANCE_REUSE = 2  /* run on the schedule an earlier MAKE call left in this workspace */
+} ak_balance;
+
+/*
  * One entry point for dense and sparse MLA decode. Zero-initialize, then set the fields of the
  * mode you want: dense when block_table is set, sparse when indices is set (exactly one).
  * d_qk is 576 (512 latent + 64 rope; V = dims 0..511) with the MLA_BF16, MLA_FP8_PERTENSOR and
@@ -443,6 +461,7 @@ typedef struct ak_mla_decode_args {
     const ak_cache *extra_cache;        /* optional, same record format as the main cache */
     const ak_tensor *extra_indices;     /* [b, s_q, extra_topk] int32 slot ids into extra_cache */
     const ak_tensor *extra_topk_length; /* [b] or [b, s_q] int32, optional */
+    ak_balance balance;                 /* AK_BALANCE_NONE unless set (see ak_balance) */
     /* both */
     const ak_tensor *attn_sink;         /* [h_q] f32, optional */
     ak_tensor *out;                     /* [b, s_q, h_q, 512] bf16 or f32; CUDA: base 4-byte (bf16) or

@@ -87,15 +87,15 @@ rep('''            ak_mbar_arrive(bar + 8 * (NBUF + b)); /* EMPTY[b] */
             if (ctid == 128) TR(9, j);
             /* the next unit after the release''')
 # end
-rep('''    if (p.splits > 1 || p.out_bulk)
+rep('''    if (pslot >= 0 || p.out_bulk)
         ak_sdw_write_bulk(p, smem + M::Q, alpha_s, reinterpret_cast<uint32_t *>(alpha_s + 64), bar + 8 * M::EPI, o,
-                          m_run, l_run, kq.ref, r, i, h0, split, wg, wr, g, c4, ctid);
+                          m_run, l_run, kq.ref, r, i, h0, pslot, wg, wr, g, c4, ctid);
     else
         ak_sdw_write_rows(p, o, m_run, l_run, kq.ref, r, i, h0, wg, wr, g, c4);
 }''','''    if (ctid == 0) TR(7, 3);
-    if (p.splits > 1 || p.out_bulk)
+    if (pslot >= 0 || p.out_bulk)
         ak_sdw_write_bulk(p, smem + M::Q, alpha_s, reinterpret_cast<uint32_t *>(alpha_s + 64), bar + 8 * M::EPI, o,
-                          m_run, l_run, kq.ref, r, i, h0, split, wg, wr, g, c4, ctid);
+                          m_run, l_run, kq.ref, r, i, h0, pslot, wg, wr, g, c4, ctid);
     else
         ak_sdw_write_rows(p, o, m_run, l_run, kq.ref, r, i, h0, wg, wr, g, c4);
     __syncwarp();
@@ -376,8 +376,10 @@ rep('''                                          gw == 0 && c4 == 0);
     __syncthreads();
     TM(19);
 }''')
-rep('''    __shared__ float red[NW];
-''', '''    __shared__ float red[NW];
+rep('''    __shared__ float red[512 / DPT / 32];
+    const int64_t row = blockIdx.x;
+''', '''    __shared__ float red[512 / DPT / 32];
+    const int64_t row = blockIdx.x;
     TC(0);
 ''')
 rep('''    ak_grid_dep_wait(); /* the main kernel's partial rows''', '''    ak_grid_dep_wait();
@@ -388,9 +390,9 @@ rep('''    for (int k = 1; k < NW; k++) mx = fmaxf(mx, red[k]);
     __syncthreads();
     TCV(3, mx);
 ''')
-rep('''        wsm[s] = s >= p.splits || wsm[s] == -INFINITY ? 0.0f : exp2f(wsm[s] - lse2) * fac[s];
+rep('''        wsm[s] = s >= splits || wsm[s] == -INFINITY ? 0.0f : exp2f(wsm[s] - lse2) * fac[s];
     __syncthreads();
-''', '''        wsm[s] = s >= p.splits || wsm[s] == -INFINITY ? 0.0f : exp2f(wsm[s] - lse2) * fac[s];
+''', '''        wsm[s] = s >= splits || wsm[s] == -INFINITY ? 0.0f : exp2f(wsm[s] - lse2) * fac[s];
     __syncthreads();
     TC(4);
     TCV(5, __uint_as_float(v[CH - 1][0]));

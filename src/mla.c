@@ -89,6 +89,10 @@ static ak_status mla_decode_validate(ak_context *ctx, const char *fn, const ak_m
     AK_TRY(check_heads(fn, "cache", a->cache, h_q));
     AK_TRY(check_scale(fn, a->softmax_scale));
 
+    if ((unsigned)a->balance > (unsigned)AK_BALANCE_REUSE)
+        return ak_fail(AK_ERR_INVALID_ARGUMENT,
+                       "%s: balance is %d, expected AK_BALANCE_NONE (0), AK_BALANCE_MAKE (1) or AK_BALANCE_REUSE (2)",
+                       fn, (int)a->balance);
     int dense = a->block_table != NULL, sparse = a->indices != NULL;
     if (dense == sparse)
         return ak_fail(AK_ERR_INVALID_ARGUMENT,
@@ -99,9 +103,9 @@ static ak_status mla_decode_validate(ak_context *ctx, const char *fn, const ak_m
         AK_TRY(check_i32(ctx, fn, "block_table", "[b, max_pages]", a->block_table, 2, dbt));
         AK_TRY(check_i32(ctx, fn, "seq_lens", "[b]", a->seq_lens, 1, dsl));
         if (a->topk_length != NULL || a->extra_cache != NULL || a->extra_indices != NULL ||
-            a->extra_topk_length != NULL)
+            a->extra_topk_length != NULL || a->balance != AK_BALANCE_NONE)
             return ak_fail(AK_ERR_INVALID_ARGUMENT,
-                           "%s: topk_length/extra_cache/extra_indices/extra_topk_length are set, "
+                           "%s: topk_length/extra_cache/extra_indices/extra_topk_length/balance are set, "
                            "but they belong to sparse mode (block_table is set)",
                            fn);
     } else {

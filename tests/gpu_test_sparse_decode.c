@@ -260,11 +260,16 @@ typedef struct sd_case {
                         16-byte grid, read without vector loads), the gaps NaN */
     int lse_mode;    /* the GPU's lse: 0 [b, s_q, h_q] packed, 1 as [b, h_q, s_q] (FlashMLA's order), 2 rows
                         of h_q + 3; every element outside the view must keep its poison */
+    ak_balance balance; /* MAKE: the first run makes the schedule, the second (bitwise equal) and a run
+                           with new lengths reuse it; graphs capture a MAKE call */
+    int len_skew;    /* lengths: every ninth row full, the others empty or of 1 .. 128 keys (the
+                        clamping cases of sd_fill_lengths still apply) */
 } sd_case;
 
-static void sd_fill_lengths(int32_t *len, int64_t n, int64_t topk, ak_rng *r) {
+static void sd_fill_lengths(int32_t *len, int64_t n, int64_t topk, ak_rng *r, int skew) {
     for (int64_t k = 0; k < n; k++) {
         int64_t v = ak_rng_range(r, 0, 5) == 0 ? 0 : ak_rng_range(r, 1, topk + 1);
+        if (skew) v = k % 9 == 0 ? topk : k % 9 == 4 ? 0 : ak_rng_range(r, 1, (topk < 128 ? topk : 128) + 1);
         if (k % 7 == 3) v = topk + 5;  /* above the width: clamped */
         if (k % 11 == 5) v = -3;      /* negative: treated as 0 */
         if (k % 13 == 1) v = 1 + (k / 13) % 2; /* one or two keys: the lse is then about one logit,
@@ -283,8 +288,8 @@ typedef struct sd_io {
 
 static void sd_fill_lists(sd_io *io, const sd_case *cs, const sd_pool *mp, const sd_pool *ep, ak_rng *r) {
     int64_t nlen = cs->len_mode == 2 ? cs->b * cs->s_q : cs->b;
-    sd_fill_lengths(io->len, nlen, cs->topk, r);
-    sd_fill_lengths(io->elen, nlen, cs->etopk, r);
+    sd_fill_lengths(io->len, nlen, cs->topk, r, cs->len_skew);
+    sd_fill_lengths(io->elen, nlen, cs->etopk, r, cs->len_skew);
     /* indices see the clamped lengths the kernel uses (negative -> 0, above width -> width) */
     int32_t *cl = malloc(sizeof(int32_t) * (size_t)nlen), *ecl = malloc(sizeof(int32_t) * (size_t)nlen);
     for (int64_t k = 0; k < nlen; k++) {
@@ -368,11 +373,11 @@ static void sd_run_case(ak_context *cpu, ak_context *gpu, const sd_case *cs, ak_
     const int64_t b = cs->b, s_q = cs->s_q, h_q = cs->h_q, topk = cs->topk, etopk = cs->etopk;
     char what[200];
     snprintf(what, sizeof what,
-             "layout %d b %lld s_q %lld h_q %lld topk %lld extra %lld len %d bad %d sink %d f32 %d pad %d runs %d "
+             "layout %d b %lld s_q %lld h_q %lld topk %lld extra %lld len %d%s bad %d sink %d f32 %d pad %d runs %d "
              "vexp %d page %d/%d q_pad %d lse %d%s",
              (int)cs->layout, (long long)b, (long long)s_q, (long long)h_q, (long long)topk,
-             (long long)etopk, cs->len_mode, cs->bad, cs->sink, cs->out_f32, cs->out_pad, cs->runs, cs->vexp,
-             (int)cs->page, (int)cs->epage, cs->q_pad, cs->lse_mode, graph ? " graph" : "");
+             (long long)etopk, cs->len_mode, cs->len_skew ? " skewed" : "", cs->bad, cs->sink, cs->out_f32, cs->out_pad,
+             cs->runs, cs->vexp, (int)cs->page, (int)cs->epage, cs->q_pad, cs->lse_mode, graph ? " graph" : "");
     const ak_device dev = {AK_DEVICE_CUDA, 0};
     sd_pool mp, ep;
     memset(&ep, 0, sizeof ep);
@@ -464,6 +469,7 @@ static void sd_run_case(ak_context *cpu, ak_context *gpu, const sd_case *cs, ak_
         ca.extra_topk_length = cs->len_mode ? &cel : NULL;
     }
     ca.attn_sink = cs->sink ? &cs_ : NULL;
+    ca.balance = cs->balance; /* the CPU backend accepts and ignores it */
     ga = ca;
     ga.q = &gq;
     ga.cache = &mp.c_gpu;
@@ -489,6 +495,7 @@ static void sd_run_case(ak_context *cpu, ak_context *gpu, const sd_case *cs, ak_
     for (int rep = 0; rep < 2; rep++) { /* the second run must match the first bit for bit */
         CHECK(cudaMemset(dout, 0xff, obytes) == cudaSuccess); /* NaN poison */
         CHECK(cudaMemset(dlse, 0xff, (size_t)nl * 4) == cudaSuccess);
+        ga.balance = cs->balance != AK_BALANCE_NONE && rep == 1 ? AK_BALANCE_REUSE : cs->balance;
         for (int l = 0; l < (cs->launches > 1 ? cs->launches : 1); l++)
             CHECK_STATUS(ak_mla_decode(gpu, &ga, dws, ws), AK_OK);
         CHECK_STATUS(ak_context_synchronize(gpu), AK_OK);
@@ -502,9 +509,29 @@ static void sd_run_case(ak_context *cpu, ak_context *gpu, const sd_case *cs, ak_
         CHECK_MSG(touched == 0, "%s: %zu bytes of the output rows' padding were written", what, touched);
         sd_lse_read(what, rep ? hlse2 : hlse, hl, dlse, nl, b, s_q, h_q, l0, l1, l2);
     }
+    ga.balance = cs->balance;
     sd_compare(what, hout, cs->out_f32, hlse, out_ref, lse_ref, nrow, cs->vexp);
     CHECK_MSG(memcmp(hout, hout2, (size_t)nrow * 512 * osz) == 0 && memcmp(hlse, hlse2, 4 * (size_t)nrow) == 0,
               "%s: rerun is not bitwise identical", what);
+    if (cs->balance != AK_BALANCE_NONE && !graph) {
+        /* the schedule made for the lengths above, reused with new lists and lengths: exact still */
+        sd_fill_lists(&io, cs, &mp, &ep, r);
+        sd_upload(io.didx, io.idx, 4 * ni);
+        sd_upload(io.deidx, io.eidx, 4 * nei);
+        sd_upload(io.dlen, io.len, 4 * (size_t)nlen);
+        sd_upload(io.delen, io.elen, 4 * (size_t)nlen);
+        CHECK(cudaMemset(dout, 0xff, obytes) == cudaSuccess);
+        CHECK(cudaMemset(dlse, 0xff, (size_t)nl * 4) == cudaSuccess);
+        ga.balance = AK_BALANCE_REUSE;
+        CHECK_STATUS(ak_mla_decode(gpu, &ga, dws, ws), AK_OK);
+        CHECK_STATUS(ak_context_synchronize(gpu), AK_OK);
+        CHECK(cudaMemcpy(hpad, dout, obytes, cudaMemcpyDeviceToHost) == cudaSuccess);
+        for (int64_t k = 0; k < nrow; k++)
+            memcpy((uint8_t *)hout + (size_t)k * 512 * osz, hpad + (size_t)k * ostr * osz, 512 * osz);
+        sd_lse_read(what, hlse, hl, dlse, nl, b, s_q, h_q, l0, l1, l2);
+        sd_cpu_ref(cpu, ca, out_ref, lse_ref, os, lss);
+        sd_compare(what, hout, cs->out_f32, hlse, out_ref, lse_ref, nrow, cs->vexp);
+    }
     if (!graph) { /* an output view off the element-pair grid is refused before anything is written */
         uint8_t *dbad = NULL;
         CHECK(cudaMalloc((void **)&dbad, obytes + 64) == cudaSuccess);
@@ -794,6 +821,50 @@ AK_TEST(sparse_decode_lpt) {
     ak_context_destroy(gpu);
 }
 
+/* Large batches with lengths, balanced on the device (AK_BALANCE_MAKE: ak_sd_balance cuts the
+   token rows into pieces of equal work by their lengths, longest first; each CTA reads its piece
+   after its dependency wait; rows of several pieces go through the combine; then AK_BALANCE_REUSE,
+   with the same lengths and with new ones). Batches of one wave and of two
+   waves of the device's SMs (the plan's one-split shapes), on every kernel family: the
+   warp-specialized kernel (656 at 128 and 64 heads, V4 with an extra list), the swap-AB kernel (656
+   at 16 heads and s_q 2, per-tensor fp8 at 32), the pipelined one (MLA_BF16) and the
+   register-dequantizing one. Half the cases skew the lengths (every ninth row full, the rest short
+   or empty), so the long rows split into many pieces; one case runs under graph replay with new
+   lengths (a new set of pieces) in each replay; both length forms, invalid indices, sinks. The
+   poisoned outputs catch a row taken twice or by no CTA. */
+AK_TEST(sparse_decode_balanced) {
+    ak_context *cpu = NULL, *gpu = NULL;
+    if (!sd_contexts(&cpu, &gpu)) return;
+    ak_rng r;
+    ak_rng_init(&r, ak_test_seed() + 19);
+    ak_device_info di;
+    CHECK_STATUS(ak_context_device_info(gpu, &di), AK_OK);
+    static const struct { ak_layout l; int64_t s_q, h_q, topk, etopk; int waves, skew, graph; } k[] = {
+        {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 1, 128, 512, 0, 2, 0, 0}, {AK_LAYOUT_DSV4_FP8_UE8M0, 1, 64, 128, 256, 2, 1, 0},
+        {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 2, 16, 256, 0, 2, 0, 0},  {AK_LAYOUT_MLA_FP8_PERTENSOR, 1, 32, 256, 0, 2, 1, 0},
+        {AK_LAYOUT_MLA_BF16, 1, 64, 256, 0, 2, 0, 0},            {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 1, 64, 1024, 0, 1, 1, 0},
+        {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 1, 128, 512, 0, 1, 1, 0}, {AK_LAYOUT_DSV4_FP8_UE8M0, 1, 64, 128, 512, 1, 0, 1},
+        {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 1, 16, 1024, 0, 1, 1, 0}, {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 1, 16, 1024, 0, 2, 0, 0},
+    };
+    const int n_k = (int)(sizeof k / sizeof k[0]);
+    for (int n = 0; n < n_k; n++) {
+        if (sd_quick() && n % 3 != 0) continue;
+        /* the last two cases on the register-dequantizing kernel: claim a high copy bandwidth per SM */
+        if (n >= n_k - 2) CHECK_STATUS(ak_context_set_ceilings(gpu, 64e9 * di.sm_count, 0.0), AK_OK);
+        sd_case c;
+        memset(&c, 0, sizeof c);
+        const int64_t htiles = k[n].h_q > 32 ? (k[n].h_q + 63) / 64 : 1;
+        c.layout = k[n].l, c.s_q = k[n].s_q, c.h_q = k[n].h_q, c.topk = k[n].topk, c.etopk = k[n].etopk;
+        c.b = k[n].waves * (int64_t)di.sm_count / (htiles * c.s_q);
+        c.len_mode = 1 + n % 2, c.bad = 1, c.sink = n % 2, c.len_skew = k[n].skew;
+        c.balance = AK_BALANCE_MAKE;
+        sd_run_case(cpu, gpu, &c, &r, k[n].graph);
+    }
+    CHECK_STATUS(ak_context_set_ceilings(gpu, di.copy_bytes_per_s, 0.0), AK_OK);
+    ak_context_destroy(cpu);
+    ak_context_destroy(gpu);
+}
+
 /* The register-dequantizing kernel under DRAM load, as it runs the target shape: 128 requests of
    2048 keys (one CTA per request, 32 tiles each, its three consumer warpgroups taking turns on a
    ring of four raw tiles), each request's keys in its own ~21 MB share of a 2.8 GB pool, far past
@@ -891,8 +962,8 @@ AK_TEST(sparse_decode_graph) {
    (so the kernel, head tile, split count and longest-first order the plan picks all vary), top-k
    and extra lists in steps of 64, page sizes from 1 to 256 slots in both pools, q rows at padded
    and at odd strides (off the 16-byte grid), lse in FlashMLA's [b, h_q, s_q] order or in padded
-   rows, every length form, invalid indices, sinks, f32 and padded outputs, and one case in six
-   under graph replay. The cases above cover each path by
+   rows, a third of them balanced (AK_BALANCE_MAKE, then REUSE), every length form, invalid
+   indices, sinks, f32 and padded outputs, and one case in six under graph replay. The cases above cover each path by
    design; these look for the combinations nobody listed. Each case's oracle work (b s_q h_q keys)
    stays under a budget, so a case takes about a second of CPU. AK_SD_FUZZ=n runs n cases (default
    24; 4 in the quick set); the harness prints the seed, and each failure names its case. */
@@ -931,6 +1002,7 @@ AK_TEST(sparse_decode_fuzz) {
         const int64_t qp = ak_rng_range(&r, 0, 6);
         c.q_pad = qp == 0 ? 8 : qp == 1 ? 1 : 0;
         c.lse_mode = (int)ak_rng_range(&r, 0, 3);
+        c.balance = ak_rng_range(&r, 0, 3) == 0 ? AK_BALANCE_MAKE : AK_BALANCE_NONE;
         sd_run_case(cpu, gpu, &c, &r, graph);
     }
     ak_context_destroy(cpu);

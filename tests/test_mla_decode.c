@@ -611,6 +611,21 @@ AK_TEST(bad_arguments_are_rejected) {
     a.out = NULL;
     CHECK_REJECT(ak_mla_decode(ctx, &a, ws, sizeof ws), AK_ERR_INVALID_ARGUMENT, "out");
     a = base;
+    a.balance = AK_BALANCE_MAKE; /* accepted and ignored by the CPU backend */
+    CHECK_STATUS(ak_mla_decode(ctx, &a, ws, sizeof ws), AK_OK);
+    a.balance = AK_BALANCE_REUSE;
+    CHECK_STATUS(ak_mla_decode(ctx, &a, ws, sizeof ws), AK_OK);
+    a.balance = (ak_balance)3;
+    CHECK_REJECT(ak_mla_decode(ctx, &a, ws, sizeof ws), AK_ERR_INVALID_ARGUMENT, "balance");
+    a.balance = (ak_balance)-1;
+    CHECK_REJECT(ak_mla_decode(ctx, &a, ws, sizeof ws), AK_ERR_INVALID_ARGUMENT, "balance");
+    a = base;
+    a.indices = NULL;
+    a.block_table = &tbt;
+    a.seq_lens = &tseq;
+    a.balance = AK_BALANCE_MAKE; /* a sparse-mode field in dense mode */
+    CHECK_REJECT(ak_mla_decode(ctx, &a, ws, sizeof ws), AK_ERR_INVALID_ARGUMENT, "balance");
+    a = base;
     a.block_table = &tbt; /* both modes */
     CHECK_REJECT(ak_mla_decode(ctx, &a, ws, sizeof ws), AK_ERR_INVALID_ARGUMENT, "block_table");
     a = base;

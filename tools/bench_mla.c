@@ -28,6 +28,7 @@ typedef struct mla_bench {
     ak_mla_decode_args dec;
     ak_sparse_prefill_args pre;
     size_t ws_bytes;
+    int balance, made; /* AK_BENCH_BALANCE: 1 every call makes its schedule, 2 only the first (then reuse) */
 } mla_bench;
 
 static void mla_bench_destroy(ak_context *ctx, void *state) {
@@ -42,6 +43,8 @@ static void mla_bench_destroy(ak_context *ctx, void *state) {
 
 static ak_status run_decode(ak_context *ctx, void *state) {
     mla_bench *s = (mla_bench *)state;
+    if (s->balance) s->dec.balance = s->balance == 2 && s->made ? AK_BALANCE_REUSE : AK_BALANCE_MAKE;
+    s->made = 1;
     return ak_mla_decode(ctx, &s->dec, s->ws, s->ws_bytes);
 }
 
@@ -144,7 +147,12 @@ static ak_status add_sparse_decode(ak_context *ctx, const ak_bench_opts *o, ak_b
        1..topk / 8 (a few long contexts among short ones) */
     const char *rag_env = getenv("AK_BENCH_RAGGED");
     int ragged = !v4 && rag_env != NULL ? atoi(rag_env) : 0;
-    char inv_note[40] = "";
+    /* AK_BENCH_BALANCE=1: every call balances the rows by their lengths (AK_BALANCE_MAKE); 2: the
+       first call makes the schedule and the timed ones reuse it (AK_BALANCE_REUSE), as the layers
+       after a step's first do */
+    const char *bal_env = getenv("AK_BENCH_BALANCE");
+    const int balance = bal_env != NULL ? atoi(bal_env) : 0;
+    char inv_note[64] = "";
     snprintf(inv_note, sizeof inv_note, "%s",
              ragged == 1   ? " ragged"
              : ragged == 2 ? " ragged falling"
@@ -154,6 +162,9 @@ static ak_status add_sparse_decode(ak_context *ctx, const ak_bench_opts *o, ak_b
                            : "");
     if (inv_pct > 0)
         snprintf(inv_note + strlen(inv_note), sizeof inv_note - strlen(inv_note), " invalid %d%%", inv_pct);
+    if (balance == 1 || balance == 2)
+        snprintf(inv_note + strlen(inv_note), sizeof inv_note - strlen(inv_note), " balanced%s",
+                 balance == 2 ? " reused" : "");
     uint64_t seed = o->seed ^ 0x6d6c61ull, rs = seed;
     char shape[200];
     ak_layout_traits lt;
@@ -171,6 +182,7 @@ static ak_status add_sparse_decode(ak_context *ctx, const ak_bench_opts *o, ak_b
     if (ak_bench_skip(shape)) return AK_OK;
     mla_bench *s = calloc(1, sizeof *s);
     if (s == NULL) return AK_ERR_OUT_OF_MEMORY;
+    s->balance = balance == 1 || balance == 2 ? balance : 0;
 
     st = pool_make(ctx, m->layout, (int32_t)(b * ctx_tokens / P), P, seed, &s->pool, &s->cache);
     if (st == AK_OK && v4)
@@ -273,6 +285,7 @@ static ak_status add_sparse_decode(ak_context *ctx, const ak_bench_opts *o, ak_b
     }
     s->dec.out = &s->tout;
     s->dec.lse = &s->tlse;
+    if (s->balance) s->dec.balance = AK_BALANCE_MAKE; /* the workspace asked for a balanced call */
 
     ak_bench_case bc;
     memset(&bc, 0, sizeof bc);

@@ -30,7 +30,9 @@ static void usage(FILE *f) {
             "AK_BENCH_RAGGED=1 passes a V3.2 topk_length per request, uniform in 1..top-k (marked\n"
             "'ragged'; 2 and 3: the same lengths falling or rising with the request index; 4: every\n"
             "length top-k, 'lengths full'; 5: every tenth request top-k, the rest 1..top-k / 8,\n"
-            "'ragged skewed').\n");
+            "'ragged skewed'); AK_BENCH_BALANCE=1 balances every sparse decode call by its lengths\n"
+            "(AK_BALANCE_MAKE, 'balanced'), 2 makes the schedule in the first call and reuses it in\n"
+            "the timed ones (AK_BALANCE_REUSE, as a step's later layers: 'balanced reused').\n");
 }
 
 int ak_cmd_bench(int argc, char **argv) {

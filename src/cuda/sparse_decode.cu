@@ -20,10 +20,13 @@
  * schedule needs no host sync, is the same in a captured graph and in replay, and the fixed
  * boundaries plus the fixed-order combine make results bitwise reproducible. With one split the
  * main kernel writes out and lse itself; otherwise it writes normalized partial rows and their
- * lse (log2 units) to the workspace and ak_sd_combine merges them in split order. Where one
- * split's CTAs fill several waves and lengths are given, a one-CTA kernel first orders the token
- * rows longest first (ak_sd_lpt_order) and the wgmma kernels' CTAs take them in that order, so a
- * ragged batch's short rows fill the SMs its long rows leave free.
+ * lse (log2 units) to the workspace and ak_sd_combine merges them in split order. Where the
+ * shapes give the wgmma kernels one split (large batches): with the caller's AK_BALANCE_MAKE a
+ * one-CTA kernel (ak_sd_balance) first cuts the token rows by their lengths into pieces of equal
+ * work, longest first, into the workspace, each CTA takes its piece from that schedule and
+ * ak_sd_bal_combine merges the split rows (AK_BALANCE_REUSE runs on a schedule made earlier: a
+ * step's later layers); without it, where one split's CTAs fill several waves and lengths are
+ * given, a one-CTA kernel (ak_sd_lpt_order) orders the rows longest first.
  */
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_common.cuh"
@@ -235,6 +238,7 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
     const int n_tiles = p.list[0].tiles + p.list[1].tiles, nt0 = p.list[0].tiles;
     int t_begin, t_end;
     ak_sd_split_range(split, n_tiles, p.splits, t_begin, t_end);
+    const int pslot = p.splits > 1 ? (int)(split * ((int64_t)p.b * p.s_q) + ri) : -1; /* ak_sd_part_row */
     ak_sd_prefetch_q<16 * MW, DQK>(p, r, i, h0, tid);
 
     /* A programmatic dependent launch: the work above reads only parameters and runs while the
@@ -480,7 +484,7 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
 #pragma unroll
         for (int rr = 1; rr < RPW; rr++)
             if (lane == rr) m = m_own[rr], l = l_own[rr];
-        if (lane < RPW) own_f = ak_sd_row_scale(p, m, l, h0 + warp * RPW + lane, kq.ref, own_lse);
+        if (lane < RPW) own_f = ak_sd_row_scale(p, p.splits > 1, m, l, h0 + warp * RPW + lane, kq.ref, own_lse);
     }
     float am = 0.0f;
     if (p.splits > 1)
@@ -503,7 +507,7 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
         if (p.splits == 1)
             ak_sd_write_out_row<DVW / 8>(p, &o[0][0], hr, r, i, h0 + hl, f, lse, d0, c4, gw == 0 && c4 == 0);
         else
-            ak_sd_write_part_row<DVW / 8>(p, &o[0][0], hr, r, i, h0 + hl, split, f, lse, sc, inv, d0, c4,
+            ak_sd_write_part_row<DVW / 8>(p, &o[0][0], hr, r, i, h0 + hl, pslot, f, lse, sc, inv, d0, c4,
                                           gw == 0 && c4 == 0);
     }
 }
@@ -556,35 +560,30 @@ __device__ __forceinline__ void ak_sd_combine_add(float *acc, const uint32_t (*v
     }
 }
 
+/* Merges one row: head h of token row ri, its `splits` partial rows at first, first + lstep, ...
+   (rows of the workspace), into out and lse. wsm: the weights and factors; red: NW words. */
 template <int CH, int DPT>
-__global__ void __launch_bounds__(512 / DPT, DPT == 4 ? (CH == 8 ? 8 : 5) : (CH == 8 ? 4 : 3))
-    ak_sd_combine(const ak_sd_params p) {
+__device__ __forceinline__ void ak_sd_combine_row(const ak_sd_params &p, float *wsm, float *red, int64_t ri, int h,
+                                                  int64_t first, int64_t lstep, int splits) {
     enum { NT = 512 / DPT, NW = NT / 32 };
-    extern __shared__ float wsm[]; /* [2][splits rounded up to CH] weights (zero past splits), factors */
-    __shared__ float red[NW];
-    const int64_t row = blockIdx.x;
-    const int64_t rows = (int64_t)p.b * p.s_q * p.h_q;
-    const int h = (int)(row % p.h_q);
-    const int64_t ri = row / p.h_q, r = ri / p.s_q, i = ri % p.s_q;
+    const int64_t r = ri / p.s_q, i = ri % p.s_q;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int d = tid * DPT;
-    const int padded = (p.splits + CH - 1) / CH * CH;
+    const int padded = (splits + CH - 1) / CH * CH;
     float *fac = wsm + padded;
-    const __half *src = p.oacc + row * AK_SD_DV + d;
-    const int64_t step = rows * AK_SD_DV;
-    ak_grid_dep_wait(); /* the main kernel's partial rows (the index math above overlaps its end) */
-    ak_grid_dep_launch();
+    const __half *src = p.oacc + first * AK_SD_DV + d;
+    const int64_t step = lstep * AK_SD_DV;
     /* each thread's first (lse, factor) pair is loaded ahead of the partial rows, so the weights
        are made while the rows arrive (b 1 h_q 128: the max known 1.4 us after the wait, not 1.9) */
     float2 li = make_float2(-INFINITY, 0.0f);
-    if (tid < p.splits) li = p.lacc[tid * rows + row];
+    if (tid < splits) li = p.lacc[first + tid * lstep];
     uint32_t v[CH][DPT / 2];
-    ak_sd_combine_load<CH, DPT>(v, src, 0, p.splits, step);
+    ak_sd_combine_load<CH, DPT>(v, src, 0, splits, step);
     const float sink = p.sink != NULL ? p.sink[h] : 0.0f;
     float mx = li.x;
-    if (tid < p.splits) wsm[tid] = li.x, fac[tid] = li.y;
-    for (int s = tid + NT; s < p.splits; s += NT) {
-        li = p.lacc[s * rows + row];
+    if (tid < splits) wsm[tid] = li.x, fac[tid] = li.y;
+    for (int s = tid + NT; s < splits; s += NT) {
+        li = p.lacc[first + s * lstep];
         wsm[s] = li.x, fac[s] = li.y;
         mx = fmaxf(mx, li.x);
     }
@@ -598,7 +597,7 @@ __global__ void __launch_bounds__(512 / DPT, DPT == 4 ? (CH == 8 ? 8 : 5) : (CH 
     __syncthreads();
     float sum = 0.0f;
     if (mx != -INFINITY)
-        for (int s = tid; s < p.splits; s += NT) sum += exp2f(wsm[s] - mx);
+        for (int s = tid; s < splits; s += NT) sum += exp2f(wsm[s] - mx);
 #pragma unroll
     for (int k = 16; k > 0; k >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, k);
     if (lane == 0) red[warp] = sum;
@@ -614,16 +613,16 @@ __global__ void __launch_bounds__(512 / DPT, DPT == 4 ? (CH == 8 ? 8 : 5) : (CH 
     const float lse2 = mx != -INFINITY ? mx + log2f(sum) : -INFINITY;
     /* the padding is zero: the compiler may read a chunk's weights with vector loads past `splits` */
     for (int s = tid; s < padded; s += NT)
-        wsm[s] = s >= p.splits || wsm[s] == -INFINITY ? 0.0f : exp2f(wsm[s] - lse2) * fac[s];
+        wsm[s] = s >= splits || wsm[s] == -INFINITY ? 0.0f : exp2f(wsm[s] - lse2) * fac[s];
     __syncthreads();
     float acc[DPT];
 #pragma unroll
     for (int e = 0; e < DPT; e++) acc[e] = 0.0f;
     float lse_e = INFINITY, f = 0.0f;
     if (mx != -INFINITY) {
-        for (int s0 = 0; s0 < p.splits; s0 += CH) {
-            if (s0 > 0) ak_sd_combine_load<CH, DPT>(v, src, s0, p.splits, step);
-            ak_sd_combine_add<CH, DPT>(acc, v, wsm, s0, p.splits);
+        for (int s0 = 0; s0 < splits; s0 += CH) {
+            if (s0 > 0) ak_sd_combine_load<CH, DPT>(v, src, s0, splits, step);
+            ak_sd_combine_add<CH, DPT>(acc, v, wsm, s0, splits);
         }
         lse_e = lse2 * 0.69314718055994531f;
         f = 1.0f;
@@ -639,6 +638,47 @@ __global__ void __launch_bounds__(512 / DPT, DPT == 4 ? (CH == 8 ? 8 : 5) : (CH 
         else
             *reinterpret_cast<uint32_t *>((uint16_t *)p.out + ob + 2 * e) =
                 ak_sd_pack_bf16(acc[2 * e] * f, acc[2 * e + 1] * f);
+    }
+}
+
+/* The combine of split calls: one CTA per row, split s of row `row` at workspace row s rows + row. */
+template <int CH, int DPT>
+__global__ void __launch_bounds__(512 / DPT, DPT == 4 ? (CH == 8 ? 8 : 5) : (CH == 8 ? 4 : 3))
+    ak_sd_combine(const ak_sd_params p) {
+    extern __shared__ float wsm[]; /* [2][splits rounded up to CH] weights (zero past splits), factors */
+    __shared__ float red[512 / DPT / 32];
+    const int64_t row = blockIdx.x;
+    ak_grid_dep_wait(); /* the main kernel's partial rows */
+    ak_grid_dep_launch();
+    ak_sd_combine_row<CH, DPT>(p, wsm, red, row / p.h_q, (int)(row % p.h_q), row, (int64_t)p.b * p.s_q * p.h_q,
+                               p.splits);
+}
+
+/* The combine of a balanced call: only the rows ak_sd_balance split (its list, in bal_rows[n] ..,
+   and their count), each row's pieces in consecutive slots from the first its table names; a
+   fixed grid of CTAs takes (row, head) items in turn, so a call that split nothing costs one
+   round of CTAs that read a zero count (a CTA per row, exiting, cost b 128 h_q 64 ~20 us). */
+template <int CH, int DPT>
+__global__ void __launch_bounds__(512 / DPT, DPT == 4 ? (CH == 8 ? 8 : 5) : (CH == 8 ? 4 : 3))
+    ak_sd_bal_combine(const ak_sd_params p) {
+    extern __shared__ float wsm[];
+    __shared__ float red[512 / DPT / 32];
+    ak_grid_dep_wait(); /* the partial rows, and (the main kernel waited for it) ak_sd_balance's tables */
+    ak_grid_dep_launch();
+    const int64_t n = (int64_t)p.b * p.s_q;
+    const int32_t *list = reinterpret_cast<const int32_t *>(p.bal_rows + n); /* [n] split rows, then their count */
+    const int32_t count = list[n];
+    const int64_t items = (count < 0 ? 0 : count > n ? n : count) * (int64_t)p.h_q;
+    for (int64_t it = blockIdx.x; it < items; it += gridDim.x) {
+        const int32_t ri = list[it / p.h_q];
+        const int h = (int)(it % p.h_q);
+        /* checked as ak_sd_bal_piece checks a piece: an entry outside the call or the workspace is
+           skipped (CTA-uniform, so the barriers below stay matched) */
+        if (ri < 0 || ri >= n) continue;
+        const int2 t = p.bal_rows[ri];
+        if (t.x < 0 || t.y < 2 || t.y > AK_SD_BAL_SPLITS || t.x > p.bal_slots - t.y) continue;
+        ak_sd_combine_row<CH, DPT>(p, wsm, red, ri, h, (int64_t)t.x * p.h_q + h, p.h_q, t.y);
+        __syncthreads(); /* wsm and red are the next item's */
     }
 }
 
@@ -673,14 +713,32 @@ static size_t ak_sd_smem(ak_layout layout, int mw) {
  */
 static void ak_sd_plan_make(const ak_context *ctx, const ak_mla_decode_args *a, ak_sd_plan *pl) {
     pl->lpt = 0;
+    pl->bal = 0;
+    pl->bal_pieces = 0;
     if (ak_sdw_plan(ctx, a, pl)) {
-        /* rows longest first (ak_sd_lpt_order) where one split's CTAs (one per SM) fill several
-           waves and the rows' lengths can differ. The order's workspace (up to AK_SD_LPT_MAX rows)
-           is counted from shapes alone: a size asked without the length tensors, or for more rows
-           (the planner's), still covers a call with them */
         const int64_t sms = ctx->cuda != NULL ? ctx->cuda->prop.multiProcessorCount : 132;
         const int64_t n = a->q->shape[0] * a->q->shape[1];
         const int lens = a->topk_length != NULL || (a->extra_indices != NULL && a->extra_topk_length != NULL);
+        /* Balanced by the lengths where the caller asks for it (a->balance) and the shapes give
+           one split (a large batch): the schedule ak_sd_balance makes is kept in the workspace
+           behind the pieces' partial rows, so later calls of the step (AK_BALANCE_REUSE) run on it
+           without making it again. The launch has a CTA per possible piece (the grid is fixed by
+           shapes): three waves, or one per token row, where the rows fill several waves; a wave
+           and a half where they fill one, since there the CTAs past the last piece start one
+           after another on the few SMs the rows leave free (three waves of them cost b 128 h_q
+           16 ~5% with every row whole, session 34). */
+        if (a->balance != AK_BALANCE_NONE && pl->splits == 1 && n <= AK_SD_BAL_MAX && pl->n_tiles > 0 &&
+            pl->n_tiles < 4096) {
+            const int64_t wave = (sms + pl->htiles - 1) / pl->htiles, cap = n * pl->htiles > sms ? 3 * wave : 3 * wave / 2;
+            pl->bal = 1;
+            pl->bal_pieces = (int)(n > cap ? n : cap);
+            pl->ws_bytes = ak_sd_bal_ws_bytes(pl->bal_pieces, n, a->q->shape[2]);
+            return;
+        }
+        /* Otherwise rows longest first (ak_sd_lpt_order) where one split's CTAs (one per SM) fill
+           several waves and the rows' lengths can differ. The order's workspace (up to
+           AK_SD_LPT_MAX rows) is counted from shapes alone: a size asked without the length
+           tensors, or for more rows (the planner's), still covers a call with them. */
         const int waves = pl->splits == 1 && n * pl->htiles > sms;
         pl->lpt = waves && lens && n <= AK_SD_LPT_MAX;
         if (waves) pl->ws_bytes = ak_sd_ws_bytes(pl->splits, pl->rows) + (size_t)(n < AK_SD_LPT_MAX ? n : AK_SD_LPT_MAX) * 4;
@@ -770,6 +828,191 @@ __global__ void __launch_bounds__(1024) ak_sd_lpt_order(const ak_sd_params p, in
     for (int k = (int)threadIdx.x; k < n; k += (int)blockDim.x) rows[k] = (int32_t)(key[k] & 0xfffu);
 }
 
+/* Exclusive prefix sum of a[0 .. n - 1] in place (n <= 4 x 1024, 1024 threads, four consecutive
+   elements per thread); returns the total. wsum: 33 words of shared memory. */
+__device__ int ak_sd_bal_scan(int *a, int n, int *wsum) {
+    const int t = (int)threadIdx.x, lane = t & 31, w = t >> 5;
+    int v[4], s = 0;
+#pragma unroll
+    for (int k = 0; k < 4; k++) v[k] = 4 * t + k < n ? a[4 * t + k] : 0, s += v[k];
+    int x = s;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const int y = __shfl_up_sync(0xffffffffu, x, o);
+        if (lane >= o) x += y;
+    }
+    if (lane == 31) wsum[w] = x;
+    __syncthreads();
+    if (w == 0) {
+        const int y = wsum[lane];
+        int z = y;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const int q = __shfl_up_sync(0xffffffffu, z, o);
+            if (lane >= o) z += q;
+        }
+        wsum[lane] = z - y;
+        if (lane == 31) wsum[32] = z;
+    }
+    __syncthreads();
+    int base = wsum[w] + x - s;
+#pragma unroll
+    for (int k = 0; k < 4; k++)
+        if (4 * t + k < n) a[4 * t + k] = base, base += v[k];
+    const int total = wsum[32];
+    __syncthreads();
+    return total;
+}
+
+/* A balanced call's cost model, in units of one 64-key tile of a CTA: a piece's fixed work (Q, the
+   pipeline's fill, its rows out: a wave costs ~2.3 tiles at h_q 64, session 20) and a split piece's
+   partial rows and their combine. */
+#define AK_SD_BAL_FIXED 2.5f
+#define AK_SD_BAL_PART 0.5f
+
+/* The work of a balanced call (p.bal), from the lengths, on the device (no host sync; the same in
+   graph replay). Each token row of v tiles inside its lengths is cut into nr = ceil(v / C) pieces
+   of equal tile counts, one CTA per piece and head tile; rows of one piece write their output
+   rows, the pieces of split rows write partial rows that ak_sd_combine merges in piece order, so
+   results are a function of the lengths alone (bitwise the same from run to run). C is chosen
+   among ceil(vmax / k), k = 1 .. 32 (one warp each), by an estimate of the call's length: one wave
+   of pieces lasts its longest piece; more waves last the work over the SMs plus half a mean
+   piece (the longest-first schedule's tail; within 2% of the best C in a simulation of ragged
+   batches). A split C must beat whole rows by 10%, and pieces stay within `pieces` (three waves
+   or one per row, the workspace's count). The pieces are then ordered longest first (the
+   hardware starts CTAs in blockIdx order: short pieces fill the SMs long ones leave) by a bitonic
+   sort of (nt - piece tiles) << 12 | row in shared memory, and written as (row, t0, t1, slot):
+   tiles [t0, t1) of the concatenated main + extra list (tiles past a row's lengths are skipped by
+   the main kernels as in any split), slot the partial slot or -1. A row's first piece starts at
+   tile 0 and its last ends at the list's end, so the pieces cover every tile whatever the lengths:
+   a schedule reused with other lengths (AK_BALANCE_REUSE) is balanced worse, never wrong, as the
+   kernels read each row's lengths themselves. Entries past the last piece get row -1 (those CTAs
+   exit). rows_out[row] = (first slot, nr), and the list of rows of several pieces, for the
+   combine. One CTA of 1024 threads; shared memory (m + 3 n) words, m = n rounded up to a power of
+   two. In every main CTA's prologue such work cost 15-18% (session 31), so it is a
+   kernel of its own. */
+__global__ void __launch_bounds__(1024) ak_sd_balance(const ak_sd_params p, int4 *work /* [pieces] */,
+                                                      int2 *rows_out /* [b s_q] */, int pieces, int sms) {
+    extern __shared__ uint32_t bsm[];
+    __shared__ int wsum[33], s_vmax, s_tot, s_k, s_np, s_nsplit;
+    __shared__ float s_est[32];
+    const int n = p.b * p.s_q, t0n = p.list[0].tiles, nt = t0n + p.list[1].tiles;
+    int m = 1;
+    while (m < n) m <<= 1;
+    uint32_t *key = bsm;          /* [m] sort keys */
+    int *info = (int *)(key + m); /* [n] tiles v | list-0 tiles << 12 | (nr - 1) << 24 */
+    int *pos = info + n;          /* [n] first piece of the k-th row of the order */
+    int *slot = pos + n;          /* [n] first partial slot of row r */
+    const int tid = (int)threadIdx.x, lane = tid & 31, w = tid >> 5;
+    int32_t *list = reinterpret_cast<int32_t *>(rows_out + n); /* [n] split rows, then their count */
+    if (tid == 0) s_vmax = 0, s_tot = 0, s_nsplit = 0;
+    ak_grid_dep_wait(); /* the lengths may come from the previous kernel */
+    ak_grid_dep_launch();
+    __syncthreads();
+    {
+        int vm = 0, tot = 0;
+        for (int k = tid; k < n; k += (int)blockDim.x) {
+            const int64_t r = k / p.s_q, i = k % p.s_q;
+            const int32_t l0 = ak_sd_len(p.list[0], r, i), l1 = ak_sd_len(p.list[1], r, i);
+            const int a = (l0 + AK_SD_KEYS - 1) / AK_SD_KEYS, v = a + (l1 + AK_SD_KEYS - 1) / AK_SD_KEYS;
+            info[k] = v | a << 12;
+            vm = max(vm, v);
+            tot += v;
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            vm = max(vm, __shfl_xor_sync(0xffffffffu, vm, o));
+            tot += __shfl_xor_sync(0xffffffffu, tot, o);
+        }
+        if (lane == 0) atomicMax(&s_vmax, vm), atomicAdd(&s_tot, tot);
+    }
+    __syncthreads();
+    const int vmax = s_vmax;
+    {
+        const int kk = w + 1;
+        float est = INFINITY;
+        int np = 0;
+        if (kk == 1 || (pieces > n && kk <= vmax)) {
+            const int c = max(1, (vmax + kk - 1) / kk);
+            int cmax = 0, spl = 0;
+            for (int k = lane; k < n; k += 32) {
+                const int v = info[k] & 0xfff, nr = v > c ? (v + c - 1) / c : 1;
+                np += nr;
+                cmax = max(cmax, (v + nr - 1) / nr);
+                spl += nr > 1 ? nr : 0;
+            }
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) {
+                np += __shfl_xor_sync(0xffffffffu, np, o);
+                spl += __shfl_xor_sync(0xffffffffu, spl, o);
+                cmax = max(cmax, __shfl_xor_sync(0xffffffffu, cmax, o));
+            }
+            if (np <= pieces) {
+                const float ht = (float)p.htiles, work_t = (float)s_tot + AK_SD_BAL_FIXED * (float)np;
+                est = (float)np * ht <= (float)sms
+                          ? (float)cmax + AK_SD_BAL_FIXED
+                          : fmaxf(work_t * ht / (float)sms + 0.5f * work_t / (float)np, (float)cmax + AK_SD_BAL_FIXED);
+                est += AK_SD_BAL_PART * (float)spl * ht / (float)sms + (spl > 0 ? 1.0f : 0.0f);
+            }
+        }
+        if (lane == 0) s_est[w] = est, wsum[w] = np;
+    }
+    __syncthreads();
+    if (tid == 0) {
+        int best = 0;
+        for (int k = 1; k < 32; k++)
+            if (s_est[k] < s_est[best] && s_est[k] < 0.9f * s_est[0]) best = k;
+        s_k = best + 1;
+        s_np = wsum[best];
+    }
+    __syncthreads();
+    const int c = max(1, (vmax + s_k - 1) / s_k);
+    /* one wave of CTAs: every piece starts at once, so the order does not matter (the sort's 36-78
+       barriers are skipped) */
+    const bool order = (int64_t)s_np * p.htiles > sms;
+    for (int k = tid; k < m; k += (int)blockDim.x) {
+        if (k < n) {
+            const int v = info[k] & 0xfff, nr = v > c ? (v + c - 1) / c : 1;
+            info[k] |= (nr - 1) << 24;
+            key[k] = order ? (uint32_t)(nt - (v + nr - 1) / nr) << 12 | (uint32_t)k : (uint32_t)k;
+        } else {
+            key[k] = 0xffffffffu;
+        }
+    }
+    __syncthreads();
+    for (int size = 2; order && size <= m; size <<= 1)
+        for (int stride = size >> 1; stride > 0; stride >>= 1) {
+            for (int t = tid; t < m / 2; t += (int)blockDim.x) {
+                const int lo = 2 * t - (t & (stride - 1)), hi = lo + stride;
+                const uint32_t x = key[lo], y = key[hi];
+                if ((x > y) == ((lo & size) == 0)) key[lo] = y, key[hi] = x;
+            }
+            __syncthreads();
+        }
+    for (int k = tid; k < n; k += (int)blockDim.x) {
+        const int nr = ((info[k] >> 24) & 31) + 1;
+        pos[k] = ((info[key[k] & 0xfffu] >> 24) & 31) + 1;
+        slot[k] = nr > 1 ? nr : 0;
+    }
+    __syncthreads();
+    const int total = ak_sd_bal_scan(pos, n, wsum);
+    ak_sd_bal_scan(slot, n, wsum);
+    for (int k = tid; k < n; k += (int)blockDim.x) {
+        const int row = (int)(key[k] & 0xfffu), in = info[row];
+        const int v = in & 0xfff, a = (in >> 12) & 0xfff, nr = ((in >> 24) & 31) + 1, s0 = slot[row];
+        for (int j = 0; j < nr; j++) {
+            const int v0 = j * v / nr, v1 = (j + 1) * v / nr;
+            const int t0 = j == 0 ? 0 : v0 < a ? v0 : t0n + v0 - a, t1 = j == nr - 1 ? nt : v1 < a ? v1 : t0n + v1 - a;
+            work[pos[k] + j] = make_int4(row, t0, t1, nr > 1 ? s0 + j : -1);
+        }
+        rows_out[row] = make_int2(s0, nr);
+        if (nr > 1) list[atomicAdd(&s_nsplit, 1)] = row; /* any order: each row merges alone */
+    }
+    for (int k = total + tid; k < pieces; k += (int)blockDim.x) work[k] = make_int4(-1, 0, 0, -1);
+    __syncthreads();
+    if (tid == 0) list[n] = s_nsplit;
+}
+
 static void ak_sd_list_fill(ak_sd_list *l, const ak_cache *c, const ak_tensor *idx,
                             const ak_tensor *len) {
     l->pool = (const uint8_t *)c->data;
@@ -809,6 +1052,15 @@ static ak_status ak_sd_combine_launch(ak_context *ctx, const ak_sd_params &p, co
     const int dpt = pl.rows <= sms ? 2 : 4;
     /* with 2 dims a thread holds one word per split, so up to 32 splits fit one chunk: one L2 round
        trip (b 1 h_q 16, 32 splits: 9.3 -> 9.1 us, session 26) */
+    if (pl.bal) {
+        /* a balanced call: its split rows only, 4 dims per thread and chunks of 16 pieces, from a
+           grid of 4 CTAs per SM (one round: the launch bounds allow 5) */
+        const int64_t grid = pl.rows < 4 * (int64_t)sms ? pl.rows : 4 * (int64_t)sms;
+        AK_CUDA_TRY(ak_launch_pdl(ctx, (const void *)ak_sd_bal_combine<16, 4>, (unsigned)grid, 128,
+                                  2 * (size_t)AK_SD_BAL_SPLITS * sizeof(float), args));
+        AK_CUDA_CHECK_LAUNCH("ak_sd_bal_combine");
+        return AK_OK;
+    }
     const int ch = pl.splits <= 8 ? 8 : pl.splits <= 16 || dpt == 4 ? 16 : 32;
     const void *fn = dpt == 2 ? (ch == 8    ? (const void *)ak_sd_combine<8, 2>
                                  : ch == 16 ? (const void *)ak_sd_combine<16, 2>
@@ -861,8 +1113,6 @@ extern "C" ak_status ak_cuda_mla_decode(ak_context *ctx, const ak_mla_decode_arg
     ak_sd_list_fill(&p.list[0], a->cache, a->indices, a->topk_length);
     if (a->extra_cache != NULL && a->extra_indices != NULL)
         ak_sd_list_fill(&p.list[1], a->extra_cache, a->extra_indices, a->extra_topk_length);
-    p.lpt = pl.lpt;
-    if (pl.lpt) p.lpt_rows = (const int32_t *)((uint8_t *)workspace + ak_sd_ws_bytes(pl.splits, pl.rows));
     p.scale_log2 = a->softmax_scale * 1.4426950408889634f;
     p.sink = a->attn_sink != NULL ? (const float *)a->attn_sink->data : NULL;
     p.out = a->out->data;
@@ -890,16 +1140,42 @@ extern "C" ak_status ak_cuda_mla_decode(ak_context *ctx, const ak_mla_decode_arg
         p.l_s1 = a->lse->strides[1];
         p.l_s2 = a->lse->strides[2];
     }
+    const int64_t n = (int64_t)p.b * p.s_q;
     if (pl.splits > 1) {
         p.oacc = (__half *)workspace;
         p.lacc = (float2 *)(p.oacc + (size_t)pl.splits * pl.rows * AK_SD_DV);
     }
     ak_status st;
     if (pl.lpt) {
-        int32_t *rows = (int32_t *)p.lpt_rows;
+        p.lpt = 1;
+        int32_t *rows = (int32_t *)((uint8_t *)workspace + ak_sd_ws_bytes(pl.splits, pl.rows));
+        p.lpt_rows = rows;
         void *largs[] = {(void *)&p, (void *)&rows};
         AK_CUDA_TRY(ak_launch_pdl(ctx, (const void *)ak_sd_lpt_order, 1, 1024, 0, largs));
         AK_CUDA_CHECK_LAUNCH("ak_sd_lpt_order");
+    }
+    if (pl.bal) {
+        /* workspace: the partial slots' rows, then the schedule: the pieces, the rows' table
+           (ak_sd_bal_ws_bytes); made here (AK_BALANCE_MAKE) or by an earlier call (REUSE) */
+        const size_t part = ak_sd_bal_part_bytes(pl.bal_pieces, n, p.h_q);
+        p.bal = 1;
+        p.bal_reuse = a->balance == AK_BALANCE_REUSE;
+        p.bal_slots = (int32_t)ak_sd_bal_slots(pl.bal_pieces, n);
+        p.oacc = (__half *)workspace;
+        p.lacc = (float2 *)(p.oacc + (size_t)p.bal_slots * p.h_q * AK_SD_DV);
+        int4 *work = (int4 *)((uint8_t *)workspace + part);
+        int2 *rows = (int2 *)((uint8_t *)workspace + part + (size_t)pl.bal_pieces * 16);
+        p.bal_work = work;
+        p.bal_rows = rows;
+        if (a->balance == AK_BALANCE_MAKE) {
+            int pieces = pl.bal_pieces, sms = ctx->cuda->prop.multiProcessorCount, m = 1;
+            while (m < n) m <<= 1;
+            const size_t smem = (size_t)(m + 3 * n) * 4;
+            AK_CUDA_TRY(cudaFuncSetAttribute(ak_sd_balance, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+            void *bargs[] = {(void *)&p, (void *)&work, (void *)&rows, (void *)&pieces, (void *)&sms};
+            AK_CUDA_TRY(ak_launch_pdl(ctx, (const void *)ak_sd_balance, 1, 1024, smem, bargs));
+            AK_CUDA_CHECK_LAUNCH("ak_sd_balance");
+        }
     }
     if (pl.kernel != 0) st = ak_sdw_launch(ctx, p, pl, (int)a->cache->layout);
     else switch (a->cache->layout) {
@@ -912,6 +1188,6 @@ extern "C" ak_status ak_cuda_mla_decode(ak_context *ctx, const ak_mla_decode_arg
                        (int)a->cache->layout);
     }
     if (st != AK_OK) return st;
-    if (pl.splits > 1) return ak_sd_combine_launch(ctx, p, pl);
+    if (pl.splits > 1 || (pl.bal && p.bal_slots > 0)) return ak_sd_combine_launch(ctx, p, pl);
     return AK_OK;
 }

@@ -17,7 +17,14 @@
 
 #define AK_SD_KEYS 64 /* keys per tile */
 #define AK_SD_LPT_MAX 4096 /* token rows of a call whose CTAs take rows longest first (12 bits of ak_sd_lpt_order's keys) */
+#define AK_SD_BAL_MAX 4096   /* token rows of a call balanced by its lengths (12 bits of ak_sd_balance's sort keys) */
+#define AK_SD_BAL_SPLITS 32  /* pieces of one token row at most (the combine's weights in shared memory) */
 #define AK_SD_DV 512
+
+/* The wgmma kernels' instances by how a CTA finds its work: from blockIdx (splits fixed by shapes),
+   its row from ak_sd_lpt_order's longest-first order, or its piece from ak_sd_balance's schedule. */
+#define AK_SD_ORD_LPT 1
+#define AK_SD_ORD_BAL 2
 
 struct ak_sd_list {
     const uint8_t *pool;   /* the cache pool */
@@ -49,11 +56,17 @@ struct ak_sd_params {
     int32_t rec_once;   /* one head tile and s_q 1: no other CTA reads a CTA's records (x123) */
     int32_t lpt;        /* token rows taken longest first (ak_sd_lpt_order): several waves, one split, lengths */
     const int32_t *lpt_rows; /* [b * s_q] workspace: the rows in that order */
+    int32_t bal;        /* balanced by the lengths (ak_sd_balance): each CTA's piece is read from bal_work */
+    const int4 *bal_work; /* [pieces] workspace: (token row or -1 past the last piece, t0, t1, partial slot or -1) */
+    int32_t bal_slots;  /* partial slots of the workspace (a schedule's slots are checked against it) */
+    int32_t bal_reuse;  /* the schedule was made by an earlier call (AK_BALANCE_REUSE): read before the wait */
+    const int2 *bal_rows; /* [b * s_q] workspace: (first partial slot, pieces) of each token row; then [b * s_q + 1]
+                             int32: the rows of several pieces, their count (ak_sd_bal_combine) */
     int64_t o_s0, o_s1, o_s2;
     float *lse;         /* [b, s_q, h_q] f32 or NULL */
     int64_t l_s0, l_s1, l_s2;
-    __half *oacc;       /* [splits, b * s_q * h_q, 512] fp16 workspace, scaled rows */
-    float2 *lacc;       /* [splits, b * s_q * h_q] workspace: lse (log2 units, -inf = empty), factor */
+    __half *oacc;       /* [slots, h_q, 512] fp16 workspace, scaled rows (slots: splits x b s_q, or bal's pieces) */
+    float2 *lacc;       /* [slots, h_q] workspace: lse (log2 units, -inf = empty), factor */
 };
 
 /* Record geometry per layout: d_qk, 16-byte source chunks per token. */
@@ -116,10 +129,10 @@ template <int LAYOUT> __device__ __forceinline__ ak_sd_kscale ak_sd_kscales(cons
    with no valid key), else this split's normalized partial row's (1 / l; log2 units, -inf when
    empty) for ak_sd_combine; both times vs (ak_sd_kscale::ref). h past h_q (a padded row that is
    never stored) reads no sink. */
-__device__ __forceinline__ float ak_sd_row_scale(const ak_sd_params &p, float m2, float lsum, int h, float vs,
-                                                 float &lse) {
+__device__ __forceinline__ float ak_sd_row_scale(const ak_sd_params &p, bool part, float m2, float lsum, int h,
+                                                 float vs, float &lse) {
     const float lse2 = lsum > 0.0f ? m2 + log2f(lsum) : -INFINITY;
-    if (p.splits > 1) {
+    if (part) {
         lse = lse2;
         return lsum > 0.0f ? vs / lsum : 0.0f;
     }
@@ -196,13 +209,14 @@ template <int NH, int DQK>
 __device__ __forceinline__ void ak_sd_prefetch_q(const ak_sd_params &p, int64_t r, int64_t i, int h0, int t) {
     uint32_t nsm;
     asm("mov.u32 %0, %%nsmid;" : "=r"(nsm));
-    if (p.splits == 1 && blockIdx.x < nsm && p.q_vec && t < NH && h0 + t < p.h_q)
+    if (p.splits == 1 && r < p.b && blockIdx.x < nsm && p.q_vec && t < NH && h0 + t < p.h_q)
         ak_bulk_prefetch_l2(p.q + r * p.q_s0 + i * p.q_s1 + (int64_t)(h0 + t) * p.q_s2, DQK * 2);
 }
 
-/* Row index of head h of token (r, i) in the partial-row workspace of split `split`. */
-__device__ __forceinline__ int64_t ak_sd_part_row(const ak_sd_params &p, int split, int64_t r, int64_t i, int h) {
-    return (int64_t)split * ((int64_t)p.b * p.s_q * p.h_q) + (r * p.s_q + i) * p.h_q + h;
+/* Row index of head h in partial slot `pslot` of the workspace (a CTA's slot: split s of token row
+   ri is s b s_q + ri, a balanced call's pieces take the slots ak_sd_balance gave them). */
+__device__ __forceinline__ int64_t ak_sd_part_row(const ak_sd_params &p, int pslot, int h) {
+    return (int64_t)pslot * p.h_q + h;
 }
 
 /* Writes a finished row h of token (r, i) from an mma D fragment: o[4 j + 2 hr] and
@@ -233,10 +247,10 @@ __device__ __forceinline__ void ak_sd_write_out_row(const ak_sd_params &p, const
    values); rows h >= h_q are not stored. */
 template <int NJ>
 __device__ __forceinline__ void ak_sd_write_part_row(const ak_sd_params &p, const float *o, int hr, int64_t r,
-                                                     int64_t i, int h, int split, float f, float lse, float sc,
+                                                     int64_t i, int h, int pslot, float f, float lse, float sc,
                                                      float inv, int d0, int c4, bool lse_writer) {
     const bool st = h < p.h_q;
-    const int64_t row = ak_sd_part_row(p, split, r, i, h);
+    const int64_t row = ak_sd_part_row(p, pslot, h);
     if (st && lse_writer) p.lacc[row] = make_float2(lse, f * inv);
     __half *dst = p.oacc + row * AK_SD_DV;
     /* A quad holds 8 dims of the row per j: 16 fp16 bytes, half a 32-byte sector. Lanes c4 and
@@ -282,6 +296,30 @@ __device__ __forceinline__ void ak_sd_lpt_take(const ak_sd_params &p, int64_t &r
     i = ri % p.s_q;
 }
 
+/* The piece of a CTA of a p.bal launch (the kernels' BAL instance), entry blockIdx / htiles of the
+   schedule ak_sd_balance wrote into the workspace: token (r, i), tiles [t0, t1) of the concatenated
+   list and its partial slot (-1: the CTA writes the output rows). The row's lengths are read by the
+   kernel afterwards, as in any call: a reused schedule may have been made for other lengths. The
+   entry is checked as an index would be: a row outside the call, or an entry past the last
+   piece, gives the CTA nothing to do (false); tiles are clamped to the list and a slot outside the
+   workspace is refused, so a workspace that holds no schedule gives wrong rows, never a read or
+   write outside a buffer. A reused schedule (p.bal_reuse) is read before the dependency wait: the
+   call that made it waited for its ak_sd_balance, and every grid since has waited for the one
+   before it, so the schedule was complete before this grid could start; the CTA then knows its
+   row in time for the Q prefetch (ak_sd_prefetch_q). */
+__device__ __forceinline__ bool ak_sd_bal_piece(const ak_sd_params &p, int64_t &r, int64_t &i, int &t0, int &t1,
+                                                int &pslot) {
+    const int4 w = p.bal_work[blockIdx.x / p.htiles];
+    const int nt = p.list[0].tiles + p.list[1].tiles;
+    if (w.x < 0 || w.x >= p.b * p.s_q) return false;
+    r = w.x / p.s_q;
+    i = w.x % p.s_q;
+    t0 = w.y < 0 ? 0 : w.y > nt ? nt : w.y;
+    t1 = w.z < t0 ? t0 : w.z > nt ? nt : w.z;
+    pslot = w.w >= 0 && w.w < p.bal_slots ? w.w : -1;
+    return true;
+}
+
 /* Tiles [t0, t1) of the concatenated main + extra tile list that split `s` of `splits` owns. */
 __device__ __forceinline__ void ak_sd_split_range(int s, int n_tiles, int splits, int &t0, int &t1) {
     t0 = (int)((int64_t)s * n_tiles / splits);
@@ -292,6 +330,8 @@ struct ak_sd_plan {
     int kernel; /* 0: ak_sd_main (mma.sync); 1: ak_sdw_main, 2: ak_sdx_main, 3: ak_sdt_main, 4: ak_sdr_main (sparse_decode_wgmma.cu) */
     int mw, htiles, splits, n_tiles;
     int lpt; /* rows longest first (ak_sd_lpt_order), their order after the partial rows in the workspace */
+    int bal;        /* balanced by the lengths (the caller's AK_BALANCE_MAKE or REUSE): one split, at most AK_SD_BAL_MAX rows */
+    int bal_pieces; /* CTAs / htiles of a balanced launch (0 where a call cannot be balanced) */
     int64_t rows;
     size_t smem, ws_bytes;
 };
@@ -299,6 +339,18 @@ struct ak_sd_plan {
 /* Workspace bytes of a plan: fp16 partial rows, then one (lse, factor) pair per row. */
 static inline size_t ak_sd_ws_bytes(int splits, int64_t rows) {
     return splits > 1 ? (size_t)splits * (size_t)rows * (AK_SD_DV * sizeof(__half) + sizeof(float2)) : 0;
+}
+
+/* Partial slots of a balanced call (pieces beyond one per token row can split rows), and its
+   workspace: those slots' rows as above, then the pieces (16 bytes each), the rows' table (8 bytes
+   a row) and the list of split rows (4 bytes a row, and its count). */
+static inline int64_t ak_sd_bal_slots(int64_t pieces, int64_t n) { return pieces > n ? pieces : 0; }
+static inline size_t ak_sd_bal_part_bytes(int64_t pieces, int64_t n, int64_t h_q) {
+    return ((size_t)ak_sd_bal_slots(pieces, n) * (size_t)h_q * (AK_SD_DV * sizeof(__half) + sizeof(float2)) + 15) &
+           ~(size_t)15;
+}
+static inline size_t ak_sd_bal_ws_bytes(int64_t pieces, int64_t n, int64_t h_q) {
+    return ak_sd_bal_part_bytes(pieces, n, h_q) + (size_t)pieces * 16 + (size_t)n * 12 + 16;
 }
 
 /* The wgmma kernels (sparse_decode_wgmma.cu): ak_sdw_plan returns 1 and fills the plan when one

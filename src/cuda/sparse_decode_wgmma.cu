@@ -229,16 +229,22 @@ __device__ __forceinline__ void ak_sdw_qk(float *s, uint64_t dq0, uint64_t dk0) 
     ak_wgmma_commit();
 }
 
-/* This CTA's KV split, first head and token row ri = r * s_q + i, from blockIdx.x (splits fastest,
+/* This CTA's first head, token row ri = r * s_q + i, tiles [t0, t1) of the concatenated list and
+   partial slot (-1: one split, the CTA writes the output rows) from blockIdx.x (splits fastest,
    then head tiles of nh heads). Each kernel's LPT instance (p.lpt) replaces the row after the
-   dependency wait by ak_sd_lpt_take; the other instance is the kernel as it was (the order
-   computed in every CTA's prologue instead made the kernels 15-18% slower, session 31). */
-__device__ __forceinline__ void ak_sdw_cta(const ak_sd_params &p, int nh, int &split, int &h0, int64_t &ri) {
+   dependency wait by ak_sd_lpt_take, its BAL instance (p.bal) row, tiles and slot by
+   ak_sd_bal_piece (before the wait where the schedule is reused); the static instance is the kernel
+   as it was (work computed in every CTA's prologue instead made the kernels 15-18% slower, session
+   31). */
+__device__ __forceinline__ void ak_sdw_cta(const ak_sd_params &p, int nh, int &h0, int64_t &ri, int &t0, int &t1,
+                                           int &pslot) {
     int64_t cta = blockIdx.x;
-    split = (int)(cta % p.splits);
+    const int split = (int)(cta % p.splits);
     cta /= p.splits;
     h0 = (int)(cta % p.htiles) * nh;
     ri = cta / p.htiles;
+    ak_sd_split_range(split, p.list[0].tiles + p.list[1].tiles, p.splits, t0, t1);
+    pslot = p.splits > 1 ? (int)(split * ((int64_t)p.b * p.s_q) + ri) : -1;
 }
 
 /* Dims src .. src + 7 of a q row, as bf16 pairs: one 16-byte load where q rows are 16-byte aligned. */
@@ -282,7 +288,7 @@ __device__ __forceinline__ void ak_sdw_write_rows(const ak_sd_params &p, const f
     for (int hr = 0; hr < 2; hr++) {
         const int h = h0 + 16 * wr + g + hr * 8;
         float lse;
-        const float f = ak_sd_row_scale(p, m_run[hr], l_run[hr], h, vs, lse);
+        const float f = ak_sd_row_scale(p, false, m_run[hr], l_run[hr], h, vs, lse);
         ak_sd_write_out_row<32>(p, o, hr, r, i, h, f, lse, wg * 256, c4, wg == 0 && c4 == 0);
     }
 }
@@ -291,7 +297,7 @@ __device__ __forceinline__ void ak_sdw_write_rows(const ak_sd_params &p, const f
    threads finding the fp16 scale of the CTA's largest |O| first (red: 8 free words of shared
    memory). */
 __device__ __forceinline__ void ak_sdw_write_part_rows(const ak_sd_params &p, const float *o, const float *m_run,
-                                                       const float *l_run, int64_t r, int64_t i, int h0, int split,
+                                                       const float *l_run, int64_t r, int64_t i, int h0, int pslot,
                                                        int wg, int wr, int g, int c4, uint32_t *red) {
     float am = 0.0f;
 #pragma unroll
@@ -303,8 +309,8 @@ __device__ __forceinline__ void ak_sdw_write_part_rows(const ak_sd_params &p, co
     for (int hr = 0; hr < 2; hr++) {
         const int h = h0 + 16 * wr + g + hr * 8;
         float lse;
-        const float f = ak_sd_row_scale(p, m_run[hr], l_run[hr], h, 1.0f, lse);
-        ak_sd_write_part_row<32>(p, o, hr, r, i, h, split, f, lse, sc, inv, wg * 256, c4, wg == 0 && c4 == 0);
+        const float f = ak_sd_row_scale(p, true, m_run[hr], l_run[hr], h, 1.0f, lse);
+        ak_sd_write_part_row<32>(p, o, hr, r, i, h, pslot, f, lse, sc, inv, wg * 256, c4, wg == 0 && c4 == 0);
     }
 }
 
@@ -325,15 +331,15 @@ __device__ __forceinline__ void ak_sdw_write_part_rows(const ak_sd_params &p, co
 __device__ __forceinline__ void ak_sdw_write_bulk(const ak_sd_params &p, uint8_t *xs, float *lse_s, uint32_t *red,
                                                   uint32_t epi, const float *o, const float *m_run,
                                                   const float *l_run, float vs, int64_t r, int64_t i, int h0,
-                                                  int split, int wg, int wr, int g, int c4, int ctid) {
-    const bool part = p.splits > 1, f32 = !part && p.out_f32;
+                                                  int pslot, int wg, int wr, int g, int c4, int ctid) {
+    const bool part = pslot >= 0, f32 = !part && p.out_f32;
     ak_fence_proxy_async(); /* the staging area was last read by wgmma and written by bulk copies */
     float f[2], am = 0.0f;
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
         const int row = 16 * wr + g + 8 * hr;
         float lse;
-        f[hr] = ak_sd_row_scale(p, m_run[hr], l_run[hr], h0 + row, vs, lse);
+        f[hr] = ak_sd_row_scale(p, part, m_run[hr], l_run[hr], h0 + row, vs, lse);
         if (wg == 0 && c4 == 0) lse_s[row] = lse;
         if (part && h0 + row < p.h_q) am = ak_sd_amax_add(am, ak_sd_frag_amax<32>(o, hr) * fabsf(f[hr]));
     }
@@ -375,7 +381,7 @@ __device__ __forceinline__ void ak_sdw_write_bulk(const ak_sd_params &p, uint8_t
     if ((ctid & 31) < 8 && h0 + hl < p.h_q) {
         const int h = h0 + hl;
         if (part) {
-            const int64_t row = ak_sd_part_row(p, split, r, i, h);
+            const int64_t row = ak_sd_part_row(p, pslot, h);
             p.lacc[row] = make_float2(lse_s[hl], inv);
             ak_bulk_s2g(p.oacc + row * AK_SD_DV, ak_smem_addr(xs + hl * AK_SDX_HSTR * 2), AK_SD_DV * 2);
         } else {
@@ -390,7 +396,7 @@ __device__ __forceinline__ void ak_sdw_write_bulk(const ak_sd_params &p, uint8_t
     }
 }
 
-template <int LAYOUT, int LPT>
+template <int LAYOUT, int ORD>
 __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_params p) {
     static_assert(AK_SDW_HEADS * AK_SDX_XSTR * 4 <= ak_sdw_smem_map<LAYOUT>::VALID, "staged rows fit in Q and K");
     typedef ak_sd_geo<LAYOUT> G;
@@ -408,16 +414,20 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
     /* loader map: MLA_BF16 copies a quarter of key tid / 4's record per thread; the fp8 layouts load
        a warp per record, lane l % 8 holding the slot and offsets of key warp + 8 (l % 8) */
     const int tok = BF16 ? tid >> 2 : warp + 8 * (lane & 7), q4 = tid & 3;
-    int split, h0;
+    int h0, t_begin, t_end, pslot;
     int64_t ri;
-    ak_sdw_cta(p, AK_SDW_HEADS, split, h0, ri);
+    ak_sdw_cta(p, AK_SDW_HEADS, h0, ri, t_begin, t_end, pslot);
     int64_t r = ri / p.s_q, i = ri % p.s_q;
-    const int n_tiles = p.list[0].tiles + p.list[1].tiles;
-    int t_begin, t_end;
-    ak_sd_split_range(split, n_tiles, p.splits, t_begin, t_end);
+    bool run = true; /* false: a BAL CTA past the schedule's last piece */
+    if (ORD == AK_SD_ORD_BAL && p.bal_reuse) {
+        run = ak_sd_bal_piece(p, r, i, t_begin, t_end, pslot);
+        if (!run) return; /* before the wait: the launch's spare CTAs free their SM at once */
+    }
     ak_sd_prefetch_q<AK_SDW_HEADS, ak_sd_geo<LAYOUT>::DQK>(p, r, i, h0, tid);
     ak_grid_dep_wait(); /* as in ak_sd_main: only parameters above */
-    if (LPT) ak_sd_lpt_take(p, r, i);
+    if (ORD == AK_SD_ORD_LPT) ak_sd_lpt_take(p, r, i);
+    if (ORD == AK_SD_ORD_BAL && !p.bal_reuse) run = ak_sd_bal_piece(p, r, i, t_begin, t_end, pslot);
+    if (!run) return;
     const int32_t len0 = ak_sd_len(p.list[0], r, i), len1 = ak_sd_len(p.list[1], r, i);
     /* Tiles t (in K buffer kb), tn (its records in x, or for MLA_BF16 its offset in xro) and tnn
        (its raw slot id for key `tok` in sraw) of the pipeline. */
@@ -575,14 +585,18 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
     }
 
     ak_grid_dep_launch(); /* the next kernel may start its CTAs during this epilogue */
-    if (p.splits == 1 && p.out_bulk) { /* (partial rows by bulk copy measured 0.8 us slower at V4 b 8: x53) */
+    /* the static instance's slot made again here rather than kept through the loop (4 bytes of it
+       spilled in the V4 instance), its branch on a parameter */
+    if (ORD != AK_SD_ORD_BAL) pslot = p.splits > 1 ? (int)((blockIdx.x % p.splits) * ((int64_t)p.b * p.s_q) + r * p.s_q + i) : -1;
+    const bool part = ORD == AK_SD_ORD_BAL ? pslot >= 0 : p.splits > 1;
+    if (!part && p.out_bulk) { /* (partial rows by bulk copy measured 0.8 us slower at V4 b 8: x53) */
         __syncthreads(); /* both warpgroups' last products have read Q and the K tiles */
         ak_sdw_write_bulk(p, smem + M::Q, reinterpret_cast<float *>(smem + M::LSE), NULL, 0, o, m_run, l_run, 1.0f,
-                          r, i, h0, split, wg, wr, g, c4, tid);
-    } else if (p.splits == 1) {
+                          r, i, h0, pslot, wg, wr, g, c4, tid);
+    } else if (!part) {
         ak_sdw_write_rows(p, o, m_run, l_run, 1.0f, r, i, h0, wg, wr, g, c4);
     } else { /* (the rows' lse area is free with splits) */
-        ak_sdw_write_part_rows(p, o, m_run, l_run, r, i, h0, split, wg, wr, g, c4,
+        ak_sdw_write_part_rows(p, o, m_run, l_run, r, i, h0, pslot, wg, wr, g, c4,
                                reinterpret_cast<uint32_t *>(smem + M::LSE));
     }
 }
@@ -974,7 +988,7 @@ __device__ __forceinline__ void ak_sdx_produce(const ak_sd_params &p, uint8_t *s
     }
 }
 
-template <int LAYOUT, int LPT>
+template <int LAYOUT, int ORD>
 __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_params p) {
     /* the epilogue stages rows over Q, the K buffers, P and the stages (all free by then) */
     static_assert(AK_SDW_HEADS * AK_SDX_XSTR * 4 <= ak_sdx_map<LAYOUT>::VALID, "staged rows fit before the masks");
@@ -985,13 +999,15 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
     const uint32_t bar = ak_smem_addr(smem + M::BAR);
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    int split, h0;
+    int h0, t_begin, t_end, pslot;
     int64_t ri;
-    ak_sdw_cta(p, AK_SDW_HEADS, split, h0, ri);
+    ak_sdw_cta(p, AK_SDW_HEADS, h0, ri, t_begin, t_end, pslot);
     int64_t r = ri / p.s_q, i = ri % p.s_q;
-    int t_begin, t_end;
-    ak_sd_split_range(split, p.list[0].tiles + p.list[1].tiles, p.splits, t_begin, t_end);
-    const int u_begin = 2 * t_begin, u_end = 2 * t_end;
+    bool run = true; /* false: a BAL CTA past the schedule's last piece */
+    if (ORD == AK_SD_ORD_BAL && p.bal_reuse) {
+        run = ak_sd_bal_piece(p, r, i, t_begin, t_end, pslot);
+        if (!run) return; /* before the wait: the launch's spare CTAs free their SM at once */
+    }
     ak_sd_prefetch_q<AK_SDW_HEADS, DQK>(p, r, i, h0, tid);
 
     if (tid == 0) {
@@ -1005,8 +1021,11 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
     }
     __syncthreads();
     ak_grid_dep_wait(); /* as in ak_sd_main: only parameters and shared memory above */
-    if (LPT) ak_sd_lpt_take(p, r, i);
+    if (ORD == AK_SD_ORD_LPT) ak_sd_lpt_take(p, r, i);
+    if (ORD == AK_SD_ORD_BAL && !p.bal_reuse) run = ak_sd_bal_piece(p, r, i, t_begin, t_end, pslot);
+    if (!run) return;
     const int32_t len0 = ak_sd_len(p.list[0], r, i), len1 = ak_sd_len(p.list[1], r, i);
+    const int u_begin = 2 * t_begin, u_end = 2 * t_end;
 
     if (warp < 4) {
         ak_setmaxnreg_dec<M::PREG>();
@@ -1137,16 +1156,16 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
         for (int hr = 0; hr < 2; hr++) m_run[hr] = ml_s[rows[hr]], l_run[hr] = ml_s[64 + rows[hr]];
 
     /* alpha_s is free: its rows' lse, then the fp16 scale's words */
-    if (p.splits > 1 || p.out_bulk)
+    if (pslot >= 0 || p.out_bulk)
         ak_sdw_write_bulk(p, smem + M::Q, alpha_s, reinterpret_cast<uint32_t *>(alpha_s + 64), bar + 8 * M::EPI, o,
-                          m_run, l_run, kq.ref, r, i, h0, split, wg, wr, g, c4, ctid);
+                          m_run, l_run, kq.ref, r, i, h0, pslot, wg, wr, g, c4, ctid);
     else
         ak_sdw_write_rows(p, o, m_run, l_run, kq.ref, r, i, h0, wg, wr, g, c4);
 }
 
 /* ---- swap-AB kernel for h_q <= 32 (656 and per-tensor fp8) --------------------------------------
  *
- * ak_sdt_main<LAYOUT, NH, LPT>: one CTA = (request r, query token i, NH-head tile (16 or 32), KV split);
+ * ak_sdt_main<LAYOUT, NH, ORD>: one CTA = (request r, query token i, NH-head tile (16 or 32), KV split);
  * 384 threads. Warpgroups 0 and 1 produce as in ak_sdx_main (a warp's records by bulk copy into its
  * stage ring, dequantized into a bf16 K buffer), here eight warps of four keys each into 64-key
  * buffers filled in two 32-key halves (four warps of eight keys left the consumer waiting half of
@@ -1344,27 +1363,26 @@ __device__ __forceinline__ void ak_sdt_colsum(float *l_part, float *red, int w, 
     }
 }
 
-/* One CTA's work from blockIdx (ak_sdw_cta): its split, first head, request and query token and its
-   tiles [t_begin, t_end); parameters only, so it runs before the dependency wait. */
+/* One CTA's work from blockIdx (ak_sdw_cta): its partial slot, first head, request and query token
+   and its tiles [t_begin, t_end); parameters only, so it runs before the dependency wait. */
 struct ak_sdt_work {
-    int split, h0, t_begin, t_end;
+    int pslot, h0, t_begin, t_end;
     int64_t r, i;
 };
 __device__ __forceinline__ ak_sdt_work ak_sdt_cta(const ak_sd_params &p, int nh) {
     ak_sdt_work k;
     int64_t ri;
-    ak_sdw_cta(p, nh, k.split, k.h0, ri);
+    ak_sdw_cta(p, nh, k.h0, ri, k.t_begin, k.t_end, k.pslot);
     k.r = ri / p.s_q;
     k.i = ri % p.s_q;
-    ak_sd_split_range(k.split, p.list[0].tiles + p.list[1].tiles, p.splits, k.t_begin, k.t_end);
     return k;
 }
 
 /* Head h's lse of token (r, i): this split's partial lse and factor (inv) with splits, else the output
    lse (if any). */
 __device__ __forceinline__ void ak_sdt_store_lse(const ak_sd_params &p, float lse, float inv, int64_t r, int64_t i,
-                                                 int h, int split) {
-    if (p.splits > 1) p.lacc[ak_sd_part_row(p, split, r, i, h)] = make_float2(lse, inv);
+                                                 int h, int pslot) {
+    if (pslot >= 0) p.lacc[ak_sd_part_row(p, pslot, h)] = make_float2(lse, inv);
     else if (p.lse != NULL) p.lse[r * p.l_s0 + i * p.l_s1 + h * p.l_s2] = lse;
 }
 
@@ -1372,9 +1390,9 @@ __device__ __forceinline__ void ak_sdt_store_lse(const ak_sd_params &p, float ls
    (fp16 times the CTA's scale sc, one 8-byte store into the aligned workspace) with splits, else
    the output row (bf16 or f32, 4-byte stores: output rows need not be 16-byte aligned). */
 __device__ __forceinline__ void ak_sdt_store4(const ak_sd_params &p, float4 v, int64_t r, int64_t i, int h, int d,
-                                              int split, float sc) {
-    if (p.splits > 1) {
-        *reinterpret_cast<uint2 *>(p.oacc + ak_sd_part_row(p, split, r, i, h) * AK_SD_DV + d) =
+                                              int pslot, float sc) {
+    if (pslot >= 0) {
+        *reinterpret_cast<uint2 *>(p.oacc + ak_sd_part_row(p, pslot, h) * AK_SD_DV + d) =
             make_uint2(ak_sd_pack_f16(v.x * sc, v.y * sc), ak_sd_pack_f16(v.z * sc, v.w * sc));
     } else {
         const int64_t ob = r * p.o_s0 + i * p.o_s1 + h * p.o_s2 + d;
@@ -1389,7 +1407,7 @@ __device__ __forceinline__ void ak_sdt_store4(const ak_sd_params &p, float4 v, i
     }
 }
 
-template <int LAYOUT, int NH, int LPT>
+template <int LAYOUT, int NH, int ORD>
 __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_params p) {
     typedef ak_sdt_map<LAYOUT, NH> M;
     enum { DQK = M::DQK, KSTEPS = DQK / 16, NS = NH / 2, /* S^T and per-block O^T registers */
@@ -1400,8 +1418,14 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
     const ak_sdt_work wk = ak_sdt_cta(p, NH);
-    const int split = wk.split, h0 = wk.h0, t_begin = wk.t_begin, t_end = wk.t_end;
+    const int h0 = wk.h0;
+    int pslot = wk.pslot, t_begin = wk.t_begin, t_end = wk.t_end;
     int64_t r = wk.r, i = wk.i;
+    bool run = true; /* false: a BAL CTA past the schedule's last piece */
+    if (ORD == AK_SD_ORD_BAL && p.bal_reuse) {
+        run = ak_sd_bal_piece(p, r, i, t_begin, t_end, pslot);
+        if (!run) return; /* before the wait: the launch's spare CTAs free their SM at once */
+    }
     ak_sd_prefetch_q<NH, DQK>(p, r, i, h0, tid);
 
     if (tid == 0) {
@@ -1413,7 +1437,9 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
     }
     __syncthreads();
     ak_grid_dep_wait(); /* as in ak_sd_main: only parameters and shared memory above */
-    if (LPT) ak_sd_lpt_take(p, r, i);
+    if (ORD == AK_SD_ORD_LPT) ak_sd_lpt_take(p, r, i);
+    if (ORD == AK_SD_ORD_BAL && !p.bal_reuse) run = ak_sd_bal_piece(p, r, i, t_begin, t_end, pslot);
+    if (!run) return;
     const int32_t len0 = ak_sd_len(p.list[0], r, i), len1 = ak_sd_len(p.list[1], r, i);
     if (warp < AK_SDT_PW) {
         ak_setmaxnreg_dec<AK_SDT_PREG>();
@@ -1540,7 +1566,7 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
         for (int e = 0; e < 2; e++) {
             const int c = 2 * j + e, hl = 8 * j + 2 * c4 + e, h = h0 + hl;
             const float lsum = (red[hl] + red[NH + hl]) + (red[2 * NH + hl] + red[3 * NH + hl]);
-            const float f = ak_sd_row_scale(p, m_run[c], lsum, h, 1.0f, lse[c]) * kq.ref;
+            const float f = ak_sd_row_scale(p, pslot >= 0, m_run[c], lsum, h, 1.0f, lse[c]) * kq.ref;
             float a = 0.0f;
 #pragma unroll
             for (int mb = 0; mb < 8; mb++)
@@ -1554,19 +1580,19 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
         }
     uint32_t *amax = reinterpret_cast<uint32_t *>(smem + M::AMAX);
     float sc = 1.0f, inv = 1.0f;
-    if (p.splits > 1) ak_sd_part_put(am, amax, 4);
+    if (pslot >= 0) ak_sd_part_put(am, amax, 4);
     ak_bar_sync(1, 128);
-    if (p.splits > 1) sc = ak_sd_part_get(amax, 4, inv);
+    if (pslot >= 0) sc = ak_sd_part_get(amax, 4, inv);
     if (w == 0 && g == 0)
 #pragma unroll
         for (int c = 0; c < NC; c++) {
             const int h = h0 + 8 * (c >> 1) + 2 * c4 + (c & 1);
-            if (h < p.h_q) ak_sdt_store_lse(p, lse[c], inv, r, i, h, split);
+            if (h < p.h_q) ak_sdt_store_lse(p, lse[c], inv, r, i, h, pslot);
         }
     for (int it = ct; it < NH * (AK_SD_DV / 4); it += 128) {
         const int hl = it / (AK_SD_DV / 4), d = (it % (AK_SD_DV / 4)) * 4, h = h0 + hl;
         if (h >= p.h_q) continue;
-        ak_sdt_store4(p, *reinterpret_cast<const float4 *>(os + hl * M::OSTR + d), r, i, h, d, split, sc);
+        ak_sdt_store4(p, *reinterpret_cast<const float4 *>(os + hl * M::OSTR + d), r, i, h, d, pslot, sc);
     }
 }
 
@@ -1692,7 +1718,7 @@ __device__ __forceinline__ void ak_sdr_produce(const ak_sd_params &p, uint8_t *s
     }
 }
 
-template <int LAYOUT, int LPT>
+template <int LAYOUT, int ORD>
 __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_params p) {
     typedef ak_sdr_map<LAYOUT> M;
     enum { PT = M::PT, NB = M::NPB };
@@ -1702,8 +1728,14 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
     const ak_sdt_work wk = ak_sdt_cta(p, 16);
-    const int split = wk.split, h0 = wk.h0, t_begin = wk.t_begin, t_end = wk.t_end;
+    const int h0 = wk.h0;
+    int pslot = wk.pslot, t_begin = wk.t_begin, t_end = wk.t_end;
     int64_t r = wk.r, i = wk.i;
+    bool run = true; /* false: a BAL CTA past the schedule's last piece */
+    if (ORD == AK_SD_ORD_BAL && p.bal_reuse) {
+        run = ak_sd_bal_piece(p, r, i, t_begin, t_end, pslot);
+        if (!run) return; /* before the wait: the launch's spare CTAs free their SM at once */
+    }
     ak_sd_prefetch_q<16, ak_sd_geo<LAYOUT>::DQK>(p, r, i, h0, tid);
 
     if (tid == 0) {
@@ -1713,7 +1745,9 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
     }
     __syncthreads();
     ak_grid_dep_wait(); /* as in ak_sd_main: only parameters and shared memory above */
-    if (LPT) ak_sd_lpt_take(p, r, i);
+    if (ORD == AK_SD_ORD_LPT) ak_sd_lpt_take(p, r, i);
+    if (ORD == AK_SD_ORD_BAL && !p.bal_reuse) run = ak_sd_bal_piece(p, r, i, t_begin, t_end, pslot);
+    if (!run) return;
     const int32_t len0 = ak_sd_len(p.list[0], r, i), len1 = ak_sd_len(p.list[1], r, i);
     if (warp < AK_SDR_PW) {
         ak_setmaxnreg_dec<AK_SDR_PREG>();
@@ -1918,7 +1952,7 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
         float lt = 0.0f;
 #pragma unroll
         for (int k = 0; k < AK_SDR_NWG; k++) lt += ml[(16 * k + hl) * 2 + 1] * ak_ex2(ml[(16 * k + hl) * 2] - mu);
-        const float f = ak_sd_row_scale(p, mt, lt, h, 1.0f, lse[c]) * kq.ref * 0x1p56f * ak_ex2(m_run[c] - mu);
+        const float f = ak_sd_row_scale(p, pslot >= 0, mt, lt, h, 1.0f, lse[c]) * kq.ref * 0x1p56f * ak_ex2(m_run[c] - mu);
         float a = 0.0f;
 #pragma unroll
         for (int mb = 0; mb < 8; mb++)
@@ -1935,15 +1969,15 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
        largest term bounds it */
     uint32_t *amax = reinterpret_cast<uint32_t *>(smem + M::RED);
     float sc = 1.0f, inv = 1.0f;
-    if (p.splits > 1) ak_sd_part_put((float)AK_SDR_NWG * am, amax, 4 * AK_SDR_NWG);
+    if (pslot >= 0) ak_sd_part_put((float)AK_SDR_NWG * am, amax, 4 * AK_SDR_NWG);
     ak_mbar_arrive(mbar + 8);
     ak_mbar_wait(mbar + 8, 0);
-    if (p.splits > 1) sc = ak_sd_part_get(amax, 4 * AK_SDR_NWG, inv);
+    if (pslot >= 0) sc = ak_sd_part_get(amax, 4 * AK_SDR_NWG, inv);
     if (wg == 0 && w == 0 && g == 0)
 #pragma unroll
         for (int c = 0; c < 4; c++) {
             const int h = h0 + 8 * (c >> 1) + 2 * c4 + (c & 1);
-            if (h < p.h_q) ak_sdt_store_lse(p, lse[c], inv, r, i, h, split);
+            if (h < p.h_q) ak_sdt_store_lse(p, lse[c], inv, r, i, h, pslot);
         }
     for (int it = ct; it < 16 * (AK_SD_DV / 4); it += AK_SDR_CT) {
         const int hl = it / (AK_SD_DV / 4), d = (it % (AK_SD_DV / 4)) * 4, h = h0 + hl;
@@ -1954,7 +1988,7 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
             const float4 x = *reinterpret_cast<const float4 *>(os + (16 * k + hl) * M::OSTR + d);
             v = make_float4(v.x + x.x, v.y + x.y, v.z + x.z, v.w + x.w);
         }
-        ak_sdt_store4(p, v, r, i, h, d, split, sc);
+        ak_sdt_store4(p, v, r, i, h, d, pslot, sc);
     }
 }
 
@@ -2042,7 +2076,7 @@ int ak_sdw_plan(const ak_context *ctx, const ak_mla_decode_args *a, ak_sd_plan *
 static ak_status ak_sdw_launch_fn(ak_context *ctx, const void *fn, const char *name, int threads,
                                   const ak_sd_params &p, const ak_sd_plan &pl) {
     AK_CUDA_TRY(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl.smem));
-    const int64_t grid = (int64_t)p.b * p.s_q * pl.htiles * pl.splits;
+    const int64_t grid = (pl.bal ? (int64_t)pl.bal_pieces : (int64_t)p.b * p.s_q * pl.splits) * pl.htiles;
     void *args[] = {(void *)&p};
     AK_CUDA_TRY(ak_launch_pdl(ctx, fn, (unsigned)grid, threads, pl.smem, args));
     AK_CUDA_CHECK_LAUNCH(name);
@@ -2052,13 +2086,13 @@ static ak_status ak_sdw_launch_fn(ak_context *ctx, const void *fn, const char *n
 template <int LAYOUT>
 static ak_status ak_sdx_launch_t(ak_context *ctx, const ak_sd_params &p, const ak_sd_plan &pl) {
     static_assert(1024 + ak_sdx_map<LAYOUT>::BYTES <= 232448, "shared memory of ak_sdx_main (227 KB per block)");
-    return ak_sdw_launch_fn(ctx, (p.lpt ? (const void *)ak_sdx_main<LAYOUT, 1> : (const void *)ak_sdx_main<LAYOUT, 0>), "ak_sdx_main", AK_SDX_THREADS, p, pl);
+    return ak_sdw_launch_fn(ctx, (p.bal ? (const void *)ak_sdx_main<LAYOUT, AK_SD_ORD_BAL> : p.lpt ? (const void *)ak_sdx_main<LAYOUT, AK_SD_ORD_LPT> : (const void *)ak_sdx_main<LAYOUT, 0>), "ak_sdx_main", AK_SDX_THREADS, p, pl);
 }
 
 template <int LAYOUT, int NH>
 static ak_status ak_sdt_launch_t(ak_context *ctx, const ak_sd_params &p, const ak_sd_plan &pl) {
     static_assert(1024 + ak_sdt_map<LAYOUT, NH>::BYTES <= 232448, "shared memory of ak_sdt_main (227 KB per block)");
-    return ak_sdw_launch_fn(ctx, (p.lpt ? (const void *)ak_sdt_main<LAYOUT, NH, 1> : (const void *)ak_sdt_main<LAYOUT, NH, 0>), "ak_sdt_main", AK_SDT_THREADS, p, pl);
+    return ak_sdw_launch_fn(ctx, (p.bal ? (const void *)ak_sdt_main<LAYOUT, NH, AK_SD_ORD_BAL> : p.lpt ? (const void *)ak_sdt_main<LAYOUT, NH, AK_SD_ORD_LPT> : (const void *)ak_sdt_main<LAYOUT, NH, 0>), "ak_sdt_main", AK_SDT_THREADS, p, pl);
 }
 
 template <int LAYOUT>
@@ -2066,12 +2100,12 @@ static ak_status ak_sdr_launch_t(ak_context *ctx, const ak_sd_params &p, const a
     static_assert(1024 + ak_sdr_map<LAYOUT>::BYTES <= 232448, "shared memory of ak_sdr_main (227 KB per block)");
     static_assert(AK_SDR_NWG * 16 * (AK_SD_DV + 4) * 4 <= AK_SDR_NBUF * 64 * ak_sdr_map<LAYOUT>::STR,
                   "output staging fits the stages");
-    return ak_sdw_launch_fn(ctx, (p.lpt ? (const void *)ak_sdr_main<LAYOUT, 1> : (const void *)ak_sdr_main<LAYOUT, 0>), "ak_sdr_main", AK_SDR_THREADS, p, pl);
+    return ak_sdw_launch_fn(ctx, (p.bal ? (const void *)ak_sdr_main<LAYOUT, AK_SD_ORD_BAL> : p.lpt ? (const void *)ak_sdr_main<LAYOUT, AK_SD_ORD_LPT> : (const void *)ak_sdr_main<LAYOUT, 0>), "ak_sdr_main", AK_SDR_THREADS, p, pl);
 }
 
 template <int LAYOUT>
 static ak_status ak_sdw_launch_t(ak_context *ctx, const ak_sd_params &p, const ak_sd_plan &pl) {
-    return ak_sdw_launch_fn(ctx, (p.lpt ? (const void *)ak_sdw_main<LAYOUT, 1> : (const void *)ak_sdw_main<LAYOUT, 0>), "ak_sdw_main", AK_SDW_THREADS, p, pl);
+    return ak_sdw_launch_fn(ctx, (p.bal ? (const void *)ak_sdw_main<LAYOUT, AK_SD_ORD_BAL> : p.lpt ? (const void *)ak_sdw_main<LAYOUT, AK_SD_ORD_LPT> : (const void *)ak_sdw_main<LAYOUT, 0>), "ak_sdw_main", AK_SDW_THREADS, p, pl);
 }
 
 ak_status ak_sdw_launch(ak_context *ctx, const ak_sd_params &p, const ak_sd_plan &pl, int layout) {
