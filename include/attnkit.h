@@ -461,7 +461,6 @@ typedef struct ak_mla_decode_args {
     const ak_cache *extra_cache;        /* optional, same record format as the main cache */
     const ak_tensor *extra_indices;     /* [b, s_q, extra_topk] int32 slot ids into extra_cache */
     const ak_tensor *extra_topk_length; /* [b] or [b, s_q] int32, optional */
-    ak_balance balance;                 /* AK_BALANCE_NONE unless set (see ak_balance) */
     /* both */
     const ak_tensor *attn_sink;         /* [h_q] f32, optional */
     ak_tensor *out;                     /* [b, s_q, h_q, 512] bf16 or f32; CUDA: base 4-byte (bf16) or
@@ -469,6 +468,8 @@ typedef struct ak_mla_decode_args {
                                            AK_ERR_INVALID_ARGUMENT; 16-byte aligned rows are stored
                                            faster (bulk copies) */
     ak_tensor *lse;                     /* [b, s_q, h_q] f32, natural log, optional, any strides */
+    /* sparse (appended: the fields above keep their offsets) */
+    ak_balance balance;                 /* AK_BALANCE_NONE unless set (see ak_balance) */
 } ak_mla_decode_args;
 
 /* Workspace bytes for these shapes (depends on shapes only, never on lengths or indices). On the
