@@ -655,30 +655,87 @@ __global__ void __launch_bounds__(512 / DPT, DPT == 4 ? (CH == 8 ? 8 : 5) : (CH 
 }
 
 /* The combine of a balanced call: only the rows ak_sd_balance split (its list, in bal_rows[n] ..,
-   and their count), each row's pieces in consecutive slots from the first its table names; a
-   fixed grid of CTAs takes (row, head) items in turn, so a call that split nothing costs one
-   round of CTAs that read a zero count (a CTA per row, exiting, cost b 128 h_q 64 ~20 us). */
-template <int CH, int DPT>
-__global__ void __launch_bounds__(512 / DPT, DPT == 4 ? (CH == 8 ? 8 : 5) : (CH == 8 ? 4 : 3))
-    ak_sd_bal_combine(const ak_sd_params p) {
-    extern __shared__ float wsm[];
-    __shared__ float red[512 / DPT / 32];
+   and their count), each row's pieces in consecutive slots from the first its table names. One
+   warp per (row, head) item, eight a CTA, the items taken in turn: lane j holds piece j's (lse,
+   factor) and weight (at most AK_SD_BAL_SPLITS = 32 pieces), each lane 16 dims of the row, the
+   pieces summed in order (the same bits every run). A CTA per item, as ak_sd_combine merges the
+   splits of small calls, made each item a chain of barriers and L2 round trips (x186: ~25 us at
+   random lengths, b 128 h_q 64). Entries are checked as ak_sd_bal_piece checks a piece: one
+   outside the call or the workspace is skipped (warp-uniform). */
+__global__ void __launch_bounds__(256) ak_sd_bal_combine(const ak_sd_params p) {
     ak_grid_dep_wait(); /* the partial rows, and (the main kernel waited for it) ak_sd_balance's tables */
     ak_grid_dep_launch();
+    const int lane = (int)threadIdx.x & 31;
     const int64_t n = (int64_t)p.b * p.s_q;
     const int32_t *list = reinterpret_cast<const int32_t *>(p.bal_rows + n); /* [n] split rows, then their count */
     const int32_t count = list[n];
     const int64_t items = (count < 0 ? 0 : count > n ? n : count) * (int64_t)p.h_q;
-    for (int64_t it = blockIdx.x; it < items; it += gridDim.x) {
+    for (int64_t it = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5); it < items; it += (int64_t)gridDim.x * 8) {
         const int32_t ri = list[it / p.h_q];
         const int h = (int)(it % p.h_q);
-        /* checked as ak_sd_bal_piece checks a piece: an entry outside the call or the workspace is
-           skipped (CTA-uniform, so the barriers below stay matched) */
         if (ri < 0 || ri >= n) continue;
         const int2 t = p.bal_rows[ri];
-        if (t.x < 0 || t.y < 2 || t.y > AK_SD_BAL_SPLITS || t.x > p.bal_slots - t.y) continue;
-        ak_sd_combine_row<CH, DPT>(p, wsm, red, ri, h, (int64_t)t.x * p.h_q + h, p.h_q, t.y);
-        __syncthreads(); /* wsm and red are the next item's */
+        const int np = t.y;
+        if (t.x < 0 || np < 2 || np > AK_SD_BAL_SPLITS || t.x > p.bal_slots - np) continue;
+        const int64_t first = (int64_t)t.x * p.h_q + h, step = (int64_t)p.h_q * AK_SD_DV; /* piece j: row first + j h_q */
+        const float2 li = lane < np ? p.lacc[first + (int64_t)lane * p.h_q] : make_float2(-INFINITY, 0.0f);
+        const __half *src = p.oacc + first * AK_SD_DV + 16 * lane;
+        uint4 v[8][2]; /* 16 dims of pieces j0 .. j0 + 7, loaded while the weights are made */
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            if (k < np) {
+                v[k][0] = *reinterpret_cast<const uint4 *>(src + k * step);
+                v[k][1] = *reinterpret_cast<const uint4 *>(src + k * step + 8);
+            }
+        float mx = li.x;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        float e = mx != -INFINITY && li.x != -INFINITY ? exp2f(li.x - mx) : 0.0f, sum = e;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        const float lse2 = mx != -INFINITY ? mx + log2f(sum) : -INFINITY;
+        const float w = li.x != -INFINITY && mx != -INFINITY ? exp2f(li.x - lse2) * li.y : 0.0f;
+        float acc[16];
+#pragma unroll
+        for (int d = 0; d < 16; d++) acc[d] = 0.0f;
+        for (int j0 = 0; j0 < np; j0 += 8) {
+            if (j0 > 0) {
+#pragma unroll
+                for (int k = 0; k < 8; k++)
+                    if (j0 + k < np) {
+                        v[k][0] = *reinterpret_cast<const uint4 *>(src + (j0 + k) * step);
+                        v[k][1] = *reinterpret_cast<const uint4 *>(src + (j0 + k) * step + 8);
+                    }
+            }
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                const float wk = __shfl_sync(0xffffffffu, w, (j0 + k) & 31);
+                if (j0 + k >= np || wk == 0.0f) continue; /* an empty piece's row was never written */
+                const uint32_t x[8] = {v[k][0].x, v[k][0].y, v[k][0].z, v[k][0].w,
+                                       v[k][1].x, v[k][1].y, v[k][1].z, v[k][1].w};
+#pragma unroll
+                for (int q = 0; q < 8; q++) {
+                    const float2 a = __half22float2(*reinterpret_cast<const __half2 *>(&x[q]));
+                    acc[2 * q] += wk * a.x;
+                    acc[2 * q + 1] += wk * a.y;
+                }
+            }
+        }
+        const int64_t r = ri / p.s_q, i = ri % p.s_q;
+        float lse_e = INFINITY, f = 0.0f;
+        if (mx != -INFINITY) {
+            lse_e = lse2 * 0.69314718055994531f;
+            f = p.sink != NULL ? 1.0f / (1.0f + expf(p.sink[h] - lse_e)) : 1.0f;
+        }
+        if (p.lse != NULL && lane == 0) p.lse[r * p.l_s0 + i * p.l_s1 + h * p.l_s2] = lse_e;
+        const int64_t ob = r * p.o_s0 + i * p.o_s1 + h * p.o_s2 + 16 * lane;
+#pragma unroll
+        for (int q = 0; q < 8; q++) { /* element pairs: out is only pair-aligned (ak_cuda_mla_decode) */
+            if (p.out_f32)
+                *reinterpret_cast<float2 *>((float *)p.out + ob + 2 * q) = make_float2(acc[2 * q] * f, acc[2 * q + 1] * f);
+            else
+                *reinterpret_cast<uint32_t *>((uint16_t *)p.out + ob + 2 * q) = ak_sd_pack_bf16(acc[2 * q] * f, acc[2 * q + 1] * f);
+        }
     }
 }
 
@@ -1053,11 +1110,9 @@ static ak_status ak_sd_combine_launch(ak_context *ctx, const ak_sd_params &p, co
     /* with 2 dims a thread holds one word per split, so up to 32 splits fit one chunk: one L2 round
        trip (b 1 h_q 16, 32 splits: 9.3 -> 9.1 us, session 26) */
     if (pl.bal) {
-        /* a balanced call: its split rows only, 4 dims per thread and chunks of 16 pieces, from a
-           grid of 4 CTAs per SM (one round: the launch bounds allow 5) */
-        const int64_t grid = pl.rows < 4 * (int64_t)sms ? pl.rows : 4 * (int64_t)sms;
-        AK_CUDA_TRY(ak_launch_pdl(ctx, (const void *)ak_sd_bal_combine<16, 4>, (unsigned)grid, 128,
-                                  2 * (size_t)AK_SD_BAL_SPLITS * sizeof(float), args));
+        /* a balanced call: its split rows only, a warp per (row, head), two CTAs of eight warps per SM */
+        const int64_t grid = (pl.rows + 7) / 8 < 2 * (int64_t)sms ? (pl.rows + 7) / 8 : 2 * (int64_t)sms;
+        AK_CUDA_TRY(ak_launch_pdl(ctx, (const void *)ak_sd_bal_combine, (unsigned)grid, 256, 0, args));
         AK_CUDA_CHECK_LAUNCH("ak_sd_bal_combine");
         return AK_OK;
     }
