@@ -930,7 +930,7 @@ __device__ int ak_sd_bal_scan(int *a, int n, int *wsum) {
 /* The work of a balanced call (p.bal), from the lengths, on the device (no host sync; the same in
    graph replay). Each token row of v tiles inside its lengths is cut into nr = ceil(v / C) pieces
    of equal tile counts, one CTA per piece and head tile; rows of one piece write their output
-   rows, the pieces of split rows write partial rows that ak_sd_combine merges in piece order, so
+   rows, the pieces of split rows write partial rows that ak_sd_bal_combine merges in piece order, so
    results are a function of the lengths alone (bitwise the same from run to run). C is chosen
    among ceil(vmax / k), k = 1 .. 32 (one warp each), by an estimate of the call's length: one wave
    of pieces lasts its longest piece; more waves last the work over the SMs plus half a mean
