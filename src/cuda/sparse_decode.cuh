@@ -320,6 +320,22 @@ __device__ __forceinline__ bool ak_sd_bal_piece(const ak_sd_params &p, int64_t &
     return true;
 }
 
+/* How a wgmma kernel's CTA takes its work besides blockIdx (ak_sdw_cta), in two halves around its
+   dependency wait: before it, a BAL CTA whose schedule is reused takes its piece (false: past the
+   last piece, so the spare CTA exits before the wait and frees its SM at once); after it, an LPT CTA
+   its row and a BAL CTA whose schedule this call made its piece. */
+template <int ORD>
+__device__ __forceinline__ bool ak_sd_take_early(const ak_sd_params &p, int64_t &r, int64_t &i, int &t0, int &t1,
+                                                 int &pslot) {
+    return ORD != AK_SD_ORD_BAL || !p.bal_reuse || ak_sd_bal_piece(p, r, i, t0, t1, pslot);
+}
+template <int ORD>
+__device__ __forceinline__ bool ak_sd_take_late(const ak_sd_params &p, int64_t &r, int64_t &i, int &t0, int &t1,
+                                                int &pslot) {
+    if (ORD == AK_SD_ORD_LPT) ak_sd_lpt_take(p, r, i);
+    return ORD != AK_SD_ORD_BAL || p.bal_reuse || ak_sd_bal_piece(p, r, i, t0, t1, pslot);
+}
+
 /* Tiles [t0, t1) of the concatenated main + extra tile list that split `s` of `splits` owns. */
 __device__ __forceinline__ void ak_sd_split_range(int s, int n_tiles, int splits, int &t0, int &t1) {
     t0 = (int)((int64_t)s * n_tiles / splits);

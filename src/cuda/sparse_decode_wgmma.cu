@@ -231,11 +231,10 @@ __device__ __forceinline__ void ak_sdw_qk(float *s, uint64_t dq0, uint64_t dk0) 
 
 /* This CTA's first head, token row ri = r * s_q + i, tiles [t0, t1) of the concatenated list and
    partial slot (-1: one split, the CTA writes the output rows) from blockIdx.x (splits fastest,
-   then head tiles of nh heads). Each kernel's LPT instance (p.lpt) replaces the row after the
-   dependency wait by ak_sd_lpt_take, its BAL instance (p.bal) row, tiles and slot by
-   ak_sd_bal_piece (before the wait where the schedule is reused); the static instance is the kernel
-   as it was (work computed in every CTA's prologue instead made the kernels 15-18% slower, session
-   31). */
+   then head tiles of nh heads). Each kernel's LPT instance (p.lpt) replaces the row, its BAL
+   instance (p.bal) row, tiles and slot (ak_sd_take_early, ak_sd_take_late); the static instance is
+   the kernel as it was (work computed in every CTA's prologue instead made the kernels 15-18%
+   slower, session 31). */
 __device__ __forceinline__ void ak_sdw_cta(const ak_sd_params &p, int nh, int &h0, int64_t &ri, int &t0, int &t1,
                                            int &pslot) {
     int64_t cta = blockIdx.x;
@@ -418,16 +417,10 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
     int64_t ri;
     ak_sdw_cta(p, AK_SDW_HEADS, h0, ri, t_begin, t_end, pslot);
     int64_t r = ri / p.s_q, i = ri % p.s_q;
-    bool run = true; /* false: a BAL CTA past the schedule's last piece */
-    if (ORD == AK_SD_ORD_BAL && p.bal_reuse) {
-        run = ak_sd_bal_piece(p, r, i, t_begin, t_end, pslot);
-        if (!run) return; /* before the wait: the launch's spare CTAs free their SM at once */
-    }
+    if (!ak_sd_take_early<ORD>(p, r, i, t_begin, t_end, pslot)) return;
     ak_sd_prefetch_q<AK_SDW_HEADS, ak_sd_geo<LAYOUT>::DQK>(p, r, i, h0, tid);
     ak_grid_dep_wait(); /* as in ak_sd_main: only parameters above */
-    if (ORD == AK_SD_ORD_LPT) ak_sd_lpt_take(p, r, i);
-    if (ORD == AK_SD_ORD_BAL && !p.bal_reuse) run = ak_sd_bal_piece(p, r, i, t_begin, t_end, pslot);
-    if (!run) return;
+    if (!ak_sd_take_late<ORD>(p, r, i, t_begin, t_end, pslot)) return;
     const int32_t len0 = ak_sd_len(p.list[0], r, i), len1 = ak_sd_len(p.list[1], r, i);
     /* Tiles t (in K buffer kb), tn (its records in x, or for MLA_BF16 its offset in xro) and tnn
        (its raw slot id for key `tok` in sraw) of the pipeline. */
@@ -1003,11 +996,7 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
     int64_t ri;
     ak_sdw_cta(p, AK_SDW_HEADS, h0, ri, t_begin, t_end, pslot);
     int64_t r = ri / p.s_q, i = ri % p.s_q;
-    bool run = true; /* false: a BAL CTA past the schedule's last piece */
-    if (ORD == AK_SD_ORD_BAL && p.bal_reuse) {
-        run = ak_sd_bal_piece(p, r, i, t_begin, t_end, pslot);
-        if (!run) return; /* before the wait: the launch's spare CTAs free their SM at once */
-    }
+    if (!ak_sd_take_early<ORD>(p, r, i, t_begin, t_end, pslot)) return;
     ak_sd_prefetch_q<AK_SDW_HEADS, DQK>(p, r, i, h0, tid);
 
     if (tid == 0) {
@@ -1021,9 +1010,7 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
     }
     __syncthreads();
     ak_grid_dep_wait(); /* as in ak_sd_main: only parameters and shared memory above */
-    if (ORD == AK_SD_ORD_LPT) ak_sd_lpt_take(p, r, i);
-    if (ORD == AK_SD_ORD_BAL && !p.bal_reuse) run = ak_sd_bal_piece(p, r, i, t_begin, t_end, pslot);
-    if (!run) return;
+    if (!ak_sd_take_late<ORD>(p, r, i, t_begin, t_end, pslot)) return;
     const int32_t len0 = ak_sd_len(p.list[0], r, i), len1 = ak_sd_len(p.list[1], r, i);
     const int u_begin = 2 * t_begin, u_end = 2 * t_end;
 
@@ -1421,11 +1408,7 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
     const int h0 = wk.h0;
     int pslot = wk.pslot, t_begin = wk.t_begin, t_end = wk.t_end;
     int64_t r = wk.r, i = wk.i;
-    bool run = true; /* false: a BAL CTA past the schedule's last piece */
-    if (ORD == AK_SD_ORD_BAL && p.bal_reuse) {
-        run = ak_sd_bal_piece(p, r, i, t_begin, t_end, pslot);
-        if (!run) return; /* before the wait: the launch's spare CTAs free their SM at once */
-    }
+    if (!ak_sd_take_early<ORD>(p, r, i, t_begin, t_end, pslot)) return;
     ak_sd_prefetch_q<NH, DQK>(p, r, i, h0, tid);
 
     if (tid == 0) {
@@ -1437,9 +1420,7 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
     }
     __syncthreads();
     ak_grid_dep_wait(); /* as in ak_sd_main: only parameters and shared memory above */
-    if (ORD == AK_SD_ORD_LPT) ak_sd_lpt_take(p, r, i);
-    if (ORD == AK_SD_ORD_BAL && !p.bal_reuse) run = ak_sd_bal_piece(p, r, i, t_begin, t_end, pslot);
-    if (!run) return;
+    if (!ak_sd_take_late<ORD>(p, r, i, t_begin, t_end, pslot)) return;
     const int32_t len0 = ak_sd_len(p.list[0], r, i), len1 = ak_sd_len(p.list[1], r, i);
     if (warp < AK_SDT_PW) {
         ak_setmaxnreg_dec<AK_SDT_PREG>();
@@ -1731,11 +1712,7 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
     const int h0 = wk.h0;
     int pslot = wk.pslot, t_begin = wk.t_begin, t_end = wk.t_end;
     int64_t r = wk.r, i = wk.i;
-    bool run = true; /* false: a BAL CTA past the schedule's last piece */
-    if (ORD == AK_SD_ORD_BAL && p.bal_reuse) {
-        run = ak_sd_bal_piece(p, r, i, t_begin, t_end, pslot);
-        if (!run) return; /* before the wait: the launch's spare CTAs free their SM at once */
-    }
+    if (!ak_sd_take_early<ORD>(p, r, i, t_begin, t_end, pslot)) return;
     ak_sd_prefetch_q<16, ak_sd_geo<LAYOUT>::DQK>(p, r, i, h0, tid);
 
     if (tid == 0) {
@@ -1745,9 +1722,7 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
     }
     __syncthreads();
     ak_grid_dep_wait(); /* as in ak_sd_main: only parameters and shared memory above */
-    if (ORD == AK_SD_ORD_LPT) ak_sd_lpt_take(p, r, i);
-    if (ORD == AK_SD_ORD_BAL && !p.bal_reuse) run = ak_sd_bal_piece(p, r, i, t_begin, t_end, pslot);
-    if (!run) return;
+    if (!ak_sd_take_late<ORD>(p, r, i, t_begin, t_end, pslot)) return;
     const int32_t len0 = ak_sd_len(p.list[0], r, i), len1 = ak_sd_len(p.list[1], r, i);
     if (warp < AK_SDR_PW) {
         ak_setmaxnreg_dec<AK_SDR_PREG>();
