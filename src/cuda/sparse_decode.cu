@@ -560,30 +560,35 @@ __device__ __forceinline__ void ak_sd_combine_add(float *acc, const uint32_t (*v
     }
 }
 
-/* Merges one row: head h of token row ri, its `splits` partial rows at first, first + lstep, ...
-   (rows of the workspace), into out and lse. wsm: the weights and factors; red: NW words. */
 template <int CH, int DPT>
-__device__ __forceinline__ void ak_sd_combine_row(const ak_sd_params &p, float *wsm, float *red, int64_t ri, int h,
-                                                  int64_t first, int64_t lstep, int splits) {
+__global__ void __launch_bounds__(512 / DPT, DPT == 4 ? (CH == 8 ? 8 : 5) : (CH == 8 ? 4 : 3))
+    ak_sd_combine(const ak_sd_params p) {
     enum { NT = 512 / DPT, NW = NT / 32 };
-    const int64_t r = ri / p.s_q, i = ri % p.s_q;
+    extern __shared__ float wsm[]; /* [2][splits rounded up to CH] weights (zero past splits), factors */
+    __shared__ float red[NW];
+    const int64_t row = blockIdx.x;
+    const int64_t rows = (int64_t)p.b * p.s_q * p.h_q;
+    const int h = (int)(row % p.h_q);
+    const int64_t ri = row / p.h_q, r = ri / p.s_q, i = ri % p.s_q;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int d = tid * DPT;
-    const int padded = (splits + CH - 1) / CH * CH;
+    const int padded = (p.splits + CH - 1) / CH * CH;
     float *fac = wsm + padded;
-    const __half *src = p.oacc + first * AK_SD_DV + d;
-    const int64_t step = lstep * AK_SD_DV;
+    const __half *src = p.oacc + row * AK_SD_DV + d;
+    const int64_t step = rows * AK_SD_DV;
+    ak_grid_dep_wait(); /* the main kernel's partial rows (the index math above overlaps its end) */
+    ak_grid_dep_launch();
     /* each thread's first (lse, factor) pair is loaded ahead of the partial rows, so the weights
        are made while the rows arrive (b 1 h_q 128: the max known 1.4 us after the wait, not 1.9) */
     float2 li = make_float2(-INFINITY, 0.0f);
-    if (tid < splits) li = p.lacc[first + tid * lstep];
+    if (tid < p.splits) li = p.lacc[tid * rows + row];
     uint32_t v[CH][DPT / 2];
-    ak_sd_combine_load<CH, DPT>(v, src, 0, splits, step);
+    ak_sd_combine_load<CH, DPT>(v, src, 0, p.splits, step);
     const float sink = p.sink != NULL ? p.sink[h] : 0.0f;
     float mx = li.x;
-    if (tid < splits) wsm[tid] = li.x, fac[tid] = li.y;
-    for (int s = tid + NT; s < splits; s += NT) {
-        li = p.lacc[first + s * lstep];
+    if (tid < p.splits) wsm[tid] = li.x, fac[tid] = li.y;
+    for (int s = tid + NT; s < p.splits; s += NT) {
+        li = p.lacc[s * rows + row];
         wsm[s] = li.x, fac[s] = li.y;
         mx = fmaxf(mx, li.x);
     }
@@ -597,7 +602,7 @@ __device__ __forceinline__ void ak_sd_combine_row(const ak_sd_params &p, float *
     __syncthreads();
     float sum = 0.0f;
     if (mx != -INFINITY)
-        for (int s = tid; s < splits; s += NT) sum += exp2f(wsm[s] - mx);
+        for (int s = tid; s < p.splits; s += NT) sum += exp2f(wsm[s] - mx);
 #pragma unroll
     for (int k = 16; k > 0; k >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, k);
     if (lane == 0) red[warp] = sum;
@@ -613,16 +618,16 @@ __device__ __forceinline__ void ak_sd_combine_row(const ak_sd_params &p, float *
     const float lse2 = mx != -INFINITY ? mx + log2f(sum) : -INFINITY;
     /* the padding is zero: the compiler may read a chunk's weights with vector loads past `splits` */
     for (int s = tid; s < padded; s += NT)
-        wsm[s] = s >= splits || wsm[s] == -INFINITY ? 0.0f : exp2f(wsm[s] - lse2) * fac[s];
+        wsm[s] = s >= p.splits || wsm[s] == -INFINITY ? 0.0f : exp2f(wsm[s] - lse2) * fac[s];
     __syncthreads();
     float acc[DPT];
 #pragma unroll
     for (int e = 0; e < DPT; e++) acc[e] = 0.0f;
     float lse_e = INFINITY, f = 0.0f;
     if (mx != -INFINITY) {
-        for (int s0 = 0; s0 < splits; s0 += CH) {
-            if (s0 > 0) ak_sd_combine_load<CH, DPT>(v, src, s0, splits, step);
-            ak_sd_combine_add<CH, DPT>(acc, v, wsm, s0, splits);
+        for (int s0 = 0; s0 < p.splits; s0 += CH) {
+            if (s0 > 0) ak_sd_combine_load<CH, DPT>(v, src, s0, p.splits, step);
+            ak_sd_combine_add<CH, DPT>(acc, v, wsm, s0, p.splits);
         }
         lse_e = lse2 * 0.69314718055994531f;
         f = 1.0f;
@@ -639,19 +644,6 @@ __device__ __forceinline__ void ak_sd_combine_row(const ak_sd_params &p, float *
             *reinterpret_cast<uint32_t *>((uint16_t *)p.out + ob + 2 * e) =
                 ak_sd_pack_bf16(acc[2 * e] * f, acc[2 * e + 1] * f);
     }
-}
-
-/* The combine of split calls: one CTA per row, split s of row `row` at workspace row s rows + row. */
-template <int CH, int DPT>
-__global__ void __launch_bounds__(512 / DPT, DPT == 4 ? (CH == 8 ? 8 : 5) : (CH == 8 ? 4 : 3))
-    ak_sd_combine(const ak_sd_params p) {
-    extern __shared__ float wsm[]; /* [2][splits rounded up to CH] weights (zero past splits), factors */
-    __shared__ float red[512 / DPT / 32];
-    const int64_t row = blockIdx.x;
-    ak_grid_dep_wait(); /* the main kernel's partial rows */
-    ak_grid_dep_launch();
-    ak_sd_combine_row<CH, DPT>(p, wsm, red, row / p.h_q, (int)(row % p.h_q), row, (int64_t)p.b * p.s_q * p.h_q,
-                               p.splits);
 }
 
 /* The combine of a balanced call: only the rows ak_sd_balance split (its list, in bal_rows[n] ..,
