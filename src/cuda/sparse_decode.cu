@@ -512,22 +512,25 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
     }
 }
 
-/* Merges the splits of one (r, i, h) row: 512 / DPT threads x DPT dims. The split weights are
-   computed once per row (threads stride over the splits, a fixed-shape tree reduces them) into
-   shared memory, each times its split's factor (the partial rows are scaled fp16,
-   ak_sd_part_scale); each thread then sums its dims over the splits in split order, so the result
-   is the same bits on every run. At the batches that split there are few rows per SM and the
-   kernel is latency-bound, so the first CH partial rows are loaded right behind the split lse
-   values, before the weights exist (one L2 round trip for up to CH splits); further chunks are
-   loaded after the previous one is summed, so the registers stay those of one chunk. A thread's
-   work is a chain of dependent instructions per split (a weight, a conversion from fp16, a
-   multiply-add per dim): with at most one row per SM the call waits for that chain, so 2 dims
-   per thread over 256 threads (b 1 h_q 16 9.6 -> 9.3 us, b 1 h_q 128 13.9 -> 13.3); with more
-   rows the CTAs' fixed work dominates and 4 dims over 128 threads is faster (b 8 h_q 128, 1024
-   rows: 24.5 against 26.1; session 25). The launch bounds keep, for 4 dims, CH 8 at 64 registers
-   (8 CTAs per SM: b 8 h_q 128's 1024 rows in one wave; 72 put them in two, x147) and CH 16 at 96
-   (5 CTAs per SM); for 2 dims CH 32 takes 80. The workspace holds every split, so the loads stay
-   in bounds even for an empty split, whose weight is 0 and whose (unwritten) row is never used. */
+/* Merges the splits of one (r, i, h) row: 512 / DPT threads x DPT dims. Every warp makes the
+   split weights itself, lane j from the (lse, factor) pairs of splits j, j + 32, .. (a max and a
+   sum by fixed shuffle trees), so no shared memory and no barrier sits between the lse values'
+   arrival and the sums: the CTA's warps repeat ~30 instructions instead of waiting on three
+   barriers and their shared-memory round trips (x192). Each weight carries its split's factor (the
+   partial rows are scaled fp16, ak_sd_part_scale); a thread sums its dims over the splits in split
+   order, taking weight s from lane s % 32, so the result is the same bits on every run. At the
+   batches that split there are few rows per SM and the kernel is latency-bound, so the first CH
+   partial rows are loaded right behind the split lse values, before the weights exist (one L2
+   round trip for up to CH splits); further chunks are loaded after the previous one is summed, so
+   the registers stay those of one chunk. A thread's work is a chain of dependent instructions per
+   split (a weight, a conversion from fp16, a multiply-add per dim): with at most one row per SM the
+   call waits for that chain, so 2 dims per thread over 256 threads (b 1 h_q 16 9.6 -> 9.3 us, b 1
+   h_q 128 13.9 -> 13.3); with more rows the CTAs' fixed work dominates and 4 dims over 128 threads
+   is faster (b 8 h_q 128, 1024 rows: 24.5 against 26.1; session 25). The launch bounds keep, for 4
+   dims, CH 8 at 64 registers (8 CTAs per SM: b 8 h_q 128's 1024 rows in one wave; 72 put them in
+   two, x147) and CH 16 at 96 (5 CTAs per SM); for 2 dims CH 32 takes 80. The workspace holds every
+   split, so the loads stay in bounds even for an empty split, whose weight is 0 and whose
+   (unwritten) row is never used. */
 template <int CH, int DPT>
 __device__ __forceinline__ void ak_sd_combine_load(uint32_t (*v)[DPT / 2], const __half *src, int s0, int splits,
                                                    int64_t step) {
@@ -543,13 +546,14 @@ __device__ __forceinline__ void ak_sd_combine_load(uint32_t (*v)[DPT / 2], const
     }
 }
 
+/* Adds splits s0 .. s0 + CH - 1 (CH divides 32): weight s0 + k is lane (s0 + k) % 32's w. */
 template <int CH, int DPT>
-__device__ __forceinline__ void ak_sd_combine_add(float *acc, const uint32_t (*v)[DPT / 2], const float *w, int s0,
+__device__ __forceinline__ void ak_sd_combine_add(float *acc, const uint32_t (*v)[DPT / 2], float w, int s0,
                                                   int splits) {
 #pragma unroll
     for (int k = 0; k < CH; k++) {
+        const float wk = __shfl_sync(0xffffffffu, w, (s0 + k) & 31);
         if (s0 + k >= splits) break;
-        const float wk = w[s0 + k];
         if (wk == 0.0f) continue; /* an empty split's row was never written */
 #pragma unroll
         for (int e = 0; e < DPT / 2; e++) {
@@ -560,78 +564,59 @@ __device__ __forceinline__ void ak_sd_combine_add(float *acc, const uint32_t (*v
     }
 }
 
+/* Weight of a split (lse, factor) pair, lse2 the merged lse (log2 units). */
+__device__ __forceinline__ float ak_sd_combine_weight(float2 li, float lse2) {
+    return li.x == -INFINITY || lse2 == -INFINITY ? 0.0f : exp2f(li.x - lse2) * li.y;
+}
+
 template <int CH, int DPT>
 __global__ void __launch_bounds__(512 / DPT, DPT == 4 ? (CH == 8 ? 8 : 5) : (CH == 8 ? 4 : 3))
     ak_sd_combine(const ak_sd_params p) {
-    enum { NT = 512 / DPT, NW = NT / 32 };
-    extern __shared__ float wsm[]; /* [2][splits rounded up to CH] weights (zero past splits), factors */
-    __shared__ float red[NW];
     const int64_t row = blockIdx.x;
     const int64_t rows = (int64_t)p.b * p.s_q * p.h_q;
     const int h = (int)(row % p.h_q);
     const int64_t ri = row / p.h_q, r = ri / p.s_q, i = ri % p.s_q;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int d = tid * DPT;
-    const int padded = (p.splits + CH - 1) / CH * CH;
-    float *fac = wsm + padded;
+    const int tid = threadIdx.x, lane = tid & 31;
+    const int d = tid * DPT, splits = p.splits;
     const __half *src = p.oacc + row * AK_SD_DV + d;
     const int64_t step = rows * AK_SD_DV;
+    const float2 *lacc = p.lacc + row; /* split s at lacc[s rows] */
     ak_grid_dep_wait(); /* the main kernel's partial rows (the index math above overlaps its end) */
     ak_grid_dep_launch();
-    /* each thread's first (lse, factor) pair is loaded ahead of the partial rows, so the weights
-       are made while the rows arrive (b 1 h_q 128: the max known 1.4 us after the wait, not 1.9) */
-    float2 li = make_float2(-INFINITY, 0.0f);
-    if (tid < p.splits) li = p.lacc[tid * rows + row];
+    /* each lane's first (lse, factor) pair is loaded ahead of the partial rows, so the weights are
+       made while the rows arrive (b 1 h_q 128: the max known 1.4 us after the wait, not 1.9) */
+    float2 li = lane < splits ? lacc[lane * rows] : make_float2(-INFINITY, 0.0f);
     uint32_t v[CH][DPT / 2];
-    ak_sd_combine_load<CH, DPT>(v, src, 0, p.splits, step);
-    const float sink = p.sink != NULL ? p.sink[h] : 0.0f;
+    ak_sd_combine_load<CH, DPT>(v, src, 0, splits, step);
     float mx = li.x;
-    if (tid < p.splits) wsm[tid] = li.x, fac[tid] = li.y;
-    for (int s = tid + NT; s < p.splits; s += NT) {
-        li = p.lacc[s * rows + row];
-        wsm[s] = li.x, fac[s] = li.y;
-        mx = fmaxf(mx, li.x);
+    for (int s = lane + 32; s < splits; s += 32) mx = fmaxf(mx, lacc[s * rows].x);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    float sum = 0.0f;
+    if (mx != -INFINITY) {
+        sum = exp2f(li.x - mx);
+        for (int s = lane + 32; s < splits; s += 32) sum += exp2f(lacc[s * rows].x - mx);
     }
 #pragma unroll
-    for (int k = 16; k > 0; k >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, k));
-    if (lane == 0) red[warp] = mx;
-    __syncthreads();
-    mx = red[0];
-#pragma unroll
-    for (int k = 1; k < NW; k++) mx = fmaxf(mx, red[k]);
-    __syncthreads();
-    float sum = 0.0f;
-    if (mx != -INFINITY)
-        for (int s = tid; s < p.splits; s += NT) sum += exp2f(wsm[s] - mx);
-#pragma unroll
-    for (int k = 16; k > 0; k >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, k);
-    if (lane == 0) red[warp] = sum;
-    __syncthreads();
-    float t[NW]; /* the warps' sums in a fixed pairwise tree */
-#pragma unroll
-    for (int k = 0; k < NW; k++) t[k] = red[k];
-#pragma unroll
-    for (int n = NW / 2; n > 0; n /= 2)
-#pragma unroll
-        for (int k = 0; k < n; k++) t[k] = t[2 * k] + t[2 * k + 1];
-    sum = t[0];
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
     const float lse2 = mx != -INFINITY ? mx + log2f(sum) : -INFINITY;
-    /* the padding is zero: the compiler may read a chunk's weights with vector loads past `splits` */
-    for (int s = tid; s < padded; s += NT)
-        wsm[s] = s >= p.splits || wsm[s] == -INFINITY ? 0.0f : exp2f(wsm[s] - lse2) * fac[s];
-    __syncthreads();
+    float w = ak_sd_combine_weight(li, lse2); /* split lane's, then lane + 32's from s0 = 32 on */
     float acc[DPT];
 #pragma unroll
     for (int e = 0; e < DPT; e++) acc[e] = 0.0f;
-    float lse_e = INFINITY, f = 0.0f;
+    float lse_e = INFINITY, f = 1.0f;
     if (mx != -INFINITY) {
-        for (int s0 = 0; s0 < p.splits; s0 += CH) {
-            if (s0 > 0) ak_sd_combine_load<CH, DPT>(v, src, s0, p.splits, step);
-            ak_sd_combine_add<CH, DPT>(acc, v, wsm, s0, p.splits);
+        for (int s0 = 0; s0 < splits; s0 += CH) {
+            if (s0 > 0) {
+                ak_sd_combine_load<CH, DPT>(v, src, s0, splits, step);
+                if ((s0 & 31) == 0)
+                    w = ak_sd_combine_weight(s0 + lane < splits ? lacc[(s0 + lane) * rows]
+                                                                : make_float2(-INFINITY, 0.0f), lse2);
+            }
+            ak_sd_combine_add<CH, DPT>(acc, v, w, s0, splits);
         }
         lse_e = lse2 * 0.69314718055994531f;
-        f = 1.0f;
-        if (p.sink != NULL) f = 1.0f / (1.0f + expf(sink - lse_e));
+        if (p.sink != NULL) f = 1.0f / (1.0f + expf(p.sink[h] - lse_e));
     }
     if (p.lse != NULL && tid == 0) p.lse[r * p.l_s0 + i * p.l_s1 + h * p.l_s2] = lse_e;
     const int64_t ob = r * p.o_s0 + i * p.o_s1 + h * p.o_s2 + d;
@@ -1093,8 +1078,7 @@ static ak_status ak_sd_launch(ak_context *ctx, const ak_sd_params &p, const ak_s
 }
 
 /* The combine: one CTA per row (2 dims per thread when the rows are at most one per SM, else 4),
-   dynamic shared memory for two floats per split; a programmatic dependent launch, like the main
-   kernels. */
+   no shared memory; a programmatic dependent launch, like the main kernels. */
 static ak_status ak_sd_combine_launch(ak_context *ctx, const ak_sd_params &p, const ak_sd_plan &pl) {
     void *args[] = {(void *)&p};
     const int sms = ctx->cuda != NULL ? ctx->cuda->prop.multiProcessorCount : 132;
@@ -1113,8 +1097,7 @@ static ak_status ak_sd_combine_launch(ak_context *ctx, const ak_sd_params &p, co
                                  : ch == 16 ? (const void *)ak_sd_combine<16, 2>
                                             : (const void *)ak_sd_combine<32, 2>)
                               : (ch == 8 ? (const void *)ak_sd_combine<8, 4> : (const void *)ak_sd_combine<16, 4>);
-    AK_CUDA_TRY(ak_launch_pdl(ctx, fn, (unsigned)pl.rows, 512 / dpt,
-                              2 * (size_t)((pl.splits + ch - 1) / ch * ch) * sizeof(float), args));
+    AK_CUDA_TRY(ak_launch_pdl(ctx, fn, (unsigned)pl.rows, 512 / dpt, 0, args));
     AK_CUDA_CHECK_LAUNCH("ak_sd_combine");
     return AK_OK;
 }
