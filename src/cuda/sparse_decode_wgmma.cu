@@ -1596,8 +1596,12 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
  * a copy of P'^T = bf16(P prel s_kb 2^64), so O carries 2^-56, undone with the row's factor (bf16
  * keeps fp32's range: P <= 2^8 under the lazy rescale, scales below 2^56). The rows of an O^T m-tile
  * lie in one scale block: m-tile 2 b + e, row 16 w + g + 8 hr is dim 128 b + 4 (8 w + g) + 2 e + hr.
- * P V with unrounded 656 scales thus rounds P s once instead of P and v s apart: the same error
- * bound (two bf16 roundings per term at most).
+ * With unrounded 656 scales a term of P V thus carries two roundings against the layout's key
+ * bf16_rn(v s), which the oracle and the other kernels multiply as it is: P s rounded here, and
+ * v s left unrounded where the key is rounded (up to 2^-8 relative per term, against the other
+ * kernels' 2^-9 for P alone). On short rows that can put an output element just past semantics.md
+ * 14.2's abs 1e-3 (one element in 10^6, sparse_decode_balanced at seed 9420608700364341393;
+ * docs/perf.md session 35 weighs the fixes).
  */
 #define AK_SDR_PW 4 /* producer warps: 16 keys of each tile */
 #define AK_SDR_NWG 3 /* consumer warpgroups: warpgroup c takes the tiles n with n % NWG == c */
