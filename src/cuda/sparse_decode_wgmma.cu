@@ -1308,12 +1308,11 @@ __device__ __forceinline__ bool ak_sdt_colmax(const float *s, float *m_run, floa
     return rescale;
 }
 
-/* P = 2^(s - m) into NB copies of P^T [head][key] (2 KB each, swizzled), copy b as bf16(P pw[hr][b])
-   for the thread's key rows hr; this thread's key sums into l_part. */
-template <int NH, int NB>
+/* P = 2^(s - m) into P^T [head][key] (2 KB, swizzled) as bf16(P pw[hr]) for the thread's key
+   rows hr; this thread's key sums into l_part. */
+template <int NH>
 __device__ __forceinline__ void ak_sdt_pwrite(const float *s, const float *m_use, const float *alpha,
-                                              const float (*pw)[NB], float *l_part, uint8_t *pt, int w, int g,
-                                              int c4) {
+                                              const float *pw, float *l_part, uint8_t *pt, int w, int g, int c4) {
 #pragma unroll
     for (int j = 0; j < NH / 8; j++)
 #pragma unroll
@@ -1326,9 +1325,7 @@ __device__ __forceinline__ void ak_sdt_pwrite(const float *s, const float *m_use
                 const float pv = ak_ex2(s[4 * j + 2 * hr + e] - m_use[c]);
                 sum += pv;
                 uint8_t *dst = pt + h * 128 + ((((key >> 3) ^ (h & 7))) << 4) + (key & 7) * 2;
-#pragma unroll
-                for (int bb = 0; bb < NB; bb++)
-                    *reinterpret_cast<__nv_bfloat16 *>(dst + bb * 2048) = __float2bfloat16_rn(pv * pw[hr][bb]);
+                *reinterpret_cast<__nv_bfloat16 *>(dst) = __float2bfloat16_rn(pv * pw[hr]);
             }
             l_part[c] = l_part[c] * alpha[c] + sum;
         }
@@ -1498,8 +1495,8 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
             }
         }
         /* P = 2^(s - m) rounded to bf16 into P^T [head][key] (swizzled); this thread's key sums */
-        const float pw[2][1] = {{prel}, {prel}};
-        ak_sdt_pwrite<NH, 1>(s, m_use, alpha, pw, l_part, pt, w, g, c4);
+        const float pw[2] = {prel, prel};
+        ak_sdt_pwrite<NH>(s, m_use, alpha, pw, l_part, pt, w, g, c4);
         if (__any_sync(0xffffffffu, rescale)) {
 #pragma unroll
             for (int mb = 0; mb < 8; mb++)
@@ -1591,17 +1588,18 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
  * are permuted, the same way in Q, so that a thread's A values of a key are adjacent bytes: in
  * scale block b lane c4 owns bytes 32 c4 .. + 31, its step q of the block bytes 4 q .. + 3; the
  * RoPE's step q is 16 c4 + 4 q.
- * O^T += V^T P'^T with V^T from registers too: e4m3 -> bf16 of v 2^-120 by moving its sign,
- * exponent and mantissa bits (exact; e4m3 subnormals become bf16 subnormals), and per scale block b
- * a copy of P'^T = bf16(P prel s_kb 2^64), so O carries 2^-56, undone with the row's factor (bf16
- * keeps fp32's range: P <= 2^8 under the lazy rescale, scales below 2^56). The rows of an O^T m-tile
- * lie in one scale block: m-tile 2 b + e, row 16 w + g + 8 hr is dim 128 b + 4 (8 w + g) + 2 e + hr.
- * With unrounded 656 scales a term of P V thus carries two roundings against the layout's key
- * bf16_rn(v s), which the oracle and the other kernels multiply as it is: P s rounded here, and
- * v s left unrounded where the key is rounded (up to 2^-8 relative per term, against the other
- * kernels' 2^-9 for P alone). On short rows that can put an output element just past semantics.md
- * 14.2's abs 1e-3 (one element in 10^6, sparse_decode_balanced at seed 9420608700364341393;
- * docs/perf.md session 35 weighs the fixes).
+ * O^T += V^T P'^T with V^T from registers too, each register two keys of one dim: for 656 the
+ * layout's key bf16_rn(float(v) s), converted again with the two keys' scales (x193); for
+ * per-tensor fp8 bf16 of v 2^-120 by moving its sign, exponent and mantissa bits (exact; e4m3
+ * subnormals become bf16 subnormals) with P'^T = bf16(P prel 2^64), so O carries 2^-56, undone with
+ * the row's factor (bf16 keeps fp32's range: P <= 2^8 under the lazy rescale). Until session 35
+ * 656 took the bit moves too, its scales folded into one copy of P'^T per scale block: a term then
+ * carried two roundings against the key (P s rounded, v s not rounded where the key is), up to
+ * 2^-8 against the other kernels' 2^-9, and short rows put about one output element in 10^6 past
+ * semantics.md 14.2's abs 1e-3 (sparse_decode_balanced, seeds 9420608700364341393 and 6383016270331786931).
+ * An invalid key's stage bytes are zeros (ak_sdr_produce), so its V row is zero, not a conversion
+ * of stale bytes. The rows of an O^T m-tile lie in one scale block: m-tile 2 b + e, row 16 w + g +
+ * 8 hr is dim 128 b + 4 (8 w + g) + 2 e + hr.
  */
 #define AK_SDR_PW 4 /* producer warps: 16 keys of each tile */
 #define AK_SDR_NWG 3 /* consumer warpgroups: warpgroup c takes the tiles n with n % NWG == c */
@@ -1622,10 +1620,9 @@ template <int LAYOUT> struct ak_sdr_map {
         PT = LAYOUT == AK_LAYOUT_MLA_FP8_PERTENSOR,
         CPY = ak_sd_geo<LAYOUT>::REC,
         STR = PT ? 592 : 656,         /* stage row stride: 16 or 80 bytes mod 128 (conflict-free loads) */
-        NPB = PT ? 1 : 4,             /* P'^T copies (656: one per scale block) */
         Q = 0,                        /* [9][16 heads][128 B] bf16, permuted columns, swizzled */
-        P = Q + 9 * 16 * 128,         /* [NWG][NPB][16 heads][128 B] bf16 P'^T, swizzled */
-        STAGE = P + AK_SDR_NWG * NPB * 2048, /* [NBUF][64 keys][STR] raw records */
+        P = Q + 9 * 16 * 128,         /* [NWG][16 heads][128 B] bf16 P'^T, swizzled */
+        STAGE = P + AK_SDR_NWG * 2048, /* [NBUF][64 keys][STR] raw records */
         VALID = STAGE + AK_SDR_NBUF * 64 * STR, /* [NBUF][4 warps] u16 validity bits */
         RED = VALID + AK_SDR_NBUF * 8,          /* [NWG][4 warps][16] f32 column max, then sums */
         ML = RED + AK_SDR_NWG * 4 * 16 * 4,     /* [NWG][16][2] f32 final max and sum per warpgroup */
@@ -1669,6 +1666,15 @@ __device__ __forceinline__ uint32_t ak_sdr_bf16_02(uint32_t x) {
 __device__ __forceinline__ uint32_t ak_sdr_bf16_13(uint32_t x) {
     return ((x >> 4) & 0x07f007f0u) | (x & 0x80008000u);
 }
+/* The e4m3 pair in half H of w, two keys' values of one dim -> bf16x2 of bf16_rn(float(v) s0),
+   bf16_rn(float(v) s1): the 656 key, as ak_sd_deq2 makes it with one scale. */
+template <int H> __device__ __forceinline__ uint32_t ak_sdr_deq2s(uint32_t w, float s0, float s1) {
+    uint32_t h;
+    if (H) asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %1;\ncvt.rn.f16x2.e4m3x2 %0, h;\n}\n" : "=r"(h) : "r"(w));
+    else asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %1;\ncvt.rn.f16x2.e4m3x2 %0, l;\n}\n" : "=r"(h) : "r"(w));
+    const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&h));
+    return ak_sd_pack_bf16(f.x * s0, f.y * s1);
+}
 
 template <int LAYOUT>
 __device__ __forceinline__ void ak_sdr_produce(const ak_sd_params &p, uint8_t *smem, int64_t r, int64_t i,
@@ -1694,9 +1700,14 @@ __device__ __forceinline__ void ak_sdr_produce(const ak_sd_params &p, uint8_t *s
         const uint32_t vm = __ballot_sync(0xffffffffu, ro >= 0);
         if (lane == 0) {
             *reinterpret_cast<uint16_t *>(smem + M::VALID + 8 * b + 2 * w) = (uint16_t)vm;
-            ak_mbar_arrive_tx(bar + 8 * f, (uint32_t)__popc(vm) * M::CPY); /* FULL[f] */
+            ak_mbar_arrive_tx(bar + 8 * f, 16u * M::CPY); /* FULL[f] */
         }
-        if (ro >= 0) ak_bulk_g2s_hint(stage + (uint32_t)((b * 64 + key) * M::STR), l.pool + ro, M::CPY, bar + 8 * f, pol);
+        /* an invalid key copies zeros (spread over ak_sdx_zero's blocks, as ak_sdx_copy does), so
+           the consumers' exact V conversion never meets stale bytes */
+        if (lane < 16)
+            ak_bulk_g2s_hint(stage + (uint32_t)((b * 64 + key) * M::STR),
+                             ro >= 0 ? l.pool + ro : ak_sdx_zero + ((uint32_t)(w * 16 + lane) + 64u * blockIdx.x) % AK_SDX_ZBLK * 1024,
+                             M::CPY, bar + 8 * f, pol);
         t = tn;
         slot = sn;
         ok = okn;
@@ -1706,7 +1717,7 @@ __device__ __forceinline__ void ak_sdr_produce(const ak_sd_params &p, uint8_t *s
 template <int LAYOUT, int ORD>
 __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_params p) {
     typedef ak_sdr_map<LAYOUT> M;
-    enum { PT = M::PT, NB = M::NPB };
+    enum { PT = M::PT };
     extern __shared__ __align__(16) uint8_t smem_raw[];
     uint8_t *smem = smem_raw + ((1024u - (ak_smem_addr(smem_raw) & 1023u)) & 1023u);
     const uint32_t bar = ak_smem_addr(smem + M::BAR);
@@ -1736,7 +1747,7 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
     ak_setmaxnreg_inc<AK_SDR_CREG>();
     const int ct = tid - 32 * AK_SDR_PW, w = (ct >> 5) & 3, g = lane >> 2, c4 = lane & 3;
     const int wg = __shfl_sync(0xffffffffu, ct >> 7, 0); /* warp-uniform: the descriptors stay uniform */
-    uint8_t *qs = smem + M::Q, *pt = smem + M::P + wg * NB * 2048;
+    uint8_t *qs = smem + M::Q, *pt = smem + M::P + wg * 2048;
     float *red = reinterpret_cast<float *>(smem + M::RED) + wg * 64;
     const uint32_t mbar = bar + 8 * (AK_SDR_NFULL + AK_SDR_NBUF);
     ak_sdr_load_q(p, qs, r, i, h0, ct);
@@ -1838,13 +1849,12 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
         /* column max over the warpgroup's 64 keys; lazy rescale per head */
         float alpha[4], m_use[4];
         const bool rescale = ak_sdt_colmax<16>(s, m_run, m_use, alpha, red, w, g, c4, bar1);
-        /* P'^T [block][head][key] = bf16(P prel s_kb 2^64); invalid keys 0 (their bytes are stale) */
-        float pw[2][NB];
+        /* P'^T [head][key] = bf16(P prel) (per-tensor: times 2^64, V's bit moves carry 2^-120);
+           invalid keys 0 */
+        float pw[2];
 #pragma unroll
-        for (int hr = 0; hr < 2; hr++)
-#pragma unroll
-            for (int bb = 0; bb < NB; bb++) pw[hr][bb] = kv[hr] ? prel * sc[hr][bb] * 0x1p64f : 0.0f;
-        ak_sdt_pwrite<16, NB>(s, m_use, alpha, pw, l_part, pt, w, g, c4);
+        for (int hr = 0; hr < 2; hr++) pw[hr] = kv[hr] ? prel * (PT ? 0x1p64f : 1.0f) : 0.0f;
+        ak_sdt_pwrite<16>(s, m_use, alpha, pw, l_part, pt, w, g, c4);
         if (__any_sync(0xffffffffu, rescale)) {
 #pragma unroll
             for (int mb = 0; mb < 8; mb++)
@@ -1866,18 +1876,30 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
             for (int bl = 0; bl < 2; bl++) {
                 const int blk = 2 * hb + bl;
                 uint32_t x[4];
+                float sk[4]; /* the four keys' scales of this block (656) */
 #pragma unroll
-                for (int j = 0; j < 4; j++)
-                    x[j] = *reinterpret_cast<const uint32_t *>(st + (kb + (j & 1) + 8 * (j >> 1)) * M::STR +
-                                                               128 * blk + 4 * (8 * w + g));
+                for (int j = 0; j < 4; j++) {
+                    const uint8_t *rec = st + (kb + (j & 1) + 8 * (j >> 1)) * M::STR;
+                    x[j] = *reinterpret_cast<const uint32_t *>(rec + 128 * blk + 4 * (8 * w + g));
+                    if (!PT) sk[j] = *reinterpret_cast<const float *>(rec + 512 + 4 * blk);
+                }
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
-                    const uint32_t sel = e ? 0x7632u : 0x5410u;
-                    const uint32_t lo = __byte_perm(x[0], x[1], sel), hi = __byte_perm(x[2], x[3], sel);
-                    a[2 * bl + e][0] = ak_sdr_bf16_02(lo);
-                    a[2 * bl + e][1] = ak_sdr_bf16_13(lo);
-                    a[2 * bl + e][2] = ak_sdr_bf16_02(hi);
-                    a[2 * bl + e][3] = ak_sdr_bf16_13(hi);
+                    if (PT) { /* bytes (key, dim) 01 of each key; the bit moves pair the keys */
+                        const uint32_t sel = e ? 0x7632u : 0x5410u;
+                        const uint32_t lo = __byte_perm(x[0], x[1], sel), hi = __byte_perm(x[2], x[3], sel);
+                        a[2 * bl + e][0] = ak_sdr_bf16_02(lo);
+                        a[2 * bl + e][1] = ak_sdr_bf16_13(lo);
+                        a[2 * bl + e][2] = ak_sdr_bf16_02(hi);
+                        a[2 * bl + e][3] = ak_sdr_bf16_13(hi);
+                    } else { /* the two keys' bytes of a dim adjacent, for one conversion */
+                        const uint32_t sel = e ? 0x7362u : 0x5140u;
+                        const uint32_t lo = __byte_perm(x[0], x[1], sel), hi = __byte_perm(x[2], x[3], sel);
+                        a[2 * bl + e][0] = ak_sdr_deq2s<0>(lo, sk[0], sk[1]);
+                        a[2 * bl + e][1] = ak_sdr_deq2s<1>(lo, sk[0], sk[1]);
+                        a[2 * bl + e][2] = ak_sdr_deq2s<0>(hi, sk[2], sk[3]);
+                        a[2 * bl + e][3] = ak_sdr_deq2s<1>(hi, sk[2], sk[3]);
+                    }
                 }
             }
             if (kh == 7) ak_mbar_arrive(bar + 8 * (AK_SDR_NFULL + b)); /* EMPTY[b]: the tile's last raw bytes are read */
@@ -1885,7 +1907,7 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
 #pragma unroll
             for (int m = 0; m < 4; m++) {
                 const int mb = 4 * hb + m;
-                ak_wgmma_m64n16k16_rs(o[mb], a[m], dp0 + (((NB == 4 ? (mb >> 1) : 0) * 2048 + kc * 32) >> 4), 1);
+                ak_wgmma_m64n16k16_rs(o[mb], a[m], dp0 + ((kc * 32) >> 4), 1);
             }
             ak_wgmma_commit();
             ak_wgmma_wait<1>();
@@ -1917,7 +1939,7 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
     ak_mbar_wait(mbar, 0);
     /* Per head: the merged max, sum and lse (the warpgroups' terms in order: the same bits every
        run), each warpgroup's O^T column times its factor (ak_sd_row_scale; per-tensor fp8: times
-       ak_sd_kscale::ref; 2^56 undoes P' and V's factors) -> shared [wg][head][dim] f32, then rows
+       ak_sd_kscale::ref and 2^56, which undoes P' and V's factors) -> shared [wg][head][dim] f32, then rows
        out in 16-byte pieces, the NWG terms summed in a fixed order. */
     float *os = reinterpret_cast<float *>(smem + M::STAGE);
     float lse[4], am = 0.0f;
@@ -1931,7 +1953,7 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
         float lt = 0.0f;
 #pragma unroll
         for (int k = 0; k < AK_SDR_NWG; k++) lt += ml[(16 * k + hl) * 2 + 1] * ak_ex2(ml[(16 * k + hl) * 2] - mu);
-        const float f = ak_sd_row_scale(p, pslot >= 0, mt, lt, h, 1.0f, lse[c]) * kq.ref * 0x1p56f * ak_ex2(m_run[c] - mu);
+        const float f = ak_sd_row_scale(p, pslot >= 0, mt, lt, h, 1.0f, lse[c]) * kq.ref * (PT ? 0x1p56f : 1.0f) * ak_ex2(m_run[c] - mu);
         float a = 0.0f;
 #pragma unroll
         for (int mb = 0; mb < 8; mb++)
