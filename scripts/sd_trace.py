@@ -376,25 +376,21 @@ rep('''                                          gw == 0 && c4 == 0);
     __syncthreads();
     TM(19);
 }''')
-rep('''    __shared__ float red[512 / DPT / 32];
-    const int64_t row = blockIdx.x;
-''', '''    __shared__ float red[512 / DPT / 32];
-    const int64_t row = blockIdx.x;
+rep('''    const int64_t row = blockIdx.x;
+''', '''    const int64_t row = blockIdx.x;
     TC(0);
 ''')
 rep('''    ak_grid_dep_wait(); /* the main kernel's partial rows''', '''    ak_grid_dep_wait();
     TC(1); /* the main kernel's partial rows''')
-rep('''    for (int k = 1; k < NW; k++) mx = fmaxf(mx, red[k]);
-    __syncthreads();
-''', '''    for (int k = 1; k < NW; k++) mx = fmaxf(mx, red[k]);
-    __syncthreads();
+rep('''    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    float sum = 0.0f;
+''', '''    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
     TCV(3, mx);
+    float sum = 0.0f;
 ''')
-rep('''        wsm[s] = s >= splits || wsm[s] == -INFINITY ? 0.0f : exp2f(wsm[s] - lse2) * fac[s];
-    __syncthreads();
-''', '''        wsm[s] = s >= splits || wsm[s] == -INFINITY ? 0.0f : exp2f(wsm[s] - lse2) * fac[s];
-    __syncthreads();
-    TC(4);
+rep('''    float w = ak_sd_combine_weight(li, lse2); /* split lane's, then lane + 32's from s0 = 32 on */
+''', '''    float w = ak_sd_combine_weight(li, lse2); /* split lane's, then lane + 32's from s0 = 32 on */
+    TCV(4, w);
     TCV(5, __uint_as_float(v[CH - 1][0]));
 ''')
 rep('''                ak_sd_pack_bf16(acc[2 * e] * f, acc[2 * e + 1] * f);
@@ -467,10 +463,12 @@ rep('''        ak_mbar_wait(bar + 8 * (AK_SDR_NFULL + b), ((n / AK_SDR_NBUF) & 1
     '''        if (w == 0 && lane == 0) TR3(0, n);
         ak_mbar_wait(bar + 8 * (AK_SDR_NFULL + b), ((n / AK_SDR_NBUF) & 1) ^ 1); /* EMPTY[b] */
         if (w == 0 && lane == 0) TR3(1, n);''')
-rep('''        if (ro >= 0) ak_bulk_g2s_hint(stage + (uint32_t)((b * 64 + key) * M::STR), l.pool + ro, M::CPY, bar + 8 * f, pol);''',
-    '''        if (ro >= 0) ak_bulk_g2s_hint(stage + (uint32_t)((b * 64 + key) * M::STR), l.pool + ro, M::CPY, bar + 8 * f, pol);
+rep('''                             M::CPY, bar + 8 * f, pol);
+        t = tn;''',
+    '''                             M::CPY, bar + 8 * f, pol);
         __syncwarp();
-        if (w == 0 && lane == 0) TR3(2, n);''')
+        if (w == 0 && lane == 0) TR3(2, n);
+        t = tn;''')
 rep('''    ak_sdr_load_q(p, qs, r, i, h0, ct);''', '''    if (ct == 0) TR3(11, 0);
     ak_sdr_load_q(p, qs, r, i, h0, ct);''')
 rep('''        ak_mbar_wait(bar + 8 * (n % AK_SDR_NFULL), (n / AK_SDR_NFULL) & 1); /* FULL[n % NFULL] */
