@@ -822,6 +822,20 @@ extern "C" ak_status ak_cuda_mla_decode_workspace_size(ak_context *ctx, const ak
     return AK_OK;
 }
 
+/* Sorts key[0 .. m - 1] ascending in shared memory (m a power of two), a bitonic network over the
+   CTA's threads; every thread calls it, and it ends on a barrier. */
+__device__ void ak_sd_bitonic_sort(uint32_t *key, int m) {
+    for (int size = 2; size <= m; size <<= 1)
+        for (int stride = size >> 1; stride > 0; stride >>= 1) {
+            for (int t = (int)threadIdx.x; t < m / 2; t += (int)blockDim.x) {
+                const int lo = 2 * t - (t & (stride - 1)), hi = lo + stride;
+                const uint32_t x = key[lo], y = key[hi];
+                if ((x > y) == ((lo & size) == 0)) key[lo] = y, key[hi] = x;
+            }
+            __syncthreads();
+        }
+}
+
 /* The token rows of a p.lpt call, longest first (tiles inside the lengths, descending; then the
    row index), into rows[0 .. b s_q - 1] for the main kernel's CTAs (ak_sd_lpt_take). The hardware
    starts CTAs in blockIdx order, so the longest rows run in the first wave and the short ones fill
@@ -850,15 +864,7 @@ __global__ void __launch_bounds__(1024) ak_sd_lpt_order(const ak_sd_params p, in
         for (int k = (int)threadIdx.x; k < n; k += (int)blockDim.x) rows[k] = k;
         return;
     }
-    for (int size = 2; size <= m; size <<= 1)
-        for (int stride = size >> 1; stride > 0; stride >>= 1) {
-            for (int t = (int)threadIdx.x; t < m / 2; t += (int)blockDim.x) {
-                const int lo = 2 * t - (t & (stride - 1)), hi = lo + stride;
-                const uint32_t x = key[lo], y = key[hi];
-                if ((x > y) == ((lo & size) == 0)) key[lo] = y, key[hi] = x;
-            }
-            __syncthreads();
-        }
+    ak_sd_bitonic_sort(key, m);
     for (int k = (int)threadIdx.x; k < n; k += (int)blockDim.x) rows[k] = (int32_t)(key[k] & 0xfffu);
 }
 
@@ -1014,15 +1020,7 @@ __global__ void __launch_bounds__(1024) ak_sd_balance(const ak_sd_params p, int4
         }
     }
     __syncthreads();
-    for (int size = 2; order && size <= m; size <<= 1)
-        for (int stride = size >> 1; stride > 0; stride >>= 1) {
-            for (int t = tid; t < m / 2; t += (int)blockDim.x) {
-                const int lo = 2 * t - (t & (stride - 1)), hi = lo + stride;
-                const uint32_t x = key[lo], y = key[hi];
-                if ((x > y) == ((lo & size) == 0)) key[lo] = y, key[hi] = x;
-            }
-            __syncthreads();
-        }
+    if (order) ak_sd_bitonic_sort(key, m);
     for (int k = tid; k < n; k += (int)blockDim.x) {
         const int nr = ((info[k] >> 24) & 31) + 1;
         pos[k] = ((info[key[k] & 0xfffu] >> 24) & 31) + 1;

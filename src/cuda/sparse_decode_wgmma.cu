@@ -1666,15 +1666,6 @@ __device__ __forceinline__ uint32_t ak_sdr_bf16_02(uint32_t x) {
 __device__ __forceinline__ uint32_t ak_sdr_bf16_13(uint32_t x) {
     return ((x >> 4) & 0x07f007f0u) | (x & 0x80008000u);
 }
-/* The e4m3 pair in half H of w, two keys' values of one dim -> bf16x2 of bf16_rn(float(v) s0),
-   bf16_rn(float(v) s1): the 656 key, as ak_sd_deq2 makes it with one scale. */
-template <int H> __device__ __forceinline__ uint32_t ak_sdr_deq2s(uint32_t w, float s0, float s1) {
-    uint32_t h;
-    if (H) asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %1;\ncvt.rn.f16x2.e4m3x2 %0, h;\n}\n" : "=r"(h) : "r"(w));
-    else asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %1;\ncvt.rn.f16x2.e4m3x2 %0, l;\n}\n" : "=r"(h) : "r"(w));
-    const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&h));
-    return ak_sd_pack_bf16(f.x * s0, f.y * s1);
-}
 
 template <int LAYOUT>
 __device__ __forceinline__ void ak_sdr_produce(const ak_sd_params &p, uint8_t *smem, int64_t r, int64_t i,
@@ -1895,10 +1886,10 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
                     } else { /* the two keys' bytes of a dim adjacent, for one conversion */
                         const uint32_t sel = e ? 0x7362u : 0x5140u;
                         const uint32_t lo = __byte_perm(x[0], x[1], sel), hi = __byte_perm(x[2], x[3], sel);
-                        a[2 * bl + e][0] = ak_sdr_deq2s<0>(lo, sk[0], sk[1]);
-                        a[2 * bl + e][1] = ak_sdr_deq2s<1>(lo, sk[0], sk[1]);
-                        a[2 * bl + e][2] = ak_sdr_deq2s<0>(hi, sk[2], sk[3]);
-                        a[2 * bl + e][3] = ak_sdr_deq2s<1>(hi, sk[2], sk[3]);
+                        a[2 * bl + e][0] = ak_sd_deq2s<0>(lo, sk[0], sk[1]);
+                        a[2 * bl + e][1] = ak_sd_deq2s<1>(lo, sk[0], sk[1]);
+                        a[2 * bl + e][2] = ak_sd_deq2s<0>(hi, sk[2], sk[3]);
+                        a[2 * bl + e][3] = ak_sd_deq2s<1>(hi, sk[2], sk[3]);
                     }
                 }
             }
