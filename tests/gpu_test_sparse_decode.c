@@ -345,8 +345,6 @@ static void sd_compare(const char *what, const void *out, int f32, const float *
     free(rd);
 }
 
-/* One case; graph = 1 also captures the GPU call in a CUDA graph and replays it with new indices
-   and lengths written into the captured buffers. */
 /* The GPU's lse (nl floats at dlse: a view [b, s_q, h_q] of strides l0, l1, l2) -> lse packed as
    [b, s_q, h_q]; every float outside the view must still hold the 0xff poison. */
 static void sd_lse_read(const char *what, float *lse, float *hl, const void *dlse, int64_t nl, int64_t b,
@@ -371,6 +369,8 @@ static void sd_lse_read(const char *what, float *lse, float *hl, const void *dls
     free(in_view);
 }
 
+/* One case; graph = 1 also captures the GPU call in a CUDA graph and replays it with new indices
+   and lengths written into the captured buffers. */
 static void sd_run_case(ak_context *cpu, ak_context *gpu, const sd_case *cs, ak_rng *r, int graph) {
     const int dqk = cs->layout == AK_LAYOUT_DSV4_FP8_UE8M0 ? 512 : 576;
     const int64_t b = cs->b, s_q = cs->s_q, h_q = cs->h_q, topk = cs->topk, etopk = cs->etopk;

@@ -671,7 +671,7 @@ __global__ void __launch_bounds__(256) ak_sd_bal_combine(const ak_sd_params p) {
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
         const float lse2 = mx != -INFINITY ? mx + log2f(sum) : -INFINITY;
-        const float w = li.x != -INFINITY && mx != -INFINITY ? exp2f(li.x - lse2) * li.y : 0.0f;
+        const float w = ak_sd_combine_weight(li, lse2);
         float acc[16];
 #pragma unroll
         for (int d = 0; d < 16; d++) acc[d] = 0.0f;
