@@ -151,6 +151,18 @@ __device__ __forceinline__ void ak_wgmma_m64n16k16_rs(float *d, const uint32_t *
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
 }
 
+/* D[64x32] (+)= A[64x16] B[16x32]: bf16 A from registers (the wgmma A fragment), B from shared
+   memory K-major, f32 accumulators (16 per thread). */
+__device__ __forceinline__ void ak_wgmma_m64n32k16_rs(float *d, const uint32_t *a, uint64_t db, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+                 "}, {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+}
+
 /* Waits until at most N committed wgmma groups of this warpgroup are pending (groups complete in
    commit order). */
 template <int N> __device__ __forceinline__ void ak_wgmma_wait(void) {
