@@ -118,16 +118,21 @@ __device__ __forceinline__ void ak_wgmma_m64n64k16_ss(float *d, uint64_t da, uin
                  : "l"(da), "l"(db), "r"(scale_d));
 }
 
+/* The 16 f32 accumulators of an m64n32 D fragment: operand list and constraints (d a float[16]). */
+#define AK_WGMMA_D16_REGS "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+#define AK_WGMMA_D16_OUT(d) \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+
 /* D[64x32] (+)= A[64x16] B[16x32]: as ak_wgmma_m64n64k16_ss with 32 columns (16 f32 per thread);
    TA 1 reads A MN-major (transpose bit set: its 64 rows are contiguous in memory), B stays K-major. */
 template <int TA>
 __device__ __forceinline__ void ak_wgmma_m64n32k16_ss(float *d, uint64_t da, uint64_t db, int scale_d) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
-                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+                 AK_WGMMA_D16_REGS
                  "}, %16, %17, p, 1, 1, %19, 0;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+                 : AK_WGMMA_D16_OUT(d)
                  : "l"(da), "l"(db), "r"(scale_d), "n"(TA));
 }
 
@@ -156,10 +161,9 @@ __device__ __forceinline__ void ak_wgmma_m64n16k16_rs(float *d, const uint32_t *
 __device__ __forceinline__ void ak_wgmma_m64n32k16_rs(float *d, const uint32_t *a, uint64_t db, int scale_d) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
-                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+                 AK_WGMMA_D16_REGS
                  "}, {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+                 : AK_WGMMA_D16_OUT(d)
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
 }
 
