@@ -238,7 +238,7 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
     const int n_tiles = p.list[0].tiles + p.list[1].tiles, nt0 = p.list[0].tiles;
     int t_begin, t_end;
     ak_sd_split_range(split, n_tiles, p.splits, t_begin, t_end);
-    const int pslot = p.splits > 1 ? (int)(split * ((int64_t)p.b * p.s_q) + ri) : -1; /* ak_sd_part_row */
+    const int pslot = ak_sd_split_slot(p, split, ri);
     ak_sd_prefetch_q<16 * MW, DQK>(p, r, i, h0, tid);
 
     /* A programmatic dependent launch: the work above reads only parameters and runs while the

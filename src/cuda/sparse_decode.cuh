@@ -215,6 +215,12 @@ __device__ __forceinline__ void ak_sd_prefetch_q(const ak_sd_params &p, int64_t 
         ak_bulk_prefetch_l2(p.q + r * p.q_s0 + i * p.q_s1 + (int64_t)(h0 + t) * p.q_s2, DQK * 2);
 }
 
+/* Partial slot of split `split` of token row ri (r s_q + i), or -1 with one split (the CTA writes
+   the output rows). */
+__device__ __forceinline__ int ak_sd_split_slot(const ak_sd_params &p, int split, int64_t ri) {
+    return p.splits > 1 ? (int)(split * ((int64_t)p.b * p.s_q) + ri) : -1;
+}
+
 /* Row index of head h in partial slot `pslot` of the workspace (a CTA's slot: split s of token row
    ri is s b s_q + ri, a balanced call's pieces take the slots ak_sd_balance gave them). */
 __device__ __forceinline__ int64_t ak_sd_part_row(const ak_sd_params &p, int pslot, int h) {

@@ -243,7 +243,7 @@ __device__ __forceinline__ void ak_sdw_cta(const ak_sd_params &p, int nh, int &h
     h0 = (int)(cta % p.htiles) * nh;
     ri = cta / p.htiles;
     ak_sd_split_range(split, p.list[0].tiles + p.list[1].tiles, p.splits, t0, t1);
-    pslot = p.splits > 1 ? (int)(split * ((int64_t)p.b * p.s_q) + ri) : -1;
+    pslot = ak_sd_split_slot(p, split, ri);
 }
 
 /* Dims src .. src + 7 of a q row, as bf16 pairs: one 16-byte load where q rows are 16-byte aligned. */
@@ -579,7 +579,8 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
 
     ak_grid_dep_launch(); /* the next kernel may start its CTAs during this epilogue */
     /* the static instance's slot made again here rather than kept through the loop (4 bytes of it
-       spilled in the V4 instance), its branch on a parameter */
+       spilled in the V4 instance), its branch on a parameter; ak_sd_split_slot's expression written
+       out with the split unsigned, since its int split changes this kernel's code, unmeasured */
     if (ORD != AK_SD_ORD_BAL) pslot = p.splits > 1 ? (int)((blockIdx.x % p.splits) * ((int64_t)p.b * p.s_q) + r * p.s_q + i) : -1;
     const bool part = ORD == AK_SD_ORD_BAL ? pslot >= 0 : p.splits > 1;
     if (!part && p.out_bulk) { /* (partial rows by bulk copy measured 0.8 us slower at V4 b 8: x53) */
