@@ -1147,6 +1147,8 @@ AK_TEST(cuda_write_gather_graph_capture) {
     down(eager, out.d.data, (size_t)(n * 576) * 4);
     cudaMemset(p.d.data, 0, (size_t)p.bytes);
     cudaMemset(out.d.data, 0, (size_t)(n * 576) * 4);
+    /* the clears ran on the legacy stream, which the non-blocking stream below does not wait for */
+    CHECK(cudaDeviceSynchronize() == cudaSuccess);
     cudaStream_t stream;
     cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
     CHECK_STATUS(ak_context_set_stream(g_gpu, stream), AK_OK);

@@ -596,6 +596,9 @@ static void sd_run_case(ak_context *cpu, ak_context *gpu, const sd_case *cs, ak_
             sd_upload(io.delen, io.elen, 4 * (size_t)nlen);
             CHECK(cudaMemset(dout, 0xff, (size_t)nrow * 512 * osz) == cudaSuccess);
             CHECK(cudaMemset(dlse, 0xff, (size_t)nl * 4) == cudaSuccess);
+            /* the uploads and the poison ran on the legacy stream, which the non-blocking st does
+               not wait for: unordered, the poison could land after the replay's rows (session 39) */
+            CHECK(cudaDeviceSynchronize() == cudaSuccess);
             CHECK(cudaGraphLaunch(ge, st) == cudaSuccess);
             CHECK(cudaStreamSynchronize(st) == cudaSuccess);
             CHECK(cudaMemcpy(hout, dout, (size_t)nrow * 512 * osz, cudaMemcpyDeviceToHost) == cudaSuccess);

@@ -186,6 +186,8 @@ extern "C" ak_status ak_bench_cuda_time(ak_context *ctx, ak_bench_case *c, int32
     BENCH_CU(cudaEventCreate(&b));
     double t[50];
     int n = 0;
+    /* the case's uploads ran on the legacy stream, which the non-blocking s does not wait for */
+    BENCH_CU(cudaDeviceSynchronize());
     for (int w = 0; w < 5; w++) AK_TRY(c->run(ctx, c->state));
     BENCH_CU(cudaStreamSynchronize(s));
     if (!c->graph) {
