@@ -1145,12 +1145,12 @@ AK_TEST(cuda_write_gather_graph_capture) {
     CHECK_STATUS(ak_cache_gather(g_gpu, &p.d, &st.d, &out.d, NULL), AK_OK);
     float *eager = (float *)malloc((size_t)(n * 576) * 4), *replay = (float *)malloc((size_t)(n * 576) * 4);
     down(eager, out.d.data, (size_t)(n * 576) * 4);
-    cudaMemset(p.d.data, 0, (size_t)p.bytes);
-    cudaMemset(out.d.data, 0, (size_t)(n * 576) * 4);
+    CHECK(cudaMemset(p.d.data, 0, (size_t)p.bytes) == cudaSuccess);
+    CHECK(cudaMemset(out.d.data, 0, (size_t)(n * 576) * 4) == cudaSuccess);
     /* the clears ran on the legacy stream, which the non-blocking stream below does not wait for */
     CHECK(cudaDeviceSynchronize() == cudaSuccess);
     cudaStream_t stream;
-    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
     CHECK_STATUS(ak_context_set_stream(g_gpu, stream), AK_OK);
     cudaGraph_t graph = NULL;
     cudaGraphExec_t exec = NULL;
