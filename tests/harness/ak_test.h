@@ -9,8 +9,9 @@
  * "N passed, N failed" (", N skipped" appended when some were skipped). Exit status: 0 if nothing
  * failed; 77 if every test was skipped (CTest reports it as skipped); 1 otherwise.
  *
- * Random inputs: ak_rng seeded from AK_TEST_SEED when set, else from the clock; the seed is
- * printed first so a failure can be replayed.
+ * Random inputs: ak_rng seeded from AK_TEST_SEED when set, else from the clock and the process
+ * (so tests started together draw different inputs); the seed is printed first so a failure can be
+ * replayed.
  */
 #ifndef AK_TEST_H
 #define AK_TEST_H
