@@ -112,8 +112,42 @@ static void do_gemm(void *p) {
                  CUBLAS_GEMM_DEFAULT);
 }
 
+/* The SM clock right after a timed sample: one thread counts SM cycles between two ticks of
+   %globaltimer 50 us apart and stores [cycles, ns] at out. Both ends wait for a tick, since the
+   timer advances in 32-64 ns steps and a window opened inside a step is shorter than its ns say.
+   On an idle H100 it reads 1979-1981 MHz (1980 stated; a 1 s window agrees with the host clock to
+   0.04%). These kernels hold an H100 above its 700 W limit and its firmware lowers the clock
+   within ~100 ms (session 40: to 1740-1900 MHz), so a median time is read next to the clock it
+   ran at. After some memory-bound cases it reads up to ~5% above the stated maximum, which is
+   not explained. */
+__global__ void bench_sm_clock(unsigned long long *out) {
+    unsigned long long t, t0, t1;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    } while (t0 == t);
+    const long long c0 = clock64();
+    do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
+    } while (t1 - t0 < 50000ull);
+    out[0] = (unsigned long long)(clock64() - c0);
+    out[1] = t1 - t0;
+}
+
+/* Median of n clock probes ([cycles, ns] pairs in device memory) in MHz. */
+static ak_status sm_clock_median(const unsigned long long *dev, int n, double *mhz) {
+    unsigned long long h[2 * 64];
+    double f[64];
+    if (n > 64) n = 64;
+    BENCH_CU(cudaMemcpy(h, dev, sizeof(unsigned long long) * 2 * (size_t)n, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < n; i++) f[i] = h[2 * i + 1] ? 1e3 * (double)h[2 * i] / (double)h[2 * i + 1] : 0.0;
+    double mn, rsd;
+    ak_bench_stats(f, n, mhz, &mn, &rsd);
+    return AK_OK;
+}
+
 extern "C" ak_status ak_bench_cuda_ceilings(ak_context *ctx, int32_t quick, double *copy_Bps,
-                                            double *gemm_flops) {
+                                            double *gemm_flops, double *gemm_mhz) {
     cudaStream_t s = (cudaStream_t)ctx->stream;
     /* copy: 4 GiB fp32 buffer device to device (read + write counted), median of 20 after 3 */
     size_t bytes = quick ? ((size_t)512 << 20) : ((size_t)4 << 30);
@@ -149,7 +183,17 @@ extern "C" ak_status ak_bench_cuda_ceilings(ak_context *ctx, int32_t quick, doub
     ga.c = c;
     ga.n = n;
     for (int i = 0; i < 3; i++) do_gemm(&ga);
-    for (int i = 0; i < 20; i++) AK_TRY(time_events(s, 1, &t[i], do_gemm, &ga));
+    unsigned long long *clk = NULL; /* [20][2] clock probes, one after each GEMM */
+    BENCH_CU(cudaMalloc(&clk, sizeof(unsigned long long) * 2 * 20));
+    for (int i = 0; i < 20; i++) {
+        AK_TRY(time_events(s, 1, &t[i], do_gemm, &ga));
+        bench_sm_clock<<<1, 1, 0, s>>>(clk + 2 * i);
+        BENCH_CU(cudaGetLastError());
+    }
+    BENCH_CU(cudaStreamSynchronize(s));
+    ak_status st = sm_clock_median(clk, 20, gemm_mhz);
+    cudaFree(clk);
+    AK_TRY(st);
     ak_bench_stats(t, 20, &med, &mn, &rsd);
     *gemm_flops = 2.0 * (double)n * n * n / med;
     cublasDestroy(ga.h);
@@ -179,13 +223,15 @@ __global__ void bench_hold(unsigned long long ns) {
 
 extern "C" ak_status ak_bench_cuda_time(ak_context *ctx, ak_bench_case *c, int32_t quick,
                                         double *median_s, double *min_s, double *rsd,
-                                        int32_t *samples) {
+                                        int32_t *samples, double *sm_mhz) {
     cudaStream_t s = (cudaStream_t)ctx->stream;
     cudaEvent_t a, b;
     BENCH_CU(cudaEventCreate(&a));
     BENCH_CU(cudaEventCreate(&b));
     double t[50];
     int n = 0;
+    unsigned long long *clk = NULL; /* [50][2] clock probes, one after each sample */
+    BENCH_CU(cudaMalloc(&clk, sizeof(unsigned long long) * 2 * 50));
     /* the case's uploads ran on the legacy stream, which the non-blocking s does not wait for */
     BENCH_CU(cudaDeviceSynchronize());
     for (int w = 0; w < 5; w++) AK_TRY(c->run(ctx, c->state));
@@ -198,6 +244,8 @@ extern "C" ak_status ak_bench_cuda_time(ak_context *ctx, ak_bench_case *c, int32
             BENCH_CU(cudaEventRecord(a, s));
             AK_TRY(c->run(ctx, c->state));
             BENCH_CU(cudaEventRecord(b, s));
+            bench_sm_clock<<<1, 1, 0, s>>>(clk + 2 * n);
+            BENCH_CU(cudaGetLastError());
             BENCH_CU(cudaEventSynchronize(b));
             float ms;
             BENCH_CU(cudaEventElapsedTime(&ms, a, b));
@@ -221,6 +269,8 @@ extern "C" ak_status ak_bench_cuda_time(ak_context *ctx, ak_bench_case *c, int32
             BENCH_CU(cudaEventRecord(a, s));
             BENCH_CU(cudaGraphLaunch(ge, s));
             BENCH_CU(cudaEventRecord(b, s));
+            bench_sm_clock<<<1, 1, 0, s>>>(clk + 2 * n);
+            BENCH_CU(cudaGetLastError());
             BENCH_CU(cudaEventSynchronize(b));
             float ms;
             BENCH_CU(cudaEventElapsedTime(&ms, a, b));
@@ -231,6 +281,10 @@ extern "C" ak_status ak_bench_cuda_time(ak_context *ctx, ak_bench_case *c, int32
     }
     cudaEventDestroy(a);
     cudaEventDestroy(b);
+    BENCH_CU(cudaStreamSynchronize(s));
+    ak_status st = sm_clock_median(clk, n, sm_mhz);
+    cudaFree(clk);
+    AK_TRY(st);
     ak_bench_stats(t, n, median_s, min_s, rsd);
     *samples = n;
     return AK_OK;

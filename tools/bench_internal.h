@@ -26,10 +26,11 @@ ak_status ak_bench_cpu_ceilings(ak_context *ctx, int32_t quick, double *copy_Bps
 ak_status ak_bench_cuda_setup(ak_context *ctx, void **stream);  /* a non-default stream */
 void ak_bench_cuda_teardown(ak_context *ctx, void *stream);
 ak_status ak_bench_cuda_ceilings(ak_context *ctx, int32_t quick, double *copy_Bps,
-                                 double *gemm_flops);
-/* Events around one call (graph = 0) or replay of a captured graph of 20 calls (graph = 1). */
+                                 double *gemm_flops, double *gemm_mhz); /* gemm_mhz: SM clock */
+/* Events around one call (graph = 0) or replay of a captured graph of 20 calls (graph = 1);
+   sm_mhz: the median SM clock measured right after each sample. */
 ak_status ak_bench_cuda_time(ak_context *ctx, ak_bench_case *c, int32_t quick, double *median_s,
-                             double *min_s, double *rsd, int32_t *samples);
+                             double *min_s, double *rsd, int32_t *samples, double *sm_mhz);
 /* Random normal bf16 (sigma, clamped) into n elements of device memory, on ctx's stream. */
 ak_status ak_bench_cuda_fill_normal_bf16(ak_context *ctx, void *dst, int64_t n, double sigma,
                                          double clamp, uint64_t seed);

@@ -17,7 +17,8 @@ static void usage(FILE *f) {
             "Times each op case: median of >= 30 calls after warm-up (CPU: wall clock; CUDA: events\n"
             "around one call, decode-path ops by replaying a CUDA graph of 20 calls), on random data\n"
             "larger than L2. Reports us, TFLOPS, GB/s (KV bytes and total bytes) and %% of the copy\n"
-            "bandwidth and GEMM rate measured at start-up in the same run.\n"
+            "bandwidth and GEMM rate measured at start-up in the same run; on CUDA also the SM clock\n"
+            "measured right after each sample (median), which a card above its power limit lowers.\n"
             "  --op NAMES   comma list of op names (default: all)\n"
             "  --model M    dsv3, dsv32, dsv4-flash, dsv4-pro, llama3-8b (default: each family's shapes)\n"
             "  --quick      smaller shapes and fewer samples (smoke runs)\n"
@@ -75,13 +76,13 @@ int ak_cmd_bench(int argc, char **argv) {
     int cuda = ak_context_backend(ctx) == AK_BACKEND_CUDA;
     void *stream = NULL; /* the bench stream (CUDA) */
     (void)stream;
-    double copy = 0, gemm = 0;
+    double copy = 0, gemm = 0, gemm_mhz = 0;
     ak_status st = AK_OK;
     char extra[256] = "";
 #ifdef AK_HAVE_CUDA
     if (cuda) {
         st = ak_bench_cuda_setup(ctx, &stream);
-        if (st == AK_OK) st = ak_bench_cuda_ceilings(ctx, o.quick, &copy, &gemm);
+        if (st == AK_OK) st = ak_bench_cuda_ceilings(ctx, o.quick, &copy, &gemm, &gemm_mhz);
         ak_bench_cuda_describe(ctx, extra, sizeof extra);
     } else
 #endif
@@ -107,17 +108,20 @@ int ak_cmd_bench(int argc, char **argv) {
         ak_json_num(&j, "copy_GBps", copy * 1e-9);
         ak_json_num(&j, "gemm_TFLOPS", gemm * 1e-12);
         ak_json_str(&j, "gemm_kind", gemm_kind);
+        if (cuda) ak_json_num(&j, "gemm_sm_MHz", gemm_mhz);
         ak_json_array_begin(&j, "cases");
     } else {
         printf("attnkit %s bench on %s (%s)%s%s\n", ak_version_string(), info.name,
                cuda ? "cuda" : "cpu", extra[0] ? "; " : "", extra);
-        printf("ceilings measured in this run: copy %.1f GB/s (read + write), %s %.2f %s\n",
-               copy * 1e-9, gemm_kind, cuda ? gemm * 1e-12 : gemm * 1e-9, cuda ? "TFLOPS" : "GFLOPS");
+        printf("ceilings measured in this run: copy %.1f GB/s (read + write), %s %.2f %s", copy * 1e-9,
+               gemm_kind, cuda ? gemm * 1e-12 : gemm * 1e-9, cuda ? "TFLOPS" : "GFLOPS");
+        if (cuda) printf(" at SM %.0f MHz", gemm_mhz);
+        printf("\n");
         printf("timing: %s; median of samples\n\n",
-               cuda ? "CUDA events per call (queued behind a 100 us hold kernel: GPU time, not host enqueue); decode ops (*) by graph replay of 20 calls"
+               cuda ? "CUDA events per call (queued behind a 100 us hold kernel: GPU time, not host enqueue); decode ops (*) by graph replay of 20 calls; SM MHz: median SM clock right after each sample (a card held above its power limit runs slower)"
                     : "wall clock per call");
-        printf("%-20s %-58s %10s %7s %9s %9s %9s %7s %7s\n", "op", "shape", "us", "rsd%",
-               "TFLOPS", "GB/s kv", "GB/s tot", "%copy", "%gemm");
+        printf("%-20s %-58s %10s %7s %9s %9s %9s %7s %7s%s\n", "op", "shape", "us", "rsd%",
+               "TFLOPS", "GB/s kv", "GB/s tot", "%copy", "%gemm", cuda ? "  SM MHz" : "");
     }
     int failures = 0, cases = 0;
     for (int32_t f = 0; f < ak_bench_family_count(); f++) {
@@ -131,11 +135,11 @@ int ak_cmd_bench(int argc, char **argv) {
         for (int32_t i = 0; list != NULL && i < ak_bench_list_size(list); i++) {
             ak_bench_case *c = ak_bench_list_at(list, i);
             if (ak_bench_skip(c->shape)) continue;
-            double med = 0, mn = 0, rsd = 0;
+            double med = 0, mn = 0, rsd = 0, mhz = 0;
             int32_t n = 0;
             if (isatty(2)) fprintf(stderr, "\r%-20s %-58.58s ...", c->op, c->shape);
 #ifdef AK_HAVE_CUDA
-            if (cuda) st = ak_bench_cuda_time(ctx, c, o.quick, &med, &mn, &rsd, &n);
+            if (cuda) st = ak_bench_cuda_time(ctx, c, o.quick, &med, &mn, &rsd, &n, &mhz);
             else
 #endif
                 st = ak_bench_cpu_time(ctx, c, o.quick ? 1.0 : 5.0, &med, &mn, &rsd, &n);
@@ -159,14 +163,17 @@ int ak_cmd_bench(int argc, char **argv) {
                     ak_json_num(&j, "GBps_total", tot * 1e-9);
                     ak_json_num(&j, "frac_copy", tot / copy);
                     ak_json_num(&j, "frac_gemm", tf / gemm);
+                    if (cuda) ak_json_num(&j, "sm_MHz", mhz);
                 } else {
                     ak_json_str(&j, "error", ak_last_error());
                 }
                 ak_json_object_end(&j);
             } else if (st == AK_OK) {
-                printf("%-20s %-58s %9.1f%s %6.1f%% %9.3f %9.1f %9.1f %6.1f%% %6.1f%%\n", c->op,
+                printf("%-20s %-58s %9.1f%s %6.1f%% %9.3f %9.1f %9.1f %6.1f%% %6.1f%%", c->op,
                        c->shape, med * 1e6, cuda && c->graph ? "*" : " ", 100 * rsd, tf * 1e-12,
                        kv * 1e-9, tot * 1e-9, 100 * tot / copy, 100 * tf / gemm);
+                if (cuda) printf(" %8.0f", mhz);
+                printf("\n");
             } else {
                 printf("%-20s %-58s FAILED: %s\n", c->op, c->shape, ak_last_error());
             }
