@@ -221,69 +221,85 @@ __global__ void bench_hold(unsigned long long ns) {
     } while (t - t0 < ns);
 }
 
-extern "C" ak_status ak_bench_cuda_time(ak_context *ctx, ak_bench_case *c, int32_t quick,
-                                        double *median_s, double *min_s, double *rsd,
-                                        int32_t *samples, double *sm_mhz) {
+/* The timed samples of one case into t[0..*n) and, after each, a clock probe into clk. */
+static ak_status time_samples(ak_context *ctx, ak_bench_case *c, int32_t quick, cudaEvent_t a,
+                              cudaEvent_t b, unsigned long long *clk, double *t, int *n) {
     cudaStream_t s = (cudaStream_t)ctx->stream;
-    cudaEvent_t a, b;
-    BENCH_CU(cudaEventCreate(&a));
-    BENCH_CU(cudaEventCreate(&b));
-    double t[50];
-    int n = 0;
-    unsigned long long *clk = NULL; /* [50][2] clock probes, one after each sample */
-    BENCH_CU(cudaMalloc(&clk, sizeof(unsigned long long) * 2 * 50));
     /* the case's uploads ran on the legacy stream, which the non-blocking s does not wait for */
     BENCH_CU(cudaDeviceSynchronize());
     for (int w = 0; w < 5; w++) AK_TRY(c->run(ctx, c->state));
     BENCH_CU(cudaStreamSynchronize(s));
     if (!c->graph) {
         int reps = quick ? 10 : 30;
-        for (n = 0; n < reps; n++) {
+        for (*n = 0; *n < reps; (*n)++) {
             bench_hold<<<1, 1, 0, s>>>(HOLD_NS);
             BENCH_CU(cudaGetLastError());
             BENCH_CU(cudaEventRecord(a, s));
             AK_TRY(c->run(ctx, c->state));
             BENCH_CU(cudaEventRecord(b, s));
-            bench_sm_clock<<<1, 1, 0, s>>>(clk + 2 * n);
+            bench_sm_clock<<<1, 1, 0, s>>>(clk + 2 * *n);
             BENCH_CU(cudaGetLastError());
             BENCH_CU(cudaEventSynchronize(b));
             float ms;
             BENCH_CU(cudaEventElapsedTime(&ms, a, b));
-            t[n] = ms * 1e-3;
+            t[*n] = ms * 1e-3;
         }
-    } else {
-        /* targets.md 5.0: capture 20 back-to-back calls, replay, divide by 20 */
-        cudaGraph_t g;
-        cudaGraphExec_t ge;
-        BENCH_CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-        ak_status st = AK_OK;
-        for (int i = 0; i < GRAPH_CALLS && st == AK_OK; i++) st = c->run(ctx, c->state);
-        cudaError_t ce = cudaStreamEndCapture(s, &g);
-        if (st != AK_OK) return st;
-        if (ce != cudaSuccess)
-            return ak_fail(AK_ERR_CUDA, "bench: %s: capture failed: %s", c->op, cudaGetErrorString(ce));
-        BENCH_CU(cudaGraphInstantiate(&ge, g, 0));
-        for (int w = 0; w < 3; w++) BENCH_CU(cudaGraphLaunch(ge, s));
-        int reps = quick ? 10 : 50;
-        for (n = 0; n < reps; n++) {
-            BENCH_CU(cudaEventRecord(a, s));
-            BENCH_CU(cudaGraphLaunch(ge, s));
-            BENCH_CU(cudaEventRecord(b, s));
-            bench_sm_clock<<<1, 1, 0, s>>>(clk + 2 * n);
-            BENCH_CU(cudaGetLastError());
-            BENCH_CU(cudaEventSynchronize(b));
-            float ms;
-            BENCH_CU(cudaEventElapsedTime(&ms, a, b));
-            t[n] = ms * 1e-3 / GRAPH_CALLS;
-        }
-        cudaGraphExecDestroy(ge);
-        cudaGraphDestroy(g);
+        BENCH_CU(cudaStreamSynchronize(s));
+        return AK_OK;
     }
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-    BENCH_CU(cudaStreamSynchronize(s));
-    ak_status st = sm_clock_median(clk, n, sm_mhz);
-    cudaFree(clk);
+    /* targets.md 5.0: capture 20 back-to-back calls, replay, divide by 20 */
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t ge = NULL;
+    BENCH_CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    ak_status st = AK_OK;
+    for (int i = 0; i < GRAPH_CALLS && st == AK_OK; i++) st = c->run(ctx, c->state);
+    cudaError_t ce = cudaStreamEndCapture(s, &g);
+    if (st == AK_OK && ce != cudaSuccess)
+        st = ak_fail(AK_ERR_CUDA, "bench: %s: capture failed: %s", c->op, cudaGetErrorString(ce));
+    if (st == AK_OK && (ce = cudaGraphInstantiate(&ge, g, 0)) != cudaSuccess)
+        st = ak_fail(AK_ERR_CUDA, "bench: %s: cudaGraphInstantiate: %s", c->op, cudaGetErrorString(ce));
+    for (int w = 0; w < 3 && st == AK_OK; w++)
+        if ((ce = cudaGraphLaunch(ge, s)) != cudaSuccess)
+            st = ak_fail(AK_ERR_CUDA, "bench: %s: cudaGraphLaunch: %s", c->op, cudaGetErrorString(ce));
+    int reps = quick ? 10 : 50;
+    for (*n = 0; *n < reps && st == AK_OK; (*n)++) {
+        float ms = 0;
+        if ((ce = cudaEventRecord(a, s)) == cudaSuccess && (ce = cudaGraphLaunch(ge, s)) == cudaSuccess &&
+            (ce = cudaEventRecord(b, s)) == cudaSuccess) {
+            bench_sm_clock<<<1, 1, 0, s>>>(clk + 2 * *n);
+            if ((ce = cudaGetLastError()) == cudaSuccess && (ce = cudaEventSynchronize(b)) == cudaSuccess)
+                ce = cudaEventElapsedTime(&ms, a, b);
+        }
+        if (ce != cudaSuccess) {
+            st = ak_fail(AK_ERR_CUDA, "bench: %s: graph replay: %s", c->op, cudaGetErrorString(ce));
+            break;
+        }
+        t[*n] = ms * 1e-3 / GRAPH_CALLS;
+    }
+    if (st == AK_OK && (ce = cudaStreamSynchronize(s)) != cudaSuccess)
+        st = ak_fail(AK_ERR_CUDA, "bench: %s: %s", c->op, cudaGetErrorString(ce));
+    if (ge != NULL) cudaGraphExecDestroy(ge);
+    if (g != NULL) cudaGraphDestroy(g);
+    return st;
+}
+
+extern "C" ak_status ak_bench_cuda_time(ak_context *ctx, ak_bench_case *c, int32_t quick,
+                                        double *median_s, double *min_s, double *rsd,
+                                        int32_t *samples, double *sm_mhz) {
+    cudaEvent_t a = NULL, b = NULL;
+    unsigned long long *clk = NULL; /* [50][2] clock probes, one after each sample */
+    double t[50];
+    int n = 0;
+    ak_status st = AK_OK;
+    cudaError_t ce;
+    if ((ce = cudaEventCreate(&a)) != cudaSuccess || (ce = cudaEventCreate(&b)) != cudaSuccess ||
+        (ce = cudaMalloc(&clk, sizeof(unsigned long long) * 2 * 50)) != cudaSuccess)
+        st = ak_fail(AK_ERR_CUDA, "bench: %s: events and clock probes: %s", c->op, cudaGetErrorString(ce));
+    if (st == AK_OK) st = time_samples(ctx, c, quick, a, b, clk, t, &n);
+    if (st == AK_OK) st = sm_clock_median(clk, n, sm_mhz);
+    if (a != NULL) cudaEventDestroy(a);
+    if (b != NULL) cudaEventDestroy(b);
+    if (clk != NULL) cudaFree(clk);
     AK_TRY(st);
     ak_bench_stats(t, n, median_s, min_s, rsd);
     *samples = n;
