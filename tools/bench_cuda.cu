@@ -113,13 +113,12 @@ static void do_gemm(void *p) {
 }
 
 /* The SM clock right after a timed sample: one thread counts SM cycles between two ticks of
-   %globaltimer 50 us apart and stores [cycles, ns] at out. Both ends wait for a tick, since the
-   timer advances in 32-64 ns steps and a window opened inside a step is shorter than its ns say.
-   On an idle H100 it reads 1979-1981 MHz (1980 stated; a 1 s window agrees with the host clock to
-   0.04%). These kernels hold an H100 above its 700 W limit and its firmware lowers the clock
-   within ~100 ms (session 40: to 1740-1900 MHz), so a median time is read next to the clock it
-   ran at. After some memory-bound cases it reads up to ~5% above the stated maximum, which is
-   not explained. */
+   %globaltimer 50 us apart and stores [cycles, ns] at out. Both ends wait for a tick (the timer
+   advances in 32-64 ns steps), so the window's ns are exact. On an idle H100 it reads 1979-1981
+   MHz (1980 stated; a 1 s window agrees with the host clock to 0.04%). These kernels hold an H100
+   above its 700 W limit and its firmware lowers the clock within ~100 ms (session 40: to
+   1740-1900 MHz), so a median time is read next to the clock it ran at. After some cases it reads
+   up to ~6% above the stated maximum, which is not explained. */
 __global__ void bench_sm_clock(unsigned long long *out) {
     unsigned long long t, t0, t1;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
