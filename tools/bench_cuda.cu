@@ -112,6 +112,13 @@ static void do_gemm(void *p) {
                  CUBLAS_GEMM_DEFAULT);
 }
 
+/* The GPU's global nanosecond timer (%globaltimer). */
+__device__ __forceinline__ unsigned long long bench_now_ns(void) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
 /* The SM clock right after a timed sample: one thread counts SM cycles between two ticks of
    %globaltimer 50 us apart and stores [cycles, ns] at out. Both ends wait for a tick (the timer
    advances in 32-64 ns steps), so the window's ns are exact. On an idle H100 it reads 1979-1981
@@ -120,15 +127,13 @@ static void do_gemm(void *p) {
    1740-1900 MHz), so a median time is read next to the clock it ran at. After some cases it reads
    up to ~6% above the stated maximum, which is not explained. */
 __global__ void bench_sm_clock(unsigned long long *out) {
-    unsigned long long t, t0, t1;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    do {
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-    } while (t0 == t);
+    const unsigned long long t = bench_now_ns();
+    unsigned long long t0, t1;
+    do t0 = bench_now_ns();
+    while (t0 == t);
     const long long c0 = clock64();
-    do {
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
-    } while (t1 - t0 < 50000ull);
+    do t1 = bench_now_ns();
+    while (t1 - t0 < 50000ull);
     out[0] = (unsigned long long)(clock64() - c0);
     out[1] = t1 - t0;
 }
@@ -212,12 +217,29 @@ extern "C" ak_status ak_bench_cuda_ceilings(ak_context *ctx, int32_t quick, doub
    the excess, never less. */
 #define HOLD_NS 100000ull
 __global__ void bench_hold(unsigned long long ns) {
-    unsigned long long t0, t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-    do {
-        __nanosleep(2000);
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    } while (t - t0 < ns);
+    const unsigned long long t0 = bench_now_ns();
+    do __nanosleep(2000);
+    while (bench_now_ns() - t0 < ns);
+}
+
+/* reps replays of the graph ge after three warm-ups: each one's time per call into t[*n], then a
+   clock probe into clk. */
+static ak_status replay_samples(cudaStream_t s, cudaGraphExec_t ge, int reps, cudaEvent_t a,
+                                cudaEvent_t b, unsigned long long *clk, double *t, int *n) {
+    for (int w = 0; w < 3; w++) BENCH_CU(cudaGraphLaunch(ge, s));
+    for (*n = 0; *n < reps; (*n)++) {
+        BENCH_CU(cudaEventRecord(a, s));
+        BENCH_CU(cudaGraphLaunch(ge, s));
+        BENCH_CU(cudaEventRecord(b, s));
+        bench_sm_clock<<<1, 1, 0, s>>>(clk + 2 * *n);
+        BENCH_CU(cudaGetLastError());
+        BENCH_CU(cudaEventSynchronize(b));
+        float ms;
+        BENCH_CU(cudaEventElapsedTime(&ms, a, b));
+        t[*n] = ms * 1e-3 / GRAPH_CALLS;
+    }
+    BENCH_CU(cudaStreamSynchronize(s));
+    return AK_OK;
 }
 
 /* The timed samples of one case into t[0..*n) and, after each, a clock probe into clk. */
@@ -257,26 +279,7 @@ static ak_status time_samples(ak_context *ctx, ak_bench_case *c, int32_t quick, 
         st = ak_fail(AK_ERR_CUDA, "bench: %s: capture failed: %s", c->op, cudaGetErrorString(ce));
     if (st == AK_OK && (ce = cudaGraphInstantiate(&ge, g, 0)) != cudaSuccess)
         st = ak_fail(AK_ERR_CUDA, "bench: %s: cudaGraphInstantiate: %s", c->op, cudaGetErrorString(ce));
-    for (int w = 0; w < 3 && st == AK_OK; w++)
-        if ((ce = cudaGraphLaunch(ge, s)) != cudaSuccess)
-            st = ak_fail(AK_ERR_CUDA, "bench: %s: cudaGraphLaunch: %s", c->op, cudaGetErrorString(ce));
-    int reps = quick ? 10 : 50;
-    for (*n = 0; *n < reps && st == AK_OK; (*n)++) {
-        float ms = 0;
-        if ((ce = cudaEventRecord(a, s)) == cudaSuccess && (ce = cudaGraphLaunch(ge, s)) == cudaSuccess &&
-            (ce = cudaEventRecord(b, s)) == cudaSuccess) {
-            bench_sm_clock<<<1, 1, 0, s>>>(clk + 2 * *n);
-            if ((ce = cudaGetLastError()) == cudaSuccess && (ce = cudaEventSynchronize(b)) == cudaSuccess)
-                ce = cudaEventElapsedTime(&ms, a, b);
-        }
-        if (ce != cudaSuccess) {
-            st = ak_fail(AK_ERR_CUDA, "bench: %s: graph replay: %s", c->op, cudaGetErrorString(ce));
-            break;
-        }
-        t[*n] = ms * 1e-3 / GRAPH_CALLS;
-    }
-    if (st == AK_OK && (ce = cudaStreamSynchronize(s)) != cudaSuccess)
-        st = ak_fail(AK_ERR_CUDA, "bench: %s: %s", c->op, cudaGetErrorString(ce));
+    if (st == AK_OK) st = replay_samples(s, ge, quick ? 10 : 50, a, b, clk, t, n);
     if (ge != NULL) cudaGraphExecDestroy(ge);
     if (g != NULL) cudaGraphDestroy(g);
     return st;
