@@ -2064,6 +2064,13 @@ int ak_sdw_plan(const ak_context *ctx, const ak_mla_decode_args *a, ak_sd_plan *
     return 1;
 }
 
+/* The instance of kernel K<args..., ORD> for the call's row order: balanced pieces, longest first,
+   or as given. */
+#define AK_SD_BY_ORDER(p, K, ...)                                                                      \
+    ((p).bal   ? (const void *)K<__VA_ARGS__, AK_SD_ORD_BAL>                                           \
+     : (p).lpt ? (const void *)K<__VA_ARGS__, AK_SD_ORD_LPT>                                           \
+               : (const void *)K<__VA_ARGS__, 0>)
+
 /* One launch of kernel fn (threads per CTA, pl.smem dynamic shared memory) over the plan's grid, as
    a programmatic dependent launch. */
 static ak_status ak_sdw_launch_fn(ak_context *ctx, const void *fn, const char *name, int threads,
@@ -2079,13 +2086,13 @@ static ak_status ak_sdw_launch_fn(ak_context *ctx, const void *fn, const char *n
 template <int LAYOUT>
 static ak_status ak_sdx_launch_t(ak_context *ctx, const ak_sd_params &p, const ak_sd_plan &pl) {
     static_assert(1024 + ak_sdx_map<LAYOUT>::BYTES <= 232448, "shared memory of ak_sdx_main (227 KB per block)");
-    return ak_sdw_launch_fn(ctx, (p.bal ? (const void *)ak_sdx_main<LAYOUT, AK_SD_ORD_BAL> : p.lpt ? (const void *)ak_sdx_main<LAYOUT, AK_SD_ORD_LPT> : (const void *)ak_sdx_main<LAYOUT, 0>), "ak_sdx_main", AK_SDX_THREADS, p, pl);
+    return ak_sdw_launch_fn(ctx, AK_SD_BY_ORDER(p, ak_sdx_main, LAYOUT), "ak_sdx_main", AK_SDX_THREADS, p, pl);
 }
 
 template <int LAYOUT, int NH>
 static ak_status ak_sdt_launch_t(ak_context *ctx, const ak_sd_params &p, const ak_sd_plan &pl) {
     static_assert(1024 + ak_sdt_map<LAYOUT, NH>::BYTES <= 232448, "shared memory of ak_sdt_main (227 KB per block)");
-    return ak_sdw_launch_fn(ctx, (p.bal ? (const void *)ak_sdt_main<LAYOUT, NH, AK_SD_ORD_BAL> : p.lpt ? (const void *)ak_sdt_main<LAYOUT, NH, AK_SD_ORD_LPT> : (const void *)ak_sdt_main<LAYOUT, NH, 0>), "ak_sdt_main", AK_SDT_THREADS, p, pl);
+    return ak_sdw_launch_fn(ctx, AK_SD_BY_ORDER(p, ak_sdt_main, LAYOUT, NH), "ak_sdt_main", AK_SDT_THREADS, p, pl);
 }
 
 template <int LAYOUT>
@@ -2093,12 +2100,12 @@ static ak_status ak_sdr_launch_t(ak_context *ctx, const ak_sd_params &p, const a
     static_assert(1024 + ak_sdr_map<LAYOUT>::BYTES <= 232448, "shared memory of ak_sdr_main (227 KB per block)");
     static_assert(AK_SDR_NWG * 16 * (AK_SD_DV + 4) * 4 <= AK_SDR_NBUF * 64 * ak_sdr_map<LAYOUT>::STR,
                   "output staging fits the stages");
-    return ak_sdw_launch_fn(ctx, (p.bal ? (const void *)ak_sdr_main<LAYOUT, AK_SD_ORD_BAL> : p.lpt ? (const void *)ak_sdr_main<LAYOUT, AK_SD_ORD_LPT> : (const void *)ak_sdr_main<LAYOUT, 0>), "ak_sdr_main", AK_SDR_THREADS, p, pl);
+    return ak_sdw_launch_fn(ctx, AK_SD_BY_ORDER(p, ak_sdr_main, LAYOUT), "ak_sdr_main", AK_SDR_THREADS, p, pl);
 }
 
 template <int LAYOUT>
 static ak_status ak_sdw_launch_t(ak_context *ctx, const ak_sd_params &p, const ak_sd_plan &pl) {
-    return ak_sdw_launch_fn(ctx, (p.bal ? (const void *)ak_sdw_main<LAYOUT, AK_SD_ORD_BAL> : p.lpt ? (const void *)ak_sdw_main<LAYOUT, AK_SD_ORD_LPT> : (const void *)ak_sdw_main<LAYOUT, 0>), "ak_sdw_main", AK_SDW_THREADS, p, pl);
+    return ak_sdw_launch_fn(ctx, AK_SD_BY_ORDER(p, ak_sdw_main, LAYOUT), "ak_sdw_main", AK_SDW_THREADS, p, pl);
 }
 
 ak_status ak_sdw_launch(ak_context *ctx, const ak_sd_params &p, const ak_sd_plan &pl, int layout) {
