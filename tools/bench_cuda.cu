@@ -71,22 +71,6 @@ extern "C" void ak_bench_cuda_teardown(ak_context *ctx, void *stream) {
     cudaStreamDestroy((cudaStream_t)stream);
 }
 
-static ak_status time_events(cudaStream_t s, int reps, double *sec, void (*body)(void *), void *arg) {
-    cudaEvent_t a, b;
-    BENCH_CU(cudaEventCreate(&a));
-    BENCH_CU(cudaEventCreate(&b));
-    BENCH_CU(cudaEventRecord(a, s));
-    for (int i = 0; i < reps; i++) body(arg);
-    BENCH_CU(cudaEventRecord(b, s));
-    BENCH_CU(cudaEventSynchronize(b));
-    float ms = 0;
-    BENCH_CU(cudaEventElapsedTime(&ms, a, b));
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-    *sec = ms * 1e-3 / reps;
-    return AK_OK;
-}
-
 typedef struct copy_arg {
     void *dst;
     const void *src;
@@ -150,62 +134,95 @@ static ak_status sm_clock_median(const unsigned long long *dev, int n, double *m
     return AK_OK;
 }
 
-extern "C" ak_status ak_bench_cuda_ceilings(ak_context *ctx, int32_t quick, double *copy_Bps,
-                                            double *gemm_flops, double *gemm_mhz) {
-    cudaStream_t s = (cudaStream_t)ctx->stream;
-    /* copy: 4 GiB fp32 buffer device to device (read + write counted), median of 20 after 3 */
-    size_t bytes = quick ? ((size_t)512 << 20) : ((size_t)4 << 30);
-    void *src = NULL, *dst = NULL;
-    BENCH_CU(cudaMalloc(&src, bytes));
-    BENCH_CU(cudaMalloc(&dst, bytes));
+/* Ends a timed sample that event a began: records b, probes the SM clock into clk[0..1], waits,
+   and stores the elapsed time divided by calls into *t. */
+static ak_status end_sample(cudaStream_t s, cudaEvent_t a, cudaEvent_t b, unsigned long long *clk, int calls,
+                            double *t) {
+    BENCH_CU(cudaEventRecord(b, s));
+    bench_sm_clock<<<1, 1, 0, s>>>(clk);
+    BENCH_CU(cudaGetLastError());
+    BENCH_CU(cudaEventSynchronize(b));
+    float ms;
+    BENCH_CU(cudaEventElapsedTime(&ms, a, b));
+    *t = ms * 1e-3 / calls;
+    return AK_OK;
+}
+
+/* 20 samples of body(arg) after 3 warm-ups, each between events a and b with a clock probe after
+   it (clk: [20][2]), into t. */
+static ak_status ceiling_samples(cudaStream_t s, cudaEvent_t a, cudaEvent_t b, unsigned long long *clk,
+                                 void (*body)(void *), void *arg, double *t) {
+    for (int i = 0; i < 3; i++) body(arg);
+    for (int i = 0; i < 20; i++) {
+        BENCH_CU(cudaEventRecord(a, s));
+        body(arg);
+        AK_TRY(end_sample(s, a, b, clk + 2 * i, 1, &t[i]));
+    }
+    return AK_OK;
+}
+
+/* The two ceilings on resources the caller owns: copy src -> dst (bytes each, read + write
+   counted) and a bf16 GEMM n^3 of random a, b into c through cuBLAS handle h; medians of 20. */
+static ak_status ceilings_on(cudaStream_t s, cudaEvent_t e0, cudaEvent_t e1, unsigned long long *clk,
+                             void *src, void *dst, size_t bytes, cublasHandle_t h, void *a, void *b, void *c,
+                             int n, double *copy_Bps, double *gemm_flops, double *gemm_mhz) {
+    double t[20], med, mn, rsd;
     bench_fill_bf16<<<1024, 256, 0, s>>>((uint16_t *)src, bytes / 2, 1);
     BENCH_CU(cudaGetLastError());
     copy_arg ca = {dst, src, bytes, s};
-    double t[20], med, mn, rsd;
-    for (int i = 0; i < 3; i++) do_copy(&ca);
-    for (int i = 0; i < 20; i++) AK_TRY(time_events(s, 1, &t[i], do_copy, &ca));
+    AK_TRY(ceiling_samples(s, e0, e1, clk, do_copy, &ca, t));
     ak_bench_stats(t, 20, &med, &mn, &rsd);
     *copy_Bps = 2.0 * (double)bytes / med;
-    cudaFree(src);
-    cudaFree(dst);
-    /* bf16 GEMM 8192^3 through cuBLAS on random data, median of 20 after 3 */
-    int n = quick ? 4096 : 8192;
-    size_t mat = (size_t)n * n;
-    void *a = NULL, *b = NULL, *c = NULL;
-    BENCH_CU(cudaMalloc(&a, mat * 2));
-    BENCH_CU(cudaMalloc(&b, mat * 2));
-    BENCH_CU(cudaMalloc(&c, mat * 2));
+
+    const size_t mat = (size_t)n * n;
     bench_fill_bf16<<<1024, 256, 0, s>>>((uint16_t *)a, mat, 2);
     bench_fill_bf16<<<1024, 256, 0, s>>>((uint16_t *)b, mat, 3);
     BENCH_CU(cudaGetLastError());
-    gemm_arg ga;
-    if (cublasCreate(&ga.h) != CUBLAS_STATUS_SUCCESS)
-        return ak_fail(AK_ERR_CUDA, "bench: cublasCreate failed");
-    cublasSetStream(ga.h, s);
-    ga.a = a;
-    ga.b = b;
-    ga.c = c;
-    ga.n = n;
-    for (int i = 0; i < 3; i++) do_gemm(&ga);
-    unsigned long long *clk = NULL; /* [20][2] clock probes, one after each GEMM */
-    BENCH_CU(cudaMalloc(&clk, sizeof(unsigned long long) * 2 * 20));
-    for (int i = 0; i < 20; i++) {
-        AK_TRY(time_events(s, 1, &t[i], do_gemm, &ga));
-        bench_sm_clock<<<1, 1, 0, s>>>(clk + 2 * i);
-        BENCH_CU(cudaGetLastError());
-    }
-    BENCH_CU(cudaStreamSynchronize(s));
-    ak_status st = sm_clock_median(clk, 20, gemm_mhz);
-    cudaFree(clk);
-    AK_TRY(st);
+    if (cublasSetStream(h, s) != CUBLAS_STATUS_SUCCESS) return ak_fail(AK_ERR_CUDA, "bench: cublasSetStream failed");
+    gemm_arg ga = {h, a, b, c, n};
+    AK_TRY(ceiling_samples(s, e0, e1, clk, do_gemm, &ga, t));
+    BENCH_CU(cudaGetLastError());
+    AK_TRY(sm_clock_median(clk, 20, gemm_mhz));
     ak_bench_stats(t, 20, &med, &mn, &rsd);
     *gemm_flops = 2.0 * (double)n * n * n / med;
-    cublasDestroy(ga.h);
+    return AK_OK;
+}
+
+extern "C" ak_status ak_bench_cuda_ceilings(ak_context *ctx, int32_t quick, double *copy_Bps,
+                                            double *gemm_flops, double *gemm_mhz) {
+    /* copy: 4 GiB (quick 512 MiB) device to device; GEMM: 8192^3 (quick 4096^3) */
+    const size_t bytes = quick ? ((size_t)512 << 20) : ((size_t)4 << 30);
+    const int n = quick ? 4096 : 8192;
+    const size_t mat = (size_t)n * n;
+    void *src = NULL, *dst = NULL, *a = NULL, *b = NULL, *c = NULL;
+    unsigned long long *clk = NULL; /* [20][2] clock probes */
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    cublasHandle_t h = NULL;
+    ak_status st = AK_OK;
+    cudaError_t ce;
+    if ((ce = cudaEventCreate(&e0)) != cudaSuccess || (ce = cudaEventCreate(&e1)) != cudaSuccess ||
+        (ce = cudaMalloc(&src, bytes)) != cudaSuccess || (ce = cudaMalloc(&dst, bytes)) != cudaSuccess ||
+        (ce = cudaMalloc(&a, mat * 2)) != cudaSuccess || (ce = cudaMalloc(&b, mat * 2)) != cudaSuccess ||
+        (ce = cudaMalloc(&c, mat * 2)) != cudaSuccess ||
+        (ce = cudaMalloc(&clk, sizeof(unsigned long long) * 2 * 20)) != cudaSuccess)
+        st = ak_fail(AK_ERR_CUDA, "bench: ceiling buffers: %s", cudaGetErrorString(ce));
+    if (st == AK_OK && cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) {
+        h = NULL;
+        st = ak_fail(AK_ERR_CUDA, "bench: cublasCreate failed");
+    }
+    if (st == AK_OK)
+        st = ceilings_on((cudaStream_t)ctx->stream, e0, e1, clk, src, dst, bytes, h, a, b, c, n, copy_Bps,
+                         gemm_flops, gemm_mhz);
+    if (h != NULL) cublasDestroy(h);
+    if (e0 != NULL) cudaEventDestroy(e0);
+    if (e1 != NULL) cudaEventDestroy(e1);
+    cudaFree(src);
+    cudaFree(dst);
     cudaFree(a);
     cudaFree(b);
     cudaFree(c);
-    BENCH_CU(cudaGetLastError());
-    return AK_OK;
+    cudaFree(clk);
+    return st;
 }
 
 #define GRAPH_CALLS 20
@@ -230,13 +247,7 @@ static ak_status replay_samples(cudaStream_t s, cudaGraphExec_t ge, int reps, cu
     for (*n = 0; *n < reps; (*n)++) {
         BENCH_CU(cudaEventRecord(a, s));
         BENCH_CU(cudaGraphLaunch(ge, s));
-        BENCH_CU(cudaEventRecord(b, s));
-        bench_sm_clock<<<1, 1, 0, s>>>(clk + 2 * *n);
-        BENCH_CU(cudaGetLastError());
-        BENCH_CU(cudaEventSynchronize(b));
-        float ms;
-        BENCH_CU(cudaEventElapsedTime(&ms, a, b));
-        t[*n] = ms * 1e-3 / GRAPH_CALLS;
+        AK_TRY(end_sample(s, a, b, clk + 2 * *n, GRAPH_CALLS, &t[*n]));
     }
     BENCH_CU(cudaStreamSynchronize(s));
     return AK_OK;
@@ -257,13 +268,7 @@ static ak_status time_samples(ak_context *ctx, ak_bench_case *c, int32_t quick, 
             BENCH_CU(cudaGetLastError());
             BENCH_CU(cudaEventRecord(a, s));
             AK_TRY(c->run(ctx, c->state));
-            BENCH_CU(cudaEventRecord(b, s));
-            bench_sm_clock<<<1, 1, 0, s>>>(clk + 2 * *n);
-            BENCH_CU(cudaGetLastError());
-            BENCH_CU(cudaEventSynchronize(b));
-            float ms;
-            BENCH_CU(cudaEventElapsedTime(&ms, a, b));
-            t[*n] = ms * 1e-3;
+            AK_TRY(end_sample(s, a, b, clk + 2 * *n, 1, &t[*n]));
         }
         BENCH_CU(cudaStreamSynchronize(s));
         return AK_OK;
