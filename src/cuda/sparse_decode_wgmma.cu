@@ -1167,7 +1167,7 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
  * its head's running max + 8, which a barrier with an OR tells); the column sums stay per thread
  * until the end.
  * O^T needs NH / 2 x 8 registers (64 or 128 per thread). The output is written through shared
- * memory (the K buffer, free at the end) so that rows leave in 16-byte pieces.
+ * memory (the K buffer, free at the end) so that rows leave in 16-byte pieces (ak_sdt_store8).
  */
 #define AK_SDT_KPW 4                  /* keys per producer warp and 32-key half-unit (8 or 4) */
 #define AK_SDT_PW (32 / AK_SDT_KPW)   /* producer warps */
@@ -1392,6 +1392,26 @@ __device__ __forceinline__ void ak_sdt_store4(const ak_sd_params &p, float4 v, i
     }
 }
 
+/* Dims d .. d + 7 (d % 8 == 0) of head h's finished row, as ak_sdt_store4: one 16-byte store where
+   the row is 16-byte aligned (the workspace's partial rows; bf16 output rows where p.out_bulk),
+   else two ak_sdt_store4. Four 4-byte stores per 8 dims made the swap-AB epilogue ~10k cycles at 32
+   heads (session 41's trace). */
+__device__ __forceinline__ void ak_sdt_store8(const ak_sd_params &p, float4 a, float4 b, int64_t r, int64_t i, int h,
+                                              int d, int pslot, float sc) {
+    if (pslot >= 0) {
+        *reinterpret_cast<uint4 *>(p.oacc + ak_sd_part_row(p, pslot, h) * AK_SD_DV + d) =
+            make_uint4(ak_sd_pack_f16(a.x * sc, a.y * sc), ak_sd_pack_f16(a.z * sc, a.w * sc),
+                       ak_sd_pack_f16(b.x * sc, b.y * sc), ak_sd_pack_f16(b.z * sc, b.w * sc));
+    } else if (p.out_bulk && !p.out_f32) {
+        *reinterpret_cast<uint4 *>((uint16_t *)p.out + r * p.o_s0 + i * p.o_s1 + h * p.o_s2 + d) =
+            make_uint4(ak_sd_pack_bf16(a.x, a.y), ak_sd_pack_bf16(a.z, a.w), ak_sd_pack_bf16(b.x, b.y),
+                       ak_sd_pack_bf16(b.z, b.w));
+    } else {
+        ak_sdt_store4(p, a, r, i, h, d, pslot, sc);
+        ak_sdt_store4(p, b, r, i, h, d + 4, pslot, sc);
+    }
+}
+
 template <int LAYOUT, int NH, int ORD>
 __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_params p) {
     typedef ak_sdt_map<LAYOUT, NH> M;
@@ -1536,7 +1556,7 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
     /* Per head: the factor of its O^T column and its lse (ak_sd_row_scale; per-tensor fp8: times
        ak_sd_kscale::ref); O^T * factor -> shared [head][dim] f32 in K buffer 0 (every product
        that read it has completed), the largest magnitude of the partial rows beside it
-       (ak_sd_part_scale, across this barrier), then rows out in 16-byte (8 with splits) pieces. */
+       (ak_sd_part_scale, across this barrier), then rows out 8 dims at a time (ak_sdt_store8). */
     float *os = reinterpret_cast<float *>(smem + M::K);
     float lse[NC], am = 0.0f;
 #pragma unroll
@@ -1568,10 +1588,12 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
             const int h = h0 + 8 * (c >> 1) + 2 * c4 + (c & 1);
             if (h < p.h_q) ak_sdt_store_lse(p, lse[c], inv, r, i, h, pslot);
         }
-    for (int it = ct; it < NH * (AK_SD_DV / 4); it += 128) {
-        const int hl = it / (AK_SD_DV / 4), d = (it % (AK_SD_DV / 4)) * 4, h = h0 + hl;
+    for (int it = ct; it < NH * (AK_SD_DV / 8); it += 128) {
+        const int hl = it / (AK_SD_DV / 8), d = (it % (AK_SD_DV / 8)) * 8, h = h0 + hl;
         if (h >= p.h_q) continue;
-        ak_sdt_store4(p, *reinterpret_cast<const float4 *>(os + hl * M::OSTR + d), r, i, h, d, pslot, sc);
+        const float *src = os + hl * M::OSTR + d;
+        ak_sdt_store8(p, *reinterpret_cast<const float4 *>(src), *reinterpret_cast<const float4 *>(src + 4), r, i, h,
+                      d, pslot, sc);
     }
 }
 
@@ -1972,16 +1994,20 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
             const int h = h0 + 8 * (c >> 1) + 2 * c4 + (c & 1);
             if (h < p.h_q) ak_sdt_store_lse(p, lse[c], inv, r, i, h, pslot);
         }
-    for (int it = ct; it < 16 * (AK_SD_DV / 4); it += AK_SDR_CT) {
-        const int hl = it / (AK_SD_DV / 4), d = (it % (AK_SD_DV / 4)) * 4, h = h0 + hl;
+    for (int it = ct; it < 16 * (AK_SD_DV / 8); it += AK_SDR_CT) {
+        const int hl = it / (AK_SD_DV / 8), d = (it % (AK_SD_DV / 8)) * 8, h = h0 + hl;
         if (h >= p.h_q) continue;
-        float4 v = *reinterpret_cast<const float4 *>(os + hl * M::OSTR + d);
+        float4 v[2];
 #pragma unroll
-        for (int k = 1; k < AK_SDR_NWG; k++) {
-            const float4 x = *reinterpret_cast<const float4 *>(os + (16 * k + hl) * M::OSTR + d);
-            v = make_float4(v.x + x.x, v.y + x.y, v.z + x.z, v.w + x.w);
+        for (int q = 0; q < 2; q++) {
+            v[q] = *reinterpret_cast<const float4 *>(os + hl * M::OSTR + d + 4 * q);
+#pragma unroll
+            for (int k = 1; k < AK_SDR_NWG; k++) {
+                const float4 x = *reinterpret_cast<const float4 *>(os + (16 * k + hl) * M::OSTR + d + 4 * q);
+                v[q] = make_float4(v[q].x + x.x, v[q].y + x.y, v[q].z + x.z, v[q].w + x.w);
+            }
         }
-        ak_sdt_store4(p, v, r, i, h, d, pslot, sc);
+        ak_sdt_store8(p, v[0], v[1], r, i, h, d, pslot, sc);
     }
 }
 
