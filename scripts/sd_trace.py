@@ -202,7 +202,29 @@ def rep(old, new):
     s = s.replace(old, new)
 rep('#define TR(sx, jx)','''__device__ unsigned long long ak_tr2[AK_TR_CTAS][12][AK_TR_N];
 #define TR2(sx, jx) do { const int c_ = ak_trc(); if (c_ >= 0 && (jx) < AK_TR_N) ak_tr2[c_][sx][jx] = ak_clk(); } while (0)
+/* %globaltimer at the dependency wait's end and at the CTA's end, every CTA up to 512 */
+__device__ unsigned long long ak_tg2[512][2];
+#define TG2(sx) do { if (blockIdx.x < 512) { unsigned long long t_; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_)::"memory"); ak_tg2[blockIdx.x][sx] = t_; } } while (0)
 #define TR(sx, jx)''')
+# the CTA's start (after the dependency wait) and end
+rep('''    ak_grid_dep_wait(); /* as in ak_sd_main: only parameters and shared memory above */
+    if (!ak_sd_take_late<ORD>(p, r, i, t_begin, t_end, pslot)) return;
+    const int32_t len0 = ak_sd_len(p.list[0], r, i), len1 = ak_sd_len(p.list[1], r, i);
+    if (warp < AK_SDT_PW) {''', '''    ak_grid_dep_wait(); /* as in ak_sd_main: only parameters and shared memory above */
+    if (tid == 0) TG2(0);
+    if (!ak_sd_take_late<ORD>(p, r, i, t_begin, t_end, pslot)) return;
+    const int32_t len0 = ak_sd_len(p.list[0], r, i), len1 = ak_sd_len(p.list[1], r, i);
+    if (warp < AK_SDT_PW) {''')
+rep('''        ak_sdt_store8(p, *reinterpret_cast<const float4 *>(src), *reinterpret_cast<const float4 *>(src + 4), r, i, h,
+                      d, pslot, sc);
+    }
+}''', '''        ak_sdt_store8(p, *reinterpret_cast<const float4 *>(src), *reinterpret_cast<const float4 *>(src + 4), r, i, h,
+                      d, pslot, sc);
+    }
+    if (ct == 0) TR2(11, 3);
+    ak_bar_sync(1, 128);
+    if (ct == 0) TG2(1);
+}''')
 # producer
 rep('''    for (int j = 0; ua < u_end; j++) {
         uint32_t vn = 0u;
@@ -259,14 +281,18 @@ rep('''        ak_mbar_arrive(bar + 8 * (2 + b)); /* EMPTY[b] */
     ak_grid_dep_launch(); /* the next kernel may start its CTAs during this epilogue */
     /* column sums''')
 s += '''
+static int ak_trace_cmpd(const void *x, const void *y) {
+    const double a = *(const double *)x, b = *(const double *)y;
+    return a < b ? -1 : a > b;
+}
 extern "C" void ak_trace_dump_sdt(const char *tag) {
     static unsigned long long h[AK_TR_CTAS][12][AK_TR_N];
     if (cudaMemcpyFromSymbol(h, ak_tr2, sizeof h) != cudaSuccess) return;
     static unsigned long long z[AK_TR_CTAS][12][AK_TR_N];
     cudaMemcpyToSymbol(ak_tr2, z, sizeof z);
-    double a[16] = {0}; int nc = 0;
+    double a[19] = {0}; int nc = 0;
     for (int c = 0; c < AK_TR_CTAS; c++) {
-        if (h[c][11][0] == 0 || h[c][11][2] == 0) continue;
+        if (h[c][11][0] == 0 || h[c][11][2] == 0 || h[c][11][3] == 0) continue;
         int ns = 0; while (ns < AK_TR_N && h[c][4][ns] != 0) ns++;
         int nt = 0; while (nt < AK_TR_N && h[c][10][nt] != 0) nt++;
         if (ns < 4 || nt < 2) continue;
@@ -282,11 +308,32 @@ extern "C" void ak_trace_dump_sdt(const char *tag) {
         }
         for (int k = 5; k < 11; k++) v[k] /= (nt - 1);
         v[11] = (double)(h[c][10][nt - 1] - h[c][6][0]) / nt; v[12] = h[c][11][1] - h[c][11][0]; v[13] = h[c][6][0] - h[c][11][0]; v[14] = ns; v[15] = nt;
+        const double e1 = (double)(h[c][11][2] - h[c][10][nt - 1]), e2 = (double)(h[c][11][3] - h[c][11][2]), tot = (double)(h[c][11][3] - h[c][11][0]);
         for (int k = 0; k < 16; k++) a[k] += v[k];
+        a[16] += e1; a[17] += e2; a[18] += tot;
         nc++;
     }
     if (nc == 0) return;
-    for (int k = 0; k < 16; k++) a[k] /= nc;
+    for (int k = 0; k < 19; k++) a[k] /= nc;
+    fprintf(stderr, "sdt %s: CTA (consumer, cycles): last tile -> loop exit %.0f, epilogue %.0f, Q start -> end %.0f\\n", tag, a[16], a[17], a[18]);
+    {   /* every CTA's start (after the dependency wait) and end, ns after the earliest start */
+        static unsigned long long g[512][2];
+        static const unsigned long long gz[512][2] = {{0}};
+        if (cudaMemcpyFromSymbol(g, ak_tg2, sizeof g) == cudaSuccess) {
+            cudaMemcpyToSymbol(ak_tg2, gz, sizeof gz);
+            unsigned long long t0 = ~0ull;
+            int m = 0;
+            double st[512], en[512];
+            for (int c = 0; c < 512; c++) if (g[c][0] && g[c][1] && g[c][0] < t0) t0 = g[c][0];
+            for (int c = 0; c < 512; c++) if (g[c][0] && g[c][1]) { st[m] = (double)(g[c][0] - t0); en[m] = (double)(g[c][1] - t0); m++; }
+            if (m > 0) {
+                qsort(st, m, sizeof(double), ak_trace_cmpd);
+                qsort(en, m, sizeof(double), ak_trace_cmpd);
+                fprintf(stderr, "sdt %s: %d CTAs by %%globaltimer, ns after the first start: start median %.0f max %.0f | end min %.0f p10 %.0f median %.0f p90 %.0f max %.0f\\n",
+                        tag, m, st[m / 2], st[m - 1], en[0], en[m / 10], en[m / 2], en[(9 * m) / 10], en[m - 1]);
+            }
+        }
+    }
     fprintf(stderr, "sdt %s: %d CTAs, %.0f half-steps, %.0f tiles | producer per half-step: copy %.0f, slot+stage wait %.0f, EMPTY wait %.0f, convert+fence+arrive %.0f, loop %.0f | consumer per tile %.0f: FULL wait %.0f, S %.0f, column maxima %.0f, softmax+P+bar %.0f, PV %.0f, loop %.0f | Q %.0f, first FULL %.0f\\n",
             tag, nc, a[14], a[15], a[0], a[1], a[2], a[3], a[4], a[11], a[5], a[6], a[7], a[8], a[9], a[10], a[12], a[13]);
 }
