@@ -280,6 +280,19 @@ rep('''        ak_mbar_arrive(bar + 8 * (2 + b)); /* EMPTY[b] */
 
     ak_grid_dep_launch(); /* the next kernel may start its CTAs during this epilogue */
     /* column sums''')
+rep('''    ak_sdt_colsum<NH>(l_part, red, w, g, c4);
+    ak_bar_sync(1, 128);
+    /* Per head: the factor''', '''    ak_sdt_colsum<NH>(l_part, red, w, g, c4);
+    ak_bar_sync(1, 128);
+    if (ct == 0) TR2(11, 4);
+    /* Per head: the factor''')
+rep('''    if (pslot >= 0) ak_sd_part_put(am, amax, 4);
+    ak_bar_sync(1, 128);
+    if (pslot >= 0) sc = ak_sd_part_get(amax, 4, inv);''', '''    if (ct == 0) TR2(11, 5);
+    if (pslot >= 0) ak_sd_part_put(am, amax, 4);
+    ak_bar_sync(1, 128);
+    if (pslot >= 0) sc = ak_sd_part_get(amax, 4, inv);
+    if (ct == 0) TR2(11, 6);''')
 s += '''
 static int ak_trace_cmpd(const void *x, const void *y) {
     const double a = *(const double *)x, b = *(const double *)y;
@@ -290,7 +303,7 @@ extern "C" void ak_trace_dump_sdt(const char *tag) {
     if (cudaMemcpyFromSymbol(h, ak_tr2, sizeof h) != cudaSuccess) return;
     static unsigned long long z[AK_TR_CTAS][12][AK_TR_N];
     cudaMemcpyToSymbol(ak_tr2, z, sizeof z);
-    double a[19] = {0}; int nc = 0;
+    double a[23] = {0}; int nc = 0;
     for (int c = 0; c < AK_TR_CTAS; c++) {
         if (h[c][11][0] == 0 || h[c][11][2] == 0 || h[c][11][3] == 0) continue;
         int ns = 0; while (ns < AK_TR_N && h[c][4][ns] != 0) ns++;
@@ -309,13 +322,15 @@ extern "C" void ak_trace_dump_sdt(const char *tag) {
         for (int k = 5; k < 11; k++) v[k] /= (nt - 1);
         v[11] = (double)(h[c][10][nt - 1] - h[c][6][0]) / nt; v[12] = h[c][11][1] - h[c][11][0]; v[13] = h[c][6][0] - h[c][11][0]; v[14] = ns; v[15] = nt;
         const double e1 = (double)(h[c][11][2] - h[c][10][nt - 1]), e2 = (double)(h[c][11][3] - h[c][11][2]), tot = (double)(h[c][11][3] - h[c][11][0]);
+        a[19] += (double)(h[c][11][4] - h[c][11][2]); a[20] += (double)(h[c][11][5] - h[c][11][4]);
+        a[21] += (double)(h[c][11][6] - h[c][11][5]); a[22] += (double)(h[c][11][3] - h[c][11][6]);
         for (int k = 0; k < 16; k++) a[k] += v[k];
         a[16] += e1; a[17] += e2; a[18] += tot;
         nc++;
     }
     if (nc == 0) return;
-    for (int k = 0; k < 19; k++) a[k] /= nc;
-    fprintf(stderr, "sdt %s: CTA (consumer, cycles): last tile -> loop exit %.0f, epilogue %.0f, Q start -> end %.0f\\n", tag, a[16], a[17], a[18]);
+    for (int k = 0; k < 23; k++) a[k] /= nc;
+    fprintf(stderr, "sdt %s: CTA (consumer, cycles): last tile -> loop exit %.0f, epilogue %.0f (column sums and barrier %.0f, row factors and staging %.0f, scale hand-off %.0f, lse and rows out %.0f), Q start -> end %.0f\\n", tag, a[16], a[17], a[19], a[20], a[21], a[22], a[18]);
     {   /* every CTA's start (after the dependency wait) and end, ns after the earliest start */
         static unsigned long long g[512][2];
         static const unsigned long long gz[512][2] = {{0}};
