@@ -88,13 +88,13 @@ rep('''            ak_mbar_arrive(bar + 8 * (NBUF + b)); /* EMPTY[b] */
             /* the next unit after the release''')
 # end
 rep('''    if (pslot >= 0 || p.out_bulk)
-        ak_sdw_write_bulk(p, smem + M::Q, alpha_s, reinterpret_cast<uint32_t *>(alpha_s + 64), bar + 8 * M::EPI, o,
+        ak_sdw_write_staged(p, smem + M::Q, alpha_s, reinterpret_cast<uint32_t *>(alpha_s + 64), bar + 8 * M::EPI, o,
                           m_run, l_run, kq.ref, r, i, h0, pslot, wg, wr, g, c4, ctid);
     else
         ak_sdw_write_rows(p, o, m_run, l_run, kq.ref, r, i, h0, wg, wr, g, c4);
 }''','''    if (ctid == 0) TR(7, 3);
     if (pslot >= 0 || p.out_bulk)
-        ak_sdw_write_bulk(p, smem + M::Q, alpha_s, reinterpret_cast<uint32_t *>(alpha_s + 64), bar + 8 * M::EPI, o,
+        ak_sdw_write_staged(p, smem + M::Q, alpha_s, reinterpret_cast<uint32_t *>(alpha_s + 64), bar + 8 * M::EPI, o,
                           m_run, l_run, kq.ref, r, i, h0, pslot, wg, wr, g, c4, ctid);
     else
         ak_sdw_write_rows(p, o, m_run, l_run, kq.ref, r, i, h0, wg, wr, g, c4);

@@ -218,25 +218,12 @@ __device__ __forceinline__ void ak_bulk_g2s_hint(uint32_t dst, const void *src, 
                  : "memory");
 }
 
-/* `bytes` (a multiple of 16; both addresses 16-byte aligned) shared -> global by the bulk copy engine,
-   in this thread's bulk async-group; the shared source must be written before it with a
-   fence.proxy.async, and stay untouched until ak_bulk_wait_read. */
-__device__ __forceinline__ void ak_bulk_s2g(void *dst, uint32_t src, uint32_t bytes) {
-    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst), "r"(src), "r"(bytes)
-                 : "memory");
-}
-
 /* Asks L2 to fetch [src, src + bytes) (16-byte aligned, bytes a multiple of 16). A hint with no
    result, so a kernel may issue it before its dependency wait on data an earlier grid may still
    write: L2 is where global writes become coherent, so a line fetched early is updated by them
    (only an L1 could keep a stale copy, and this reaches no L1). */
 __device__ __forceinline__ void ak_bulk_prefetch_l2(const void *src, uint32_t bytes) {
     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
-}
-
-/* Closes this thread's bulk async-group and waits until its copies have read their shared source. */
-__device__ __forceinline__ void ak_bulk_commit_wait_read(void) {
-    asm volatile("cp.async.bulk.commit_group;\ncp.async.bulk.wait_group.read 0;\n" ::: "memory");
 }
 
 /* Barrier `id` (1..15) among `n` threads (a multiple of 32): a subset of the CTA synchronises. */

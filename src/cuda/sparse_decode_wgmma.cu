@@ -59,7 +59,7 @@ template <int LAYOUT> struct ak_sdw_smem_map {
         Q = 0,                                       /* [KB][64 heads][128 B] bf16 swizzled */
         K = Q + KB * AK_SDW_TILE,                    /* [2][KB][64 keys][128 B] bf16 swizzled */
         VALID = K + 2 * KB * AK_SDW_TILE,            /* [2][64] u8: key of K tile holds a valid slot */
-        LSE = VALID + 2 * AK_SD_KEYS,                /* [64] f32 rows' lse for ak_sdw_write_bulk */
+        LSE = VALID + 2 * AK_SD_KEYS,                /* [64] f32 rows' lse for ak_sdw_write_staged */
         BYTES = LSE + 64 * 4
     };
 };
@@ -313,21 +313,22 @@ __device__ __forceinline__ void ak_sdw_write_part_rows(const ak_sd_params &p, co
     }
 }
 
-/* A 64-head tile's rows through the bulk copy engine (ak_sdx_main always, ak_sdw_main for its final
-   rows: their 256 consumer threads hold O as two 64 x 256 D fragments, warpgroup wg owning dims
-   256 wg ..). Each thread stages its fragment in shared memory at xs (the Q and K buffers, free
-   once every product has completed: the caller's barrier), rows padded so that a fragment store
-   takes the fewest wavefronts, and the rows' lse at lse_s; then one thread per head row stores its
-   row with one bulk copy: with splits the partial row (fp16 at the CTA's scale, whose maximum goes
-   through red, 8 words of shared memory, and mbarrier epi of 256 arrivals: racecheck reported
-   that hand-off across a 256-thread named barrier in the V4 kernel, as in ak_sdr_main), with one
-   split the output row (bf16 or f32), where p.out_bulk says every output row is 16-byte aligned;
-   scale and lse as ak_sd_row_scale says, the same output bits as ak_sdw_write_rows. The
-   fragments' 4- and 8-byte stores straight to global memory took ~5 us of the tail at b 8 h_q 128
-   (x49) and ~13% of the 64-head kernel's samples at 640 keys per row (x52). */
+/* A 64-head tile's rows through shared memory (ak_sdx_main always, ak_sdw_main for its final rows:
+   their 256 consumer threads hold O as two 64 x 256 D fragments, warpgroup wg owning dims 256 wg
+   ..). Each thread stages its fragment at xs (the Q and K buffers, free once every product has
+   completed: the caller's barrier), rows padded so that a fragment store takes the fewest
+   wavefronts, and the rows' lse at lse_s; then all 256 threads store the rows 16 bytes at a time
+   (x204; one bulk copy per row before): with splits the partial row (fp16 at the CTA's scale,
+   whose maximum goes through red, 8 words of shared memory, and mbarrier epi of 256 arrivals:
+   racecheck reported that hand-off across a 256-thread named barrier in the V4 kernel, as in
+   ak_sdr_main), with one split the output row (bf16 or f32), where p.out_bulk says every output
+   row is 16-byte aligned; scale and lse as ak_sd_row_scale says, the same output bits as
+   ak_sdw_write_rows. The fragments' 4- and 8-byte stores straight to global memory took ~5 us of
+   the tail at b 8 h_q 128 (x49) and ~13% of the 64-head kernel's samples at 640 keys per row
+   (x52). */
 #define AK_SDX_XSTR (AK_SD_DV + 8) /* floats per staged f32 row */
 #define AK_SDX_HSTR (AK_SD_DV + 8) /* 16-bit values per staged bf16 or fp16 row */
-__device__ __forceinline__ void ak_sdw_write_bulk(const ak_sd_params &p, uint8_t *xs, float *lse_s, uint32_t *red,
+__device__ __forceinline__ void ak_sdw_write_staged(const ak_sd_params &p, uint8_t *xs, float *lse_s, uint32_t *red,
                                                   uint32_t epi, const float *o, const float *m_run,
                                                   const float *l_run, float vs, int64_t r, int64_t i, int h0,
                                                   int pslot, int wg, int wr, int g, int c4, int ctid) {
@@ -371,27 +372,41 @@ __device__ __forceinline__ void ak_sdw_write_bulk(const ak_sd_params &p, uint8_t
                     ak_sd_pack_bf16(o[4 * j + 2 * hr] * f[hr], o[4 * j + 2 * hr + 1] * f[hr]);
         }
     }
-    ak_fence_proxy_async(); /* staged rows -> the bulk copies' reads */
-    ak_bar_sync(1, 256);
-    /* Lanes 0..7 of each of the 8 warps store a row each: a warp issues its lanes' bulk copies one
-       at a time (~100 cycles each), so 64 rows from two warps took ~32 issue steps in series
-       (session 24), from eight ~8. */
-    const int hl = 8 * (ctid >> 5) + (ctid & 31); /* the CTA row this thread stores */
-    if ((ctid & 31) < 8 && h0 + hl < p.h_q) {
-        const int h = h0 + hl;
-        if (part) {
-            const int64_t row = ak_sd_part_row(p, pslot, h);
-            p.lacc[row] = make_float2(lse_s[hl], inv);
-            ak_bulk_s2g(p.oacc + row * AK_SD_DV, ak_smem_addr(xs + hl * AK_SDX_HSTR * 2), AK_SD_DV * 2);
-        } else {
-            if (p.lse != NULL) p.lse[r * p.l_s0 + i * p.l_s1 + h * p.l_s2] = lse_s[hl];
-            const int64_t ob = r * p.o_s0 + i * p.o_s1 + h * p.o_s2;
-            if (f32)
-                ak_bulk_s2g((float *)p.out + ob, ak_smem_addr(xs + hl * AK_SDX_XSTR * 4), AK_SD_DV * 4);
-            else
-                ak_bulk_s2g((uint16_t *)p.out + ob, ak_smem_addr(xs + hl * AK_SDX_HSTR * 2), AK_SD_DV * 2);
+    /* staged rows -> every thread's loads: in ak_sdx_main through epi (its next phase), since
+       racecheck reported this hand-off across named barrier 1 of the 256 consumer threads there (a
+       read of one thread against the staging writes of another); ak_sdw_main's 256 threads are the
+       whole CTA */
+    if (epi != 0) {
+        ak_mbar_arrive(epi);
+        ak_mbar_wait(epi, part ? 1 : 0);
+    } else {
+        __syncthreads();
+    }
+    /* rows out by all 256 threads, 16 bytes per store, four loads before their stores (x204: a bulk
+       copy per row before, whose issue waited behind the CTA's other 63, session 29) */
+    if (ctid < AK_SDW_HEADS && h0 + ctid < p.h_q) {
+        const int h = h0 + ctid;
+        if (part) p.lacc[ak_sd_part_row(p, pslot, h)] = make_float2(lse_s[ctid], inv);
+        else if (p.lse != NULL) p.lse[r * p.l_s0 + i * p.l_s1 + h * p.l_s2] = lse_s[ctid];
+    }
+    const int lg = f32 ? 7 : 6;                                     /* log2 of the 16-byte chunks per row */
+    const int rs = f32 ? AK_SDX_XSTR * 4 : AK_SDX_HSTR * 2;         /* staged row stride, bytes */
+    for (int k0 = ctid; k0 < (AK_SDW_HEADS << lg); k0 += 4 * 256) {
+        uint4 v[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int it = k0 + 256 * k;
+            v[k] = *reinterpret_cast<const uint4 *>(xs + (it >> lg) * rs + (it & ((1 << lg) - 1)) * 16);
         }
-        ak_bulk_commit_wait_read();
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int it = k0 + 256 * k, h = h0 + (it >> lg), c = it & ((1 << lg) - 1);
+            if (h >= p.h_q) continue;
+            uint8_t *dst = part ? reinterpret_cast<uint8_t *>(p.oacc + ak_sd_part_row(p, pslot, h) * AK_SD_DV)
+                           : f32 ? reinterpret_cast<uint8_t *>((float *)p.out + r * p.o_s0 + i * p.o_s1 + h * p.o_s2)
+                                 : reinterpret_cast<uint8_t *>((uint16_t *)p.out + r * p.o_s0 + i * p.o_s1 + h * p.o_s2);
+            *reinterpret_cast<uint4 *>(dst + c * 16) = v[k];
+        }
     }
 }
 
@@ -585,7 +600,7 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
     const bool part = ORD == AK_SD_ORD_BAL ? pslot >= 0 : p.splits > 1;
     if (!part && p.out_bulk) { /* (partial rows by bulk copy measured 0.8 us slower at V4 b 8: x53) */
         __syncthreads(); /* both warpgroups' last products have read Q and the K tiles */
-        ak_sdw_write_bulk(p, smem + M::Q, reinterpret_cast<float *>(smem + M::LSE), NULL, 0, o, m_run, l_run, 1.0f,
+        ak_sdw_write_staged(p, smem + M::Q, reinterpret_cast<float *>(smem + M::LSE), NULL, 0, o, m_run, l_run, 1.0f,
                           r, i, h0, pslot, wg, wr, g, c4, tid);
     } else if (!part) {
         ak_sdw_write_rows(p, o, m_run, l_run, 1.0f, r, i, h0, wg, wr, g, c4);
@@ -1145,7 +1160,7 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
 
     /* alpha_s is free: its rows' lse, then the fp16 scale's words */
     if (pslot >= 0 || p.out_bulk)
-        ak_sdw_write_bulk(p, smem + M::Q, alpha_s, reinterpret_cast<uint32_t *>(alpha_s + 64), bar + 8 * M::EPI, o,
+        ak_sdw_write_staged(p, smem + M::Q, alpha_s, reinterpret_cast<uint32_t *>(alpha_s + 64), bar + 8 * M::EPI, o,
                           m_run, l_run, kq.ref, r, i, h0, pslot, wg, wr, g, c4, ctid);
     else
         ak_sdw_write_rows(p, o, m_run, l_run, kq.ref, r, i, h0, wg, wr, g, c4);
