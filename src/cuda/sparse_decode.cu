@@ -599,7 +599,7 @@ __global__ void __launch_bounds__(512 / DPT, DPT == 4 ? (CH == 8 ? 8 : 5) : (CH 
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    const float lse2 = mx != -INFINITY ? mx + log2f(sum) : -INFINITY;
+    const float lse2 = mx != -INFINITY ? mx + __log2f(sum) : -INFINITY;
     float w = ak_sd_combine_weight(li, lse2); /* split lane's, then lane + 32's from s0 = 32 on */
     float acc[DPT];
 #pragma unroll
@@ -670,7 +670,7 @@ __global__ void __launch_bounds__(256) ak_sd_bal_combine(const ak_sd_params p) {
         float e = mx != -INFINITY && li.x != -INFINITY ? exp2f(li.x - mx) : 0.0f, sum = e;
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-        const float lse2 = mx != -INFINITY ? mx + log2f(sum) : -INFINITY;
+        const float lse2 = mx != -INFINITY ? mx + __log2f(sum) : -INFINITY;
         const float w = ak_sd_combine_weight(li, lse2);
         float acc[16];
 #pragma unroll

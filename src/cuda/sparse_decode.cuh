@@ -130,20 +130,23 @@ template <int LAYOUT> __device__ __forceinline__ ak_sd_kscale ak_sd_kscales(cons
    it reports: with one split the output row's (1 / l and the sink; natural log, +inf for a row
    with no valid key), else this split's normalized partial row's (1 / l; log2 units, -inf when
    empty) for ak_sd_combine; both times vs (ak_sd_kscale::ref). h past h_q (a padded row that is
-   never stored) reads no sink. */
+   never stored) reads no sink. The logarithm and the reciprocal are the SFU's (lg2.approx, abs
+   error 2^-22.6; rcp.approx, 1 ulp), far under the lse tolerance and the rows' 16-bit rounding:
+   the accurate log2f and division were ~40 dependent instructions and two branches per row, which
+   kept the rows of one thread from overlapping (~1.5k cycles of the swap-AB epilogue at 32 heads,
+   session 42's profile). */
 __device__ __forceinline__ float ak_sd_row_scale(const ak_sd_params &p, bool part, float m2, float lsum, int h,
                                                  float vs, float &lse) {
-    const float lse2 = lsum > 0.0f ? m2 + log2f(lsum) : -INFINITY;
+    const bool any = lsum > 0.0f;
+    const float lse2 = any ? m2 + __log2f(lsum) : -INFINITY, rl = __fdividef(vs, lsum);
     if (part) {
         lse = lse2;
-        return lsum > 0.0f ? vs / lsum : 0.0f;
+        return any ? rl : 0.0f;
     }
-    lse = INFINITY;
-    if (!(lsum > 0.0f)) return 0.0f;
-    lse = lse2 * 0.69314718055994531f;
-    float f = 1.0f / lsum;
-    if (p.sink != NULL && h < p.h_q) f = f / (1.0f + expf(p.sink[h] - lse));
-    return f * vs;
+    lse = any ? lse2 * 0.69314718055994531f : INFINITY;
+    float f = any ? rl : 0.0f;
+    if (any && p.sink != NULL && h < p.h_q) f = __fdividef(f, 1.0f + expf(p.sink[h] - lse));
+    return f;
 }
 
 /* Partial rows (splits > 1) are stored in fp16, half the bytes of f32 to write and to read back in
