@@ -131,7 +131,7 @@ template <int LAYOUT> __device__ __forceinline__ ak_sd_kscale ak_sd_kscales(cons
    with no valid key), else this split's normalized partial row's (1 / l; log2 units, -inf when
    empty) for ak_sd_combine; both times vs (ak_sd_kscale::ref). h past h_q (a padded row that is
    never stored) reads no sink. The logarithm and the reciprocal are the SFU's (lg2.approx, abs
-   error 2^-22.6; rcp.approx, 1 ulp), far under the lse tolerance and the rows' 16-bit rounding:
+   error 2^-22.6; __fdividef, 2 ulp), far under the lse tolerance and the rows' 16-bit rounding:
    the accurate log2f and division were ~40 dependent instructions and two branches per row, which
    kept the rows of one thread from overlapping (~1.5k cycles of the swap-AB epilogue at 32 heads,
    session 42's profile). */
