@@ -1204,8 +1204,9 @@ template <int LAYOUT, int NH> struct ak_sdt_map {
         STAGE = AMAX + 16,                   /* [PW warps][NST][KPW keys][STG] raw records */
         VF = 64 / AK_SDT_KPW,                /* validity bytes per K buffer */
         VALID = STAGE + AK_SDT_PW * NST * AK_SDT_KPW * STG, /* [2][VF] u8: byte v = keys KPW v .. */
-        BAR = (VALID + 2 * VF + 7) & ~7,     /* FULL[2], EMPTY[2], stage[PW][NST] mbarriers */
-        BYTES = BAR + (4 + AK_SDT_PW * NST) * 8,
+        BAR = (VALID + 2 * VF + 7) & ~7,     /* FULL[2], EMPTY[2], stage[PW][NST], EPI mbarriers */
+        EPI = 4 + AK_SDT_PW * NST,           /* the staged rows' hand-off to every thread (ak_sdt_rows_out) */
+        BYTES = BAR + (EPI + 1) * 8,
         OSTR = AK_SD_DV + 4                  /* f32 row stride of the output staging (in K) */
     };
 };
@@ -1427,6 +1428,26 @@ __device__ __forceinline__ void ak_sdt_store8(const ak_sd_params &p, float4 a, f
     }
 }
 
+/* The staged rows of ak_sdt_main's epilogue out, 8 dims per item, by all 384 threads: the
+   consumers' epilogue runs one warp per scheduler, so its rows out were a chain of dependent
+   instructions that the eight producer warps, done by then, now share (x206). The partial rows'
+   scale from the consumer warps' words (ak_sd_part_get). */
+template <int LAYOUT, int NH>
+__device__ __forceinline__ void ak_sdt_rows_out(const ak_sd_params &p, uint8_t *smem, int64_t r, int64_t i, int h0,
+                                                int pslot, int tid) {
+    typedef ak_sdt_map<LAYOUT, NH> M;
+    float inv, sc = 1.0f;
+    if (pslot >= 0) sc = ak_sd_part_get(reinterpret_cast<const uint32_t *>(smem + M::AMAX), 4, inv);
+    const float *os = reinterpret_cast<const float *>(smem + M::K); /* [NH][OSTR] f32 */
+    for (int it = tid; it < NH * (AK_SD_DV / 8); it += AK_SDT_THREADS) {
+        const int hl = it / (AK_SD_DV / 8), d = (it % (AK_SD_DV / 8)) * 8, h = h0 + hl;
+        if (h >= p.h_q) continue;
+        const float *src = os + hl * M::OSTR + d;
+        ak_sdt_store8(p, *reinterpret_cast<const float4 *>(src), *reinterpret_cast<const float4 *>(src + 4), r, i, h,
+                      d, pslot, sc);
+    }
+}
+
 template <int LAYOUT, int NH, int ORD>
 __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_params p) {
     typedef ak_sdt_map<LAYOUT, NH> M;
@@ -1450,6 +1471,7 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
             ak_mbar_init(bar + 8 * (2 + b), 128);          /* EMPTY: every consumer thread */
         }
         for (int k = 0; k < AK_SDT_PW * M::NST; k++) ak_mbar_init(bar + 8 * (4 + k), 1);
+        ak_mbar_init(bar + 8 * M::EPI, 128); /* every consumer thread */
     }
     __syncthreads();
     ak_grid_dep_wait(); /* as in ak_sd_main: only parameters and shared memory above */
@@ -1458,6 +1480,8 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
     if (warp < AK_SDT_PW) {
         ak_setmaxnreg_dec<AK_SDT_PREG>();
         ak_sdt_produce<LAYOUT, NH>(p, smem, r, i, len0, len1, t_begin, t_end);
+        ak_mbar_wait(bar + 8 * M::EPI, 0); /* the consumers' staged rows and scale words */
+        ak_sdt_rows_out<LAYOUT, NH>(p, smem, r, i, h0, pslot, tid);
         return;
     }
     ak_setmaxnreg_inc<AK_SDT_CREG>();
@@ -1571,7 +1595,7 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
     /* Per head: the factor of its O^T column and its lse (ak_sd_row_scale; per-tensor fp8: times
        ak_sd_kscale::ref); O^T * factor -> shared [head][dim] f32 in K buffer 0 (every product
        that read it has completed), the largest magnitude of the partial rows beside it
-       (ak_sd_part_scale, across this barrier), then rows out 8 dims at a time (ak_sdt_store8). */
+       (ak_sd_part_scale, across this barrier), then rows out by every thread (ak_sdt_rows_out). */
     float *os = reinterpret_cast<float *>(smem + M::K);
     float lse[NC], am = 0.0f;
 #pragma unroll
@@ -1593,23 +1617,20 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
             if (h < p.h_q) am = ak_sd_amax_add(am, a);
         }
     uint32_t *amax = reinterpret_cast<uint32_t *>(smem + M::AMAX);
-    float sc = 1.0f, inv = 1.0f;
+    float inv = 1.0f;
     if (pslot >= 0) ak_sd_part_put(am, amax, 4);
-    ak_bar_sync(1, 128);
-    if (pslot >= 0) sc = ak_sd_part_get(amax, 4, inv);
+    /* staged rows and scale words -> all 384 threads, through mbarrier EPI (racecheck reported this
+       hand-off across __syncthreads, reached by the producers at another instruction) */
+    ak_mbar_arrive(bar + 8 * M::EPI);
+    ak_mbar_wait(bar + 8 * M::EPI, 0);
+    if (pslot >= 0) ak_sd_part_get(amax, 4, inv);
     if (w == 0 && g == 0)
 #pragma unroll
         for (int c = 0; c < NC; c++) {
             const int h = h0 + 8 * (c >> 1) + 2 * c4 + (c & 1);
             if (h < p.h_q) ak_sdt_store_lse(p, lse[c], inv, r, i, h, pslot);
         }
-    for (int it = ct; it < NH * (AK_SD_DV / 8); it += 128) {
-        const int hl = it / (AK_SD_DV / 8), d = (it % (AK_SD_DV / 8)) * 8, h = h0 + hl;
-        if (h >= p.h_q) continue;
-        const float *src = os + hl * M::OSTR + d;
-        ak_sdt_store8(p, *reinterpret_cast<const float4 *>(src), *reinterpret_cast<const float4 *>(src + 4), r, i, h,
-                      d, pslot, sc);
-    }
+    ak_sdt_rows_out<LAYOUT, NH>(p, smem, r, i, h0, pslot, tid);
 }
 
 /*
