@@ -1182,7 +1182,8 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
  * its head's running max + 8, which a barrier with an OR tells); the column sums stay per thread
  * until the end.
  * O^T needs NH / 2 x 8 registers (64 or 128 per thread). The output is written through shared
- * memory (the K buffer, free at the end) so that rows leave in 16-byte pieces (ak_sdt_store8).
+ * memory (the K buffer, free at the end) so that rows leave in 16-byte pieces (ak_sdt_store8), by
+ * the producer warps too (ak_sdt_rows_out).
  */
 #define AK_SDT_KPW 4                  /* keys per producer warp and 32-key half-unit (8 or 4) */
 #define AK_SDT_PW (32 / AK_SDT_KPW)   /* producer warps */
