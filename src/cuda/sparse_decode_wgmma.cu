@@ -2115,7 +2115,8 @@ int ak_sdw_plan(const ak_context *ctx, const ak_mla_decode_args *a, ak_sd_plan *
        29.7). On an H100, where the same call is nearer its memory bound, it took 82 -> 86 us in
        graph replay, so there the swap-AB kernel stays. With three consumer warpgroups (x175) it
        is 81.4 us there against 77.7, and 64.0 against 72.3 with L2-resident records (the regime
-       nearer the H200's). */
+       nearer the H200's). Since x193's exact V the margin on the H200 is small: b 128 h_q 16
+       70.4-71.0 us against the swap-AB kernel's 71.7-72.8 (session 42). */
     const double bw_per_sm = ctx->info.copy_bytes_per_s / (double)slots;
     if (pl->kernel == 3 && pl->mw == 1 && (pl->n_tiles + splits - 1) / splits >= 16 && bw_per_sm >= 28e9) {
         pl->kernel = 4;
