@@ -215,8 +215,8 @@ rep('''    ak_grid_dep_wait(); /* as in ak_sd_main: only parameters and shared m
     if (!ak_sd_take_late<ORD>(p, r, i, t_begin, t_end, pslot)) return;
     const int32_t len0 = ak_sd_len(p.list[0], r, i), len1 = ak_sd_len(p.list[1], r, i);
     if (warp < AK_SDT_PW) {''')
-rep('''    ak_sdt_rows_out<LAYOUT, NH>(p, smem, r, i, h0, pslot, tid);
-}''', '''    ak_sdt_rows_out<LAYOUT, NH>(p, smem, r, i, h0, pslot, tid);
+rep('''    ak_sdt_rows_out<LAYOUT, NH>(p, smem, r, i, h0, pslot, sc, tid);
+}''', '''    ak_sdt_rows_out<LAYOUT, NH>(p, smem, r, i, h0, pslot, sc, tid);
     if (ct == 0) TR2(11, 3);
     ak_bar_sync(1, 128);
     if (ct == 0) TG2(1); /* (the consumers' end: the producer warps' share of the rows may end later) */
@@ -287,13 +287,13 @@ rep('''    if (pslot >= 0) ak_sd_part_put(am, amax, 4);
        hand-off across __syncthreads, reached by the producers at another instruction) */
     ak_mbar_arrive(bar + 8 * M::EPI);
     ak_mbar_wait(bar + 8 * M::EPI, 0);
-    if (pslot >= 0) ak_sd_part_get(amax, 4, inv);''', '''    if (ct == 0) TR2(11, 5);
+    if (pslot >= 0) sc = ak_sd_part_get(amax, 4, inv);''', '''    if (ct == 0) TR2(11, 5);
     if (pslot >= 0) ak_sd_part_put(am, amax, 4);
     /* staged rows and scale words -> all 384 threads, through mbarrier EPI (racecheck reported this
        hand-off across __syncthreads, reached by the producers at another instruction) */
     ak_mbar_arrive(bar + 8 * M::EPI);
     ak_mbar_wait(bar + 8 * M::EPI, 0);
-    if (pslot >= 0) ak_sd_part_get(amax, 4, inv);
+    if (pslot >= 0) sc = ak_sd_part_get(amax, 4, inv);
     if (ct == 0) TR2(11, 6);''')
 s += '''
 static int ak_trace_cmpd(const void *x, const void *y) {

@@ -1431,14 +1431,12 @@ __device__ __forceinline__ void ak_sdt_store8(const ak_sd_params &p, float4 a, f
 
 /* The staged rows of ak_sdt_main's epilogue out, 8 dims per item, by all 384 threads: the
    consumers' epilogue runs one warp per scheduler, so its rows out were a chain of dependent
-   instructions that the eight producer warps, done by then, now share (x206). The partial rows'
-   scale from the consumer warps' words (ak_sd_part_get). */
+   instructions that the eight producer warps, done by then, now share (x206). sc: the partial
+   rows' scale (ak_sd_part_get of the consumer warps' words). */
 template <int LAYOUT, int NH>
 __device__ __forceinline__ void ak_sdt_rows_out(const ak_sd_params &p, uint8_t *smem, int64_t r, int64_t i, int h0,
-                                                int pslot, int tid) {
+                                                int pslot, float sc, int tid) {
     typedef ak_sdt_map<LAYOUT, NH> M;
-    float inv, sc = 1.0f;
-    if (pslot >= 0) sc = ak_sd_part_get(reinterpret_cast<const uint32_t *>(smem + M::AMAX), 4, inv);
     const float *os = reinterpret_cast<const float *>(smem + M::K); /* [NH][OSTR] f32 */
     for (int it = tid; it < NH * (AK_SD_DV / 8); it += AK_SDT_THREADS) {
         const int hl = it / (AK_SD_DV / 8), d = (it % (AK_SD_DV / 8)) * 8, h = h0 + hl;
@@ -1482,7 +1480,9 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
         ak_setmaxnreg_dec<AK_SDT_PREG>();
         ak_sdt_produce<LAYOUT, NH>(p, smem, r, i, len0, len1, t_begin, t_end);
         ak_mbar_wait(bar + 8 * M::EPI, 0); /* the consumers' staged rows and scale words */
-        ak_sdt_rows_out<LAYOUT, NH>(p, smem, r, i, h0, pslot, tid);
+        float inv, sc = 1.0f;
+        if (pslot >= 0) sc = ak_sd_part_get(reinterpret_cast<const uint32_t *>(smem + M::AMAX), 4, inv);
+        ak_sdt_rows_out<LAYOUT, NH>(p, smem, r, i, h0, pslot, sc, tid);
         return;
     }
     ak_setmaxnreg_inc<AK_SDT_CREG>();
@@ -1618,20 +1618,20 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
             if (h < p.h_q) am = ak_sd_amax_add(am, a);
         }
     uint32_t *amax = reinterpret_cast<uint32_t *>(smem + M::AMAX);
-    float inv = 1.0f;
+    float sc = 1.0f, inv = 1.0f;
     if (pslot >= 0) ak_sd_part_put(am, amax, 4);
     /* staged rows and scale words -> all 384 threads, through mbarrier EPI (racecheck reported this
        hand-off across __syncthreads, reached by the producers at another instruction) */
     ak_mbar_arrive(bar + 8 * M::EPI);
     ak_mbar_wait(bar + 8 * M::EPI, 0);
-    if (pslot >= 0) ak_sd_part_get(amax, 4, inv);
+    if (pslot >= 0) sc = ak_sd_part_get(amax, 4, inv);
     if (w == 0 && g == 0)
 #pragma unroll
         for (int c = 0; c < NC; c++) {
             const int h = h0 + 8 * (c >> 1) + 2 * c4 + (c & 1);
             if (h < p.h_q) ak_sdt_store_lse(p, lse[c], inv, r, i, h, pslot);
         }
-    ak_sdt_rows_out<LAYOUT, NH>(p, smem, r, i, h0, pslot, tid);
+    ak_sdt_rows_out<LAYOUT, NH>(p, smem, r, i, h0, pslot, sc, tid);
 }
 
 /*
