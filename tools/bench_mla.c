@@ -22,8 +22,8 @@
     } while (0)
 
 typedef struct mla_bench {
-    void *q, *pool, *idx, *extra_pool, *extra_idx, *out, *lse, *ml, *bt, *seq, *kv, *len, *ws;
-    ak_tensor tq, tidx, textra_idx, tout, tlse, tml, tbt, tseq, tkv, tlen;
+    void *q, *pool, *idx, *extra_pool, *extra_idx, *out, *lse, *ml, *bt, *seq, *kv, *len, *sink, *ws;
+    ak_tensor tq, tidx, textra_idx, tout, tlse, tml, tbt, tseq, tkv, tlen, tsink;
     ak_cache cache, extra;
     ak_mla_decode_args dec;
     ak_sparse_prefill_args pre;
@@ -35,7 +35,7 @@ static void mla_bench_destroy(ak_context *ctx, void *state) {
     mla_bench *s = (mla_bench *)state;
     if (s == NULL) return;
     void *bufs[] = {s->q,   s->pool, s->idx, s->extra_pool, s->extra_idx, s->out,
-                    s->lse, s->ml,   s->bt,  s->seq,        s->kv,        s->len, s->ws};
+                    s->lse, s->ml,   s->bt,  s->seq,        s->kv,        s->len, s->sink, s->ws};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         ak_dev_free(ctx, bufs[i]);
     free(s);
@@ -152,6 +152,9 @@ static ak_status add_sparse_decode(ak_context *ctx, const ak_bench_opts *o, ak_b
        after a step's first do */
     const char *bal_env = getenv("AK_BENCH_BALANCE");
     const int balance = bal_env != NULL ? atoi(bal_env) : 0;
+    /* AK_BENCH_SINK=1 (V4 only): an attention sink per head, as the V4 model passes one */
+    const char *sink_env = getenv("AK_BENCH_SINK");
+    const int sink = v4 && sink_env != NULL && atoi(sink_env) != 0;
     char inv_note[64] = "";
     snprintf(inv_note, sizeof inv_note, "%s",
              ragged == 1   ? " ragged"
@@ -165,15 +168,16 @@ static ak_status add_sparse_decode(ak_context *ctx, const ak_bench_opts *o, ak_b
     if (balance == 1 || balance == 2)
         snprintf(inv_note + strlen(inv_note), sizeof inv_note - strlen(inv_note), " balanced%s",
                  balance == 2 ? " reused" : "");
+    if (sink) snprintf(inv_note + strlen(inv_note), sizeof inv_note - strlen(inv_note), " sink");
     uint64_t seed = o->seed ^ 0x6d6c61ull, rs = seed;
     char shape[200];
     ak_layout_traits lt;
     ak_layout_traits_get(m->layout, &lt);
     if (v4)
         snprintf(shape, sizeof shape,
-                 "%s b %lld s_q %lld h_q %lld window %d (P %d) + extra %d (P %d) %s%s", m->name,
+                 "%s b %lld s_q %lld h_q %lld window %d (P %d) + extra %d (P %d)%s %s%s", m->name,
                  (long long)b, (long long)s_q, (long long)h_q, topk, P, extra_topk,
-                 m->extra_page_size, lt.name, note);
+                 m->extra_page_size, inv_note, lt.name, note);
     else
         snprintf(shape, sizeof shape,
                  "%s b %lld s_q %lld h_q %lld topk %d ctx 32k%s%s (P %d) %s%s", m->name, (long long)b,
@@ -252,6 +256,14 @@ static ak_status add_sparse_decode(ak_context *ctx, const ak_bench_opts *o, ak_b
         s->out = alloc_dev(ctx, (size_t)(rows * h_q * 512) * 2, &st);
         s->lse = alloc_dev(ctx, (size_t)(rows * h_q) * 4, &st);
         if (ragged) s->len = upload(ctx, len, (size_t)b * 4, &st);
+        if (sink && st == AK_OK) { /* logits in [-2, 2): comparable to a row's lse */
+            float *sk = malloc((size_t)h_q * 4);
+            uint64_t ss = seed + 4;
+            if (sk == NULL) st = AK_ERR_OUT_OF_MEMORY;
+            for (int64_t h = 0; sk != NULL && h < h_q; h++) sk[h] = (float)(ak_mla_rand(&ss) % 4096) / 1024.0f - 2.0f;
+            if (sk != NULL) s->sink = upload(ctx, sk, (size_t)h_q * 4, &st);
+            free(sk);
+        }
     }
     free(idx);
     free(eidx);
@@ -282,6 +294,11 @@ static ak_status add_sparse_decode(ak_context *ctx, const ak_bench_opts *o, ak_b
     if (v4) {
         s->dec.extra_cache = &s->extra;
         s->dec.extra_indices = &s->textra_idx;
+    }
+    if (sink) {
+        int64_t shs[1] = {h_q};
+        s->tsink = ak_dev_tensor(ctx, s->sink, AK_DTYPE_F32, 1, shs);
+        s->dec.attn_sink = &s->tsink;
     }
     s->dec.out = &s->tout;
     s->dec.lse = &s->tlse;
