@@ -51,12 +51,12 @@ rep('''ak_mbar_init(bar + 8 * M::EPI, 256); /* every consumer thread */
     __syncthreads();
     ak_grid_dep_wait();
     if (threadIdx.x == 0) TR(7, 0);''')
-rep('''    ak_sdw_load_q<DQK, AK_SDW_HEADS, 256>(p, qs, r, i, h0, ctid);
-    ak_fence_proxy_async(); /* Q tile writes -> the wgmma (async proxy) reads */
-    ak_bar_sync(1, 256);''','''    ak_sdw_load_q<DQK, AK_SDW_HEADS, 256>(p, qs, r, i, h0, ctid);
-    ak_fence_proxy_async(); /* Q tile writes -> the wgmma (async proxy) reads */
+rep('''    ak_fence_proxy_async(); /* Q tile writes -> the wgmma (async proxy) reads */
     ak_bar_sync(1, 256);
-    if (ctid == 0) TR(7, 1);''')
+''','''    ak_fence_proxy_async(); /* Q tile writes -> the wgmma (async proxy) reads */
+    ak_bar_sync(1, 256);
+    if (ctid == 0) TR(7, 1);
+''')
 # consumer wg1: first wait
 rep('''        if (u < u_end) {
             ak_mbar_wait(bar, 0);
@@ -88,16 +88,11 @@ rep('''            ak_mbar_arrive(bar + 8 * (NBUF + b)); /* EMPTY[b] */
             /* the next unit after the release''')
 # end
 rep('''    if (pslot >= 0 || p.out_bulk)
-        ak_sdw_write_staged(p, smem + M::Q, alpha_s, reinterpret_cast<uint32_t *>(alpha_s + 64), bar + 8 * M::EPI, o,
-                          m_run, l_run, kq.ref, r, i, h0, pslot, wg, wr, g, c4, ctid);
-    else
-        ak_sdw_write_rows(p, o, m_run, l_run, kq.ref, r, i, h0, wg, wr, g, c4);
-}''','''    if (ctid == 0) TR(7, 3);
+        ak_sdw_write_staged(p, smem + M::Q, alpha_s,''', '''    if (ctid == 0) TR(7, 3);
     if (pslot >= 0 || p.out_bulk)
-        ak_sdw_write_staged(p, smem + M::Q, alpha_s, reinterpret_cast<uint32_t *>(alpha_s + 64), bar + 8 * M::EPI, o,
-                          m_run, l_run, kq.ref, r, i, h0, pslot, wg, wr, g, c4, ctid);
-    else
-        ak_sdw_write_rows(p, o, m_run, l_run, kq.ref, r, i, h0, wg, wr, g, c4);
+        ak_sdw_write_staged(p, smem + M::Q, alpha_s,''')
+rep('''        ak_sdw_write_rows(p, o, m_run, l_run, kq.ref, r, i, h0, wg, wr, g, c4);
+}''', '''        ak_sdw_write_rows(p, o, m_run, l_run, kq.ref, r, i, h0, wg, wr, g, c4);
     __syncwarp();
     if (ctid == 0) TR(7, 4);
 }''')

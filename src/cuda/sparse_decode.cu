@@ -484,7 +484,9 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
 #pragma unroll
         for (int rr = 1; rr < RPW; rr++)
             if (lane == rr) m = m_own[rr], l = l_own[rr];
-        if (lane < RPW) own_f = ak_sd_row_scale(p, p.splits > 1, m, l, h0 + warp * RPW + lane, kq.ref, own_lse);
+        if (lane < RPW)
+            own_f = ak_sd_row_scale(p.splits > 1, m, l, p.splits > 1 ? -INFINITY : ak_sd_sink(p, h0 + warp * RPW + lane),
+                                    kq.ref, own_lse);
     }
     float am = 0.0f;
     if (p.splits > 1)
@@ -584,8 +586,10 @@ __global__ void __launch_bounds__(512 / DPT, DPT == 4 ? (CH == 8 ? 8 : 5) : (CH 
     ak_grid_dep_wait(); /* the main kernel's partial rows (the index math above overlaps its end) */
     ak_grid_dep_launch();
     /* each lane's first (lse, factor) pair is loaded ahead of the partial rows, so the weights are
-       made while the rows arrive (b 1 h_q 128: the max known 1.4 us after the wait, not 1.9) */
+       made while the rows arrive (b 1 h_q 128: the max known 1.4 us after the wait, not 1.9); the
+       sink beside them, not after the merge */
     float2 li = lane < splits ? lacc[lane * rows] : make_float2(-INFINITY, 0.0f);
+    const float sink = ak_sd_sink(p, h);
     uint32_t v[CH][DPT / 2];
     ak_sd_combine_load<CH, DPT>(v, src, 0, splits, step);
     float mx = li.x;
@@ -616,7 +620,7 @@ __global__ void __launch_bounds__(512 / DPT, DPT == 4 ? (CH == 8 ? 8 : 5) : (CH 
             ak_sd_combine_add<CH, DPT>(acc, v, w, s0, splits);
         }
         lse_e = lse2 * 0.69314718055994531f;
-        if (p.sink != NULL) f = 1.0f / (1.0f + expf(p.sink[h] - lse_e));
+        if (sink != -INFINITY) f = 1.0f / (1.0f + expf(sink - lse_e));
     }
     if (p.lse != NULL && tid == 0) p.lse[r * p.l_s0 + i * p.l_s1 + h * p.l_s2] = lse_e;
     const int64_t ob = r * p.o_s0 + i * p.o_s1 + h * p.o_s2 + d;
@@ -656,6 +660,7 @@ __global__ void __launch_bounds__(256) ak_sd_bal_combine(const ak_sd_params p) {
         if (t.x < 0 || np < 2 || np > AK_SD_BAL_SPLITS || t.x > p.bal_slots - np) continue;
         const int64_t first = (int64_t)t.x * p.h_q + h, step = (int64_t)p.h_q * AK_SD_DV; /* piece j: row first + j h_q */
         const float2 li = lane < np ? p.lacc[first + (int64_t)lane * p.h_q] : make_float2(-INFINITY, 0.0f);
+        const float sink = ak_sd_sink(p, h); /* beside the pairs, not after the merge */
         const __half *src = p.oacc + first * AK_SD_DV + 16 * lane;
         uint4 v[8][2]; /* 16 dims of pieces j0 .. j0 + 7, loaded while the weights are made */
 #pragma unroll
@@ -702,7 +707,7 @@ __global__ void __launch_bounds__(256) ak_sd_bal_combine(const ak_sd_params p) {
         float lse_e = INFINITY, f = 0.0f;
         if (mx != -INFINITY) {
             lse_e = lse2 * 0.69314718055994531f;
-            f = p.sink != NULL ? 1.0f / (1.0f + expf(p.sink[h] - lse_e)) : 1.0f;
+            f = sink != -INFINITY ? 1.0f / (1.0f + expf(sink - lse_e)) : 1.0f;
         }
         if (p.lse != NULL && lane == 0) p.lse[r * p.l_s0 + i * p.l_s1 + h * p.l_s2] = lse_e;
         const int64_t ob = r * p.o_s0 + i * p.o_s1 + h * p.o_s2 + 16 * lane;

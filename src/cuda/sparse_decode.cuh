@@ -129,14 +129,13 @@ template <int LAYOUT> __device__ __forceinline__ ak_sd_kscale ak_sd_kscales(cons
 /* The factor a finished row h (running max m2 in log2 units, row sum lsum) is scaled by, and the lse
    it reports: with one split the output row's (1 / l and the sink; natural log, +inf for a row
    with no valid key), else this split's normalized partial row's (1 / l; log2 units, -inf when
-   empty) for ak_sd_combine; both times vs (ak_sd_kscale::ref). h past h_q (a padded row that is
-   never stored) reads no sink. The logarithm and the reciprocal are the SFU's (lg2.approx, abs
+   empty) for ak_sd_combine; both times vs (ak_sd_kscale::ref). sink: the row's attention sink
+   (ak_sd_sink), -inf for none. The logarithm and the reciprocal are the SFU's (lg2.approx, abs
    error 2^-22.6; __fdividef, 2 ulp), far under the lse tolerance and the rows' 16-bit rounding:
    the accurate log2f and division were ~40 dependent instructions and two branches per row, which
    kept the rows of one thread from overlapping (~1.5k cycles of the swap-AB epilogue at 32 heads,
    session 42's profile). */
-__device__ __forceinline__ float ak_sd_row_scale(const ak_sd_params &p, bool part, float m2, float lsum, int h,
-                                                 float vs, float &lse) {
+__device__ __forceinline__ float ak_sd_row_scale(bool part, float m2, float lsum, float sink, float vs, float &lse) {
     const bool any = lsum > 0.0f;
     const float lse2 = any ? m2 + __log2f(lsum) : -INFINITY, rl = __fdividef(vs, lsum);
     if (part) {
@@ -145,8 +144,15 @@ __device__ __forceinline__ float ak_sd_row_scale(const ak_sd_params &p, bool par
     }
     lse = any ? lse2 * 0.69314718055994531f : INFINITY;
     float f = any ? rl : 0.0f;
-    if (any && p.sink != NULL && h < p.h_q) f = __fdividef(f, 1.0f + expf(p.sink[h] - lse));
+    if (any && sink != -INFINITY) f = __fdividef(f, 1.0f + expf(sink - lse));
     return f;
+}
+
+/* Head h's attention sink (natural-log units), or -inf where the call has none or h is a padded
+   row past h_q. The V4 kernels load it in their prologue: read where the factor is made, its L2
+   round trip sat on the epilogue's chain (and on the combine's, after its merge). */
+__device__ __forceinline__ float ak_sd_sink(const ak_sd_params &p, int h) {
+    return p.sink != NULL && h < p.h_q ? p.sink[h] : -INFINITY;
 }
 
 /* Partial rows (splits > 1) are stored in fp16, half the bytes of f32 to write and to read back in

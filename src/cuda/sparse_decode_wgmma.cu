@@ -287,7 +287,7 @@ __device__ __forceinline__ void ak_sdw_write_rows(const ak_sd_params &p, const f
     for (int hr = 0; hr < 2; hr++) {
         const int h = h0 + 16 * wr + g + hr * 8;
         float lse;
-        const float f = ak_sd_row_scale(p, false, m_run[hr], l_run[hr], h, vs, lse);
+        const float f = ak_sd_row_scale(false, m_run[hr], l_run[hr], ak_sd_sink(p, h), vs, lse);
         ak_sd_write_out_row<32>(p, o, hr, r, i, h, f, lse, wg * 256, c4, wg == 0 && c4 == 0);
     }
 }
@@ -308,7 +308,7 @@ __device__ __forceinline__ void ak_sdw_write_part_rows(const ak_sd_params &p, co
     for (int hr = 0; hr < 2; hr++) {
         const int h = h0 + 16 * wr + g + hr * 8;
         float lse;
-        const float f = ak_sd_row_scale(p, true, m_run[hr], l_run[hr], h, 1.0f, lse);
+        const float f = ak_sd_row_scale(true, m_run[hr], l_run[hr], -INFINITY, 1.0f, lse);
         ak_sd_write_part_row<32>(p, o, hr, r, i, h, pslot, f, lse, sc, inv, wg * 256, c4, wg == 0 && c4 == 0);
     }
 }
@@ -329,7 +329,7 @@ __device__ __forceinline__ void ak_sdw_write_part_rows(const ak_sd_params &p, co
 #define AK_SDX_XSTR (AK_SD_DV + 8) /* floats per staged f32 row */
 #define AK_SDX_HSTR (AK_SD_DV + 8) /* 16-bit values per staged bf16 or fp16 row */
 __device__ __forceinline__ void ak_sdw_write_staged(const ak_sd_params &p, uint8_t *xs, float *lse_s, uint32_t *red,
-                                                  uint32_t epi, const float *o, const float *m_run,
+                                                  const float *sink_s, uint32_t epi, const float *o, const float *m_run,
                                                   const float *l_run, float vs, int64_t r, int64_t i, int h0,
                                                   int pslot, int wg, int wr, int g, int c4, int ctid) {
     const bool part = pslot >= 0, f32 = !part && p.out_f32;
@@ -339,7 +339,8 @@ __device__ __forceinline__ void ak_sdw_write_staged(const ak_sd_params &p, uint8
     for (int hr = 0; hr < 2; hr++) {
         const int row = 16 * wr + g + 8 * hr;
         float lse;
-        f[hr] = ak_sd_row_scale(p, part, m_run[hr], l_run[hr], h0 + row, vs, lse);
+        const float sk = part ? -INFINITY : sink_s != NULL ? sink_s[row] : ak_sd_sink(p, h0 + row);
+        f[hr] = ak_sd_row_scale(part, m_run[hr], l_run[hr], sk, vs, lse);
         if (wg == 0 && c4 == 0) lse_s[row] = lse;
         if (part && h0 + row < p.h_q) am = ak_sd_amax_add(am, ak_sd_frag_amax<32>(o, hr) * fabsf(f[hr]));
     }
@@ -600,7 +601,7 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
     const bool part = ORD == AK_SD_ORD_BAL ? pslot >= 0 : p.splits > 1;
     if (!part && p.out_bulk) { /* (partial rows by bulk copy measured 0.8 us slower at V4 b 8: x53) */
         __syncthreads(); /* both warpgroups' last products have read Q and the K tiles */
-        ak_sdw_write_staged(p, smem + M::Q, reinterpret_cast<float *>(smem + M::LSE), NULL, 0, o, m_run, l_run, 1.0f,
+        ak_sdw_write_staged(p, smem + M::Q, reinterpret_cast<float *>(smem + M::LSE), NULL, NULL, 0, o, m_run, l_run, 1.0f,
                           r, i, h0, pslot, wg, wr, g, c4, tid);
     } else if (!part) {
         ak_sdw_write_rows(p, o, m_run, l_run, 1.0f, r, i, h0, wg, wr, g, c4);
@@ -674,7 +675,8 @@ template <int LAYOUT> struct ak_sdx_map {
         VALID = STAGE + 4 * NST * 8 * STG,  /* [NBUF] u32: bit k = key k of the unit is valid */
         ALPHA = VALID + NBUF * 4,           /* [2][64] f32 O rescale factor of units j % 2, per head */
         ML = ALPHA + 2 * 64 * 4,            /* [2][64] f32 final running max and row sum, per head */
-        BAR = (ML + 2 * 64 * 4 + 7) & ~7,   /* FULL[NBUF], EMPTY[NBUF], stage[4][NST], EPI mbarriers */
+        SINK = ML + 2 * 64 * 4,             /* V4: [64] f32 attention sink per head (ak_sd_sink) */
+        BAR = (SINK + (V4 ? 64 * 4 : 0) + 7) & ~7, /* FULL[NBUF], EMPTY[NBUF], stage[4][NST], EPI mbarriers */
         EPI = 2 * NBUF + 4 * NST,           /* the epilogue's hand-off of the partial rows' scale */
         BYTES = BAR + (EPI + 1) * 8
     };
@@ -1042,6 +1044,10 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
     float *alpha_s = reinterpret_cast<float *>(smem + M::ALPHA), *ml_s = reinterpret_cast<float *>(smem + M::ML);
 
     ak_sdw_load_q<DQK, AK_SDW_HEADS, 256>(p, qs, r, i, h0, ctid);
+    /* V4's sinks, read in the epilogue, loaded beside Q (656 and per-tensor, whose models have none,
+       keep the load in the epilogue: this prologue cost their h_q 64 2%) */
+    if (M::V4 && pslot < 0 && ctid < AK_SDW_HEADS)
+        reinterpret_cast<float *>(smem + M::SINK)[ctid] = ak_sd_sink(p, h0 + ctid);
     ak_fence_proxy_async(); /* Q tile writes -> the wgmma (async proxy) reads */
     ak_bar_sync(1, 256);
 
@@ -1160,7 +1166,8 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
 
     /* alpha_s is free: its rows' lse, then the fp16 scale's words */
     if (pslot >= 0 || p.out_bulk)
-        ak_sdw_write_staged(p, smem + M::Q, alpha_s, reinterpret_cast<uint32_t *>(alpha_s + 64), bar + 8 * M::EPI, o,
+        ak_sdw_write_staged(p, smem + M::Q, alpha_s, reinterpret_cast<uint32_t *>(alpha_s + 64),
+                            M::V4 ? reinterpret_cast<const float *>(smem + M::SINK) : NULL, bar + 8 * M::EPI, o,
                           m_run, l_run, kq.ref, r, i, h0, pslot, wg, wr, g, c4, ctid);
     else
         ak_sdw_write_rows(p, o, m_run, l_run, kq.ref, r, i, h0, wg, wr, g, c4);
@@ -1605,7 +1612,8 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
         for (int e = 0; e < 2; e++) {
             const int c = 2 * j + e, hl = 8 * j + 2 * c4 + e, h = h0 + hl;
             const float lsum = (red[hl] + red[NH + hl]) + (red[2 * NH + hl] + red[3 * NH + hl]);
-            const float f = ak_sd_row_scale(p, pslot >= 0, m_run[c], lsum, h, 1.0f, lse[c]) * kq.ref;
+            const float f = ak_sd_row_scale(pslot >= 0, m_run[c], lsum, pslot >= 0 ? -INFINITY : ak_sd_sink(p, h), 1.0f,
+                                            lse[c]) * kq.ref;
             float a = 0.0f;
 #pragma unroll
             for (int mb = 0; mb < 8; mb++)
@@ -2004,7 +2012,8 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
         float lt = 0.0f;
 #pragma unroll
         for (int k = 0; k < AK_SDR_NWG; k++) lt += ml[(16 * k + hl) * 2 + 1] * ak_ex2(ml[(16 * k + hl) * 2] - mu);
-        const float f = ak_sd_row_scale(p, pslot >= 0, mt, lt, h, 1.0f, lse[c]) * kq.ref * (PT ? 0x1p56f : 1.0f) * ak_ex2(m_run[c] - mu);
+        const float f = ak_sd_row_scale(pslot >= 0, mt, lt, pslot >= 0 ? -INFINITY : ak_sd_sink(p, h), 1.0f, lse[c]) *
+                        kq.ref * (PT ? 0x1p56f : 1.0f) * ak_ex2(m_run[c] - mu);
         float a = 0.0f;
 #pragma unroll
         for (int mb = 0; mb < 8; mb++)
