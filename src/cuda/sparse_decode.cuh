@@ -149,8 +149,9 @@ __device__ __forceinline__ float ak_sd_row_scale(bool part, float m2, float lsum
 }
 
 /* Head h's attention sink (natural-log units), or -inf where the call has none or h is a padded
-   row past h_q. The V4 kernels load it in their prologue: read where the factor is made, its L2
-   round trip sat on the epilogue's chain (and on the combine's, after its merge). */
+   row past h_q. The combines load it beside their (lse, factor) pairs and the V4 instance of the
+   64-head kernel beside Q: read where the factor is made, its L2 round trip sat after the
+   combine's merge (x208). */
 __device__ __forceinline__ float ak_sd_sink(const ak_sd_params &p, int h) {
     return p.sink != NULL && h < p.h_q ? p.sink[h] : -INFINITY;
 }
