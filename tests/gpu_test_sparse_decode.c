@@ -775,6 +775,10 @@ AK_TEST(sparse_decode_wide) {
            per-tensor fp8 on the warp-specialized kernel, 656 on the swap-AB kernel */
         {AK_LAYOUT_DSV4_FP8_UE8M0, 64, 1, 64, 128, 512, 1}, {AK_LAYOUT_MLA_FP8_PERTENSOR, 64, 1, 128, 256, 0, 1},
         {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 32, 2, 32, 256, 64, 1},
+        /* V4 at one split with aligned rows and a sink (odd n): the sinks the 64-head kernel loads
+           beside Q into shared memory and reads in its staged epilogue (68 units: two splits would
+           take two waves on ~132 SMs) */
+        {AK_LAYOUT_DSV4_FP8_UE8M0, 68, 1, 64, 128, 512},
     };
     ak_device_info di;
     CHECK_STATUS(ak_context_device_info(gpu, &di), AK_OK);
