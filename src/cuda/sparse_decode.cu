@@ -485,8 +485,8 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
         for (int rr = 1; rr < RPW; rr++)
             if (lane == rr) m = m_own[rr], l = l_own[rr];
         if (lane < RPW)
-            own_f = ak_sd_row_scale(p.splits > 1, m, l, p.splits > 1 ? -INFINITY : ak_sd_sink(p, h0 + warp * RPW + lane),
-                                    kq.ref, own_lse);
+            own_f = ak_sd_row_scale(p.splits > 1, m, l, ak_sd_sink(p, p.splits > 1, h0 + warp * RPW + lane), kq.ref,
+                                    own_lse);
     }
     float am = 0.0f;
     if (p.splits > 1)
@@ -599,7 +599,7 @@ __global__ void __launch_bounds__(512 / DPT, DPT == 4 ? (CH == 8 ? 8 : 5) : (CH 
        made while the rows arrive (b 1 h_q 128: the max known 1.4 us after the wait, not 1.9); the
        sink beside them, not after the merge */
     float2 li = lane < splits ? lacc[lane * rows] : make_float2(-INFINITY, 0.0f);
-    const float sink = ak_sd_sink(p, h);
+    const float sink = ak_sd_sink(p, false, h);
     uint32_t v[CH][DPT / 2];
     ak_sd_combine_load<CH, DPT>(v, src, 0, splits, step);
     float mx = li.x;
@@ -670,7 +670,7 @@ __global__ void __launch_bounds__(256) ak_sd_bal_combine(const ak_sd_params p) {
         if (t.x < 0 || np < 2 || np > AK_SD_BAL_SPLITS || t.x > p.bal_slots - np) continue;
         const int64_t first = (int64_t)t.x * p.h_q + h, step = (int64_t)p.h_q * AK_SD_DV; /* piece j: row first + j h_q */
         const float2 li = lane < np ? p.lacc[first + (int64_t)lane * p.h_q] : make_float2(-INFINITY, 0.0f);
-        const float sink = ak_sd_sink(p, h); /* beside the pairs, not after the merge */
+        const float sink = ak_sd_sink(p, false, h); /* beside the pairs, not after the merge */
         const __half *src = p.oacc + first * AK_SD_DV + 16 * lane;
         uint4 v[8][2]; /* 16 dims of pieces j0 .. j0 + 7, loaded while the weights are made */
 #pragma unroll

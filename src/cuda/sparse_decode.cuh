@@ -148,12 +148,13 @@ __device__ __forceinline__ float ak_sd_row_scale(bool part, float m2, float lsum
     return f;
 }
 
-/* Head h's attention sink (natural-log units), or -inf where the call has none or h is a padded
-   row past h_q. The combines load it beside their (lse, factor) pairs and the V4 instance of the
-   64-head kernel beside Q: read where the factor is made, its L2 round trip sat after the
-   combine's merge (x208). */
-__device__ __forceinline__ float ak_sd_sink(const ak_sd_params &p, int h) {
-    return p.sink != NULL && h < p.h_q ? p.sink[h] : -INFINITY;
+/* Head h's attention sink (natural-log units) for a row's factor, or -inf where the call has none,
+   h is a padded row past h_q, or the row is a split's partial row (part: the combine applies the
+   sink once, to the merged row), so that no load is issued for it. The combines load it beside
+   their (lse, factor) pairs and the V4 instance of the 64-head kernel beside Q: read where the
+   factor is made, its L2 round trip sat after the combine's merge (x208). */
+__device__ __forceinline__ float ak_sd_sink(const ak_sd_params &p, bool part, int h) {
+    return !part && p.sink != NULL && h < p.h_q ? p.sink[h] : -INFINITY;
 }
 
 /* Partial rows (splits > 1) are stored in fp16, half the bytes of f32 to write and to read back in

@@ -287,7 +287,7 @@ __device__ __forceinline__ void ak_sdw_write_rows(const ak_sd_params &p, const f
     for (int hr = 0; hr < 2; hr++) {
         const int h = h0 + 16 * wr + g + hr * 8;
         float lse;
-        const float f = ak_sd_row_scale(false, m_run[hr], l_run[hr], ak_sd_sink(p, h), vs, lse);
+        const float f = ak_sd_row_scale(false, m_run[hr], l_run[hr], ak_sd_sink(p, false, h), vs, lse);
         ak_sd_write_out_row<32>(p, o, hr, r, i, h, f, lse, wg * 256, c4, wg == 0 && c4 == 0);
     }
 }
@@ -339,7 +339,7 @@ __device__ __forceinline__ void ak_sdw_write_staged(const ak_sd_params &p, uint8
     for (int hr = 0; hr < 2; hr++) {
         const int row = 16 * wr + g + 8 * hr;
         float lse;
-        const float sk = part ? -INFINITY : sink_s != NULL ? sink_s[row] : ak_sd_sink(p, h0 + row);
+        const float sk = sink_s != NULL && !part ? sink_s[row] : ak_sd_sink(p, part, h0 + row);
         f[hr] = ak_sd_row_scale(part, m_run[hr], l_run[hr], sk, vs, lse);
         if (wg == 0 && c4 == 0) lse_s[row] = lse;
         if (part && h0 + row < p.h_q) am = ak_sd_amax_add(am, ak_sd_frag_amax<32>(o, hr) * fabsf(f[hr]));
@@ -1047,7 +1047,7 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
     /* V4's sinks, read in the epilogue, loaded beside Q (656 and per-tensor, whose models have none,
        keep the load in the epilogue: this prologue cost their h_q 64 2%) */
     if (M::V4 && pslot < 0 && ctid < AK_SDW_HEADS)
-        reinterpret_cast<float *>(smem + M::SINK)[ctid] = ak_sd_sink(p, h0 + ctid);
+        reinterpret_cast<float *>(smem + M::SINK)[ctid] = ak_sd_sink(p, false, h0 + ctid);
     ak_fence_proxy_async(); /* Q tile writes -> the wgmma (async proxy) reads */
     ak_bar_sync(1, 256);
 
@@ -1612,8 +1612,8 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
         for (int e = 0; e < 2; e++) {
             const int c = 2 * j + e, hl = 8 * j + 2 * c4 + e, h = h0 + hl;
             const float lsum = (red[hl] + red[NH + hl]) + (red[2 * NH + hl] + red[3 * NH + hl]);
-            const float f = ak_sd_row_scale(pslot >= 0, m_run[c], lsum, pslot >= 0 ? -INFINITY : ak_sd_sink(p, h), 1.0f,
-                                            lse[c]) * kq.ref;
+            const float f =
+                ak_sd_row_scale(pslot >= 0, m_run[c], lsum, ak_sd_sink(p, pslot >= 0, h), 1.0f, lse[c]) * kq.ref;
             float a = 0.0f;
 #pragma unroll
             for (int mb = 0; mb < 8; mb++)
@@ -2012,8 +2012,8 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
         float lt = 0.0f;
 #pragma unroll
         for (int k = 0; k < AK_SDR_NWG; k++) lt += ml[(16 * k + hl) * 2 + 1] * ak_ex2(ml[(16 * k + hl) * 2] - mu);
-        const float f = ak_sd_row_scale(pslot >= 0, mt, lt, pslot >= 0 ? -INFINITY : ak_sd_sink(p, h), 1.0f, lse[c]) *
-                        kq.ref * (PT ? 0x1p56f : 1.0f) * ak_ex2(m_run[c] - mu);
+        const float f = ak_sd_row_scale(pslot >= 0, mt, lt, ak_sd_sink(p, pslot >= 0, h), 1.0f, lse[c]) * kq.ref *
+                        (PT ? 0x1p56f : 1.0f) * ak_ex2(m_run[c] - mu);
         float a = 0.0f;
 #pragma unroll
         for (int mb = 0; mb < 8; mb++)
