@@ -311,6 +311,23 @@ __device__ __forceinline__ float ak_ex2(float x) {
     return y;
 }
 
+/* log2(x) by the special-function unit (lg2.approx.ftz: absolute error ~2^-22.6), for x >= 1, where
+   __log2f's subnormal fix-up never applies but still costs three instructions. */
+__device__ __forceinline__ float ak_lg2(float x) {
+    float y;
+    asm("lg2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+/* The warp's largest x in one redux.sync on the floats' order-preserving integer images (negative
+   floats' magnitude bits flipped), not five dependent shuffles. -0 ranks below +0; NaN is not expected. */
+__device__ __forceinline__ float ak_warp_max(float x) {
+    int i = __float_as_int(x);
+    i ^= (i >> 31) & 0x7fffffff;
+    i = __reduce_max_sync(0xffffffffu, i);
+    return __int_as_float(i ^ ((i >> 31) & 0x7fffffff));
+}
+
 /* 16 bytes global -> shared without registers; src_size 0 reads nothing and zero-fills. */
 __device__ __forceinline__ void ak_cp_async16(uint32_t dst, const void *src, uint32_t src_size) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_size)

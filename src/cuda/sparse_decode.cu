@@ -515,10 +515,14 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
 }
 
 /* Merges the splits of one (r, i, h) row: 512 / DPT threads x DPT dims. Every warp makes the
-   split weights itself, lane j from the (lse, factor) pairs of splits j, j + 32, .. (a max and a
-   sum by fixed shuffle trees), so no shared memory and no barrier sits between the lse values'
-   arrival and the sums: the CTA's warps repeat ~30 instructions instead of waiting on three
-   barriers and their shared-memory round trips (x192). Each weight carries its split's factor (the
+   split weights itself, lane j from the (lse, factor) pairs of splits j, j + 32, .. (a max by one
+   redux, a sum by a fixed shuffle tree), so no shared memory and no barrier sits between the lse
+   values' arrival and the sums: the CTA's warps repeat ~30 instructions instead of waiting on three
+   barriers and their shared-memory round trips (x192). That chain is the small calls' critical
+   path after the grid boundary (session 44's trace: V4 b 1's rows and pairs in ~0.3 us after the
+   wait, its end 1.4 us after it), so it is kept short: 2^x and log2 are the SFU's (ak_ex2: a split
+   more than 126 log2 units below the largest weighs 0, not a subnormal; otherwise the same bits as
+   exp2f), the row addresses are stepped, not multiplied (x211). Each weight carries its split's factor (the
    partial rows are scaled fp16, ak_sd_part_scale); a thread sums its dims over the splits in split
    order, taking weight s from lane s % 32, so the result is the same bits on every run. At the
    batches that split there are few rows per SM and the kernel is latency-bound, so the first CH
@@ -536,14 +540,15 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
 template <int CH, int DPT>
 __device__ __forceinline__ void ak_sd_combine_load(uint32_t (*v)[DPT / 2], const __half *src, int s0, int splits,
                                                    int64_t step) {
+    const __half *q = src + s0 * step; /* stepped by one 64-bit add per split, not a multiply each */
 #pragma unroll
-    for (int k = 0; k < CH; k++) {
+    for (int k = 0; k < CH; k++, q += step) {
         if (s0 + k >= splits) continue;
         if (DPT == 4) {
-            const uint2 x = *reinterpret_cast<const uint2 *>(src + (s0 + k) * step);
+            const uint2 x = *reinterpret_cast<const uint2 *>(q);
             v[k][0] = x.x, v[k][DPT / 2 - 1] = x.y;
         } else {
-            v[k][0] = *reinterpret_cast<const uint32_t *>(src + (s0 + k) * step);
+            v[k][0] = *reinterpret_cast<const uint32_t *>(q);
         }
     }
 }
@@ -578,7 +583,7 @@ __device__ __forceinline__ void ak_sd_combine_add(float *acc, const uint32_t (*v
 
 /* Weight of a split (lse, factor) pair, lse2 the merged lse (log2 units). */
 __device__ __forceinline__ float ak_sd_combine_weight(float2 li, float lse2) {
-    return li.x == -INFINITY || lse2 == -INFINITY ? 0.0f : exp2f(li.x - lse2) * li.y;
+    return li.x == -INFINITY || lse2 == -INFINITY ? 0.0f : ak_ex2(li.x - lse2) * li.y;
 }
 
 template <int CH, int DPT>
@@ -604,16 +609,15 @@ __global__ void __launch_bounds__(512 / DPT, DPT == 4 ? (CH == 8 ? 8 : 5) : (CH 
     ak_sd_combine_load<CH, DPT>(v, src, 0, splits, step);
     float mx = li.x;
     for (int s = lane + 32; s < splits; s += 32) mx = fmaxf(mx, lacc[s * rows].x);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    mx = ak_warp_max(mx);
     float sum = 0.0f;
     if (mx != -INFINITY) {
-        sum = exp2f(li.x - mx);
-        for (int s = lane + 32; s < splits; s += 32) sum += exp2f(lacc[s * rows].x - mx);
+        sum = ak_ex2(li.x - mx);
+        for (int s = lane + 32; s < splits; s += 32) sum += ak_ex2(lacc[s * rows].x - mx);
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    const float lse2 = mx != -INFINITY ? mx + __log2f(sum) : -INFINITY;
+    const float lse2 = mx != -INFINITY ? mx + ak_lg2(sum) : -INFINITY; /* sum >= 1: the max's term */
     float w = ak_sd_combine_weight(li, lse2); /* split lane's, then lane + 32's from s0 = 32 on */
     float acc[DPT];
 #pragma unroll
@@ -679,13 +683,11 @@ __global__ void __launch_bounds__(256) ak_sd_bal_combine(const ak_sd_params p) {
                 v[k][0] = *reinterpret_cast<const uint4 *>(src + k * step);
                 v[k][1] = *reinterpret_cast<const uint4 *>(src + k * step + 8);
             }
-        float mx = li.x;
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-        float e = mx != -INFINITY && li.x != -INFINITY ? exp2f(li.x - mx) : 0.0f, sum = e;
+        const float mx = ak_warp_max(li.x);
+        float e = mx != -INFINITY && li.x != -INFINITY ? ak_ex2(li.x - mx) : 0.0f, sum = e;
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-        const float lse2 = mx != -INFINITY ? mx + __log2f(sum) : -INFINITY;
+        const float lse2 = mx != -INFINITY ? mx + ak_lg2(sum) : -INFINITY;
         const float w = ak_sd_combine_weight(li, lse2);
         float acc[16];
 #pragma unroll
