@@ -362,7 +362,7 @@ rep('#include <stdint.h>\n', '''#include <stdint.h>
 #include <stdlib.h>
 #define AK_TM_CTAS 512
 #define AK_TM_S 25
-__device__ unsigned long long ak_tm[AK_TM_CTAS][AK_TM_S], ak_tc[AK_TM_CTAS][7];
+__device__ unsigned long long ak_tm[AK_TM_CTAS][AK_TM_S], ak_tc[AK_TM_CTAS][9];
 __device__ __forceinline__ unsigned long long ak_gt() { unsigned long long t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory"); return t; }
 #define TM(sx) do { if (threadIdx.x == 0 && blockIdx.x < AK_TM_CTAS && (sx) < AK_TM_S) ak_tm[blockIdx.x][sx] = ak_gt(); } while (0)
 #define TMV(sx, v) do { if (threadIdx.x == 0 && blockIdx.x < AK_TM_CTAS) { unsigned long long t_; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_) : "r"((unsigned)(v)) : "memory"); ak_tm[blockIdx.x][sx] = t_; } } while (0)
@@ -441,9 +441,17 @@ rep('''    const int64_t row = blockIdx.x;
 ''')
 rep('''    ak_grid_dep_wait(); /* the main kernel's partial rows''', '''    ak_grid_dep_wait();
     TC(1); /* the main kernel's partial rows''')
-rep('''    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+rep('''    float mx = li.x;
+    for (int s = lane + 32; s < splits; s += 32)''', '''    float mx = li.x;
+    TCV(8, li.x);
+    { uint32_t x_ = 0u; /* every loaded split's row, waited for here (holds warp 0 until then) */
+#pragma unroll
+      for (int k_ = 0; k_ < CH; k_++) if (k_ < splits) x_ ^= v[k_][0];
+      TCV(7, __uint_as_float(x_)); }
+    for (int s = lane + 32; s < splits; s += 32)''')
+rep('''    mx = ak_warp_max(mx);
     float sum = 0.0f;
-''', '''    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+''', '''    mx = ak_warp_max(mx);
     TCV(3, mx);
     float sum = 0.0f;
 ''')
@@ -473,10 +481,10 @@ static void ak_tm_line(const char *tag, const char *name, double *v, int n) {
     fprintf(stderr, "tmain %s: %-26s n %4d  min %7.0f  med %7.0f  max %7.0f ns\n", tag, name, n, v[0], v[n / 2], v[n - 1]);
 }
 extern "C" void ak_trace_dump_sdm(const char *tag) {
-    static unsigned long long h[AK_TM_CTAS][AK_TM_S], c[AK_TM_CTAS][7];
+    static unsigned long long h[AK_TM_CTAS][AK_TM_S], c[AK_TM_CTAS][9];
     if (cudaDeviceSynchronize() != cudaSuccess || cudaMemcpyFromSymbol(h, ak_tm, sizeof h) != cudaSuccess ||
         cudaMemcpyFromSymbol(c, ak_tc, sizeof c) != cudaSuccess) return;
-    static unsigned long long z[AK_TM_CTAS][AK_TM_S], zc[AK_TM_CTAS][7];
+    static unsigned long long z[AK_TM_CTAS][AK_TM_S], zc[AK_TM_CTAS][9];
     cudaMemcpyToSymbol(ak_tm, z, sizeof z);
     cudaMemcpyToSymbol(ak_tc, zc, sizeof zc);
     unsigned long long t0 = ~0ull;
@@ -498,9 +506,10 @@ extern "C" void ak_trace_dump_sdm(const char *tag) {
         for (int k = 0; k < AK_TM_CTAS; k++) if (h[k][sx] && h[k][1]) v[n++] = (double)(long long)(h[k][sx] - t0);
         ak_tm_line(tag, nm[sx], v, n);
     }
-    static const char *cn[7] = {"combine entry", "combine dep wait passed", "combine end", "combine: lse max known",
-                                "combine: weights known", "combine: first partials in", "combine: merged"};
-    for (int sx = 0; sx < 7; sx++) {
+    static const char *cn[9] = {"combine entry", "combine dep wait passed", "combine end", "combine: lse max known",
+                                "combine: weights known", "combine: first partials in", "combine: merged",
+                                "combine: all partials in", "combine: own lse pair in"};
+    for (int sx = 0; sx < 9; sx++) {
         int n = 0;
         for (int k = 0; k < AK_TM_CTAS; k++) if (c[k][sx] && c[k][1] > t0) v[n++] = (double)(long long)(c[k][sx] - t0);
         ak_tm_line(tag, cn[sx], v, n);
