@@ -667,6 +667,17 @@ static const ak_layout k_layouts[4] = {AK_LAYOUT_DSA_FP8_BLOCKSCALE, AK_LAYOUT_M
                                        AK_LAYOUT_MLA_FP8_PERTENSOR, AK_LAYOUT_DSV4_FP8_UE8M0};
 
 /* Every layout x h_q x s_q; the other knobs rotate so each layout meets each of them. */
+/* sd_contexts for a test of full runs only: under AK_TEST_QUICK (the sanitizers' set) it reports
+   the test skipped and returns 0. */
+static int sd_full_contexts(ak_context **cpu, ak_context **gpu) {
+    if (!sd_contexts(cpu, gpu)) return 0;
+    if (!sd_quick()) return 1;
+    ak_test_skip("full runs only (AK_TEST_QUICK)");
+    ak_context_destroy(*cpu);
+    ak_context_destroy(*gpu);
+    return 0;
+}
+
 AK_TEST(sparse_decode_matrix) {
     ak_context *cpu = NULL, *gpu = NULL;
     if (!sd_contexts(&cpu, &gpu)) return;
@@ -897,13 +908,7 @@ AK_TEST(sparse_decode_balanced) {
    the benchmark's graph replay of this shape but passed here: the benchmark stays its check.) */
 AK_TEST(sparse_decode_ring_load) {
     ak_context *cpu = NULL, *gpu = NULL;
-    if (!sd_contexts(&cpu, &gpu)) return;
-    if (sd_quick()) { /* the sanitizers' runs: the wide cases cover this kernel's code */
-        ak_test_skip("full runs only (AK_TEST_QUICK)");
-        ak_context_destroy(cpu);
-        ak_context_destroy(gpu);
-        return;
-    }
+    if (!sd_full_contexts(&cpu, &gpu)) return; /* the sanitizers' runs: the wide cases cover this kernel's code */
     ak_rng r;
     ak_rng_init(&r, ak_test_seed() + 11);
     ak_device_info di;
@@ -967,13 +972,7 @@ AK_TEST(sparse_decode_range) {
    weight by ~3e-4 relative, under the bf16 P's 2^-9. Full runs only. */
 AK_TEST(sparse_decode_sharp) {
     ak_context *cpu = NULL, *gpu = NULL;
-    if (!sd_contexts(&cpu, &gpu)) return;
-    if (sd_quick()) {
-        ak_test_skip("full runs only (AK_TEST_QUICK)");
-        ak_context_destroy(cpu);
-        ak_context_destroy(gpu);
-        return;
-    }
+    if (!sd_full_contexts(&cpu, &gpu)) return;
     ak_rng r;
     ak_rng_init(&r, ak_test_seed() + 13);
     static const struct { ak_layout l; int64_t b, h_q, topk, etopk; } k[] = {
