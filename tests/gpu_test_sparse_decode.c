@@ -666,7 +666,6 @@ static int sd_contexts(ak_context **cpu, ak_context **gpu) {
 static const ak_layout k_layouts[4] = {AK_LAYOUT_DSA_FP8_BLOCKSCALE, AK_LAYOUT_MLA_BF16,
                                        AK_LAYOUT_MLA_FP8_PERTENSOR, AK_LAYOUT_DSV4_FP8_UE8M0};
 
-/* Every layout x h_q x s_q; the other knobs rotate so each layout meets each of them. */
 /* sd_contexts for a test of full runs only: under AK_TEST_QUICK (the sanitizers' set) it reports
    the test skipped and returns 0. */
 static int sd_full_contexts(ak_context **cpu, ak_context **gpu) {
@@ -678,6 +677,7 @@ static int sd_full_contexts(ak_context **cpu, ak_context **gpu) {
     return 0;
 }
 
+/* Every layout x h_q x s_q; the other knobs rotate so each layout meets each of them. */
 AK_TEST(sparse_decode_matrix) {
     ak_context *cpu = NULL, *gpu = NULL;
     if (!sd_contexts(&cpu, &gpu)) return;
@@ -962,7 +962,6 @@ AK_TEST(sparse_decode_range) {
     ak_context_destroy(gpu);
 }
 
-/* Capture once, replay with new indices and lengths in the same buffers. */
 /* A softmax far from uniform: the data's logits (~0.06 apart) times 2^9 or 2^10 spread over
    hundreds, so that the running max of every kernel jumps many times, most weights underflow
    (alpha and P flush to 0), and the splits' lse values lie more than 126 log2 units apart, where
@@ -1003,6 +1002,7 @@ AK_TEST(sparse_decode_sharp) {
     ak_context_destroy(gpu);
 }
 
+/* Capture once, replay with new indices and lengths in the same buffers. */
 AK_TEST(sparse_decode_graph) {
     ak_context *cpu = NULL, *gpu = NULL;
     if (!sd_contexts(&cpu, &gpu)) return;
