@@ -329,9 +329,10 @@ __device__ __forceinline__ void ak_sdw_write_part_rows(const ak_sd_params &p, co
 #define AK_SDX_XSTR (AK_SD_DV + 8) /* floats per staged f32 row */
 #define AK_SDX_HSTR (AK_SD_DV + 8) /* 16-bit values per staged bf16 or fp16 row */
 __device__ __forceinline__ void ak_sdw_write_staged(const ak_sd_params &p, uint8_t *xs, float *lse_s, uint32_t *red,
-                                                  const float *sink_s, uint32_t epi, const float *o, const float *m_run,
-                                                  const float *l_run, float vs, int64_t r, int64_t i, int h0,
-                                                  int pslot, int wg, int wr, int g, int c4, int ctid) {
+                                                    const float *sink_s, uint32_t epi, const float *o,
+                                                    const float *m_run, const float *l_run, float vs, int64_t r,
+                                                    int64_t i, int h0, int pslot, int wg, int wr, int g, int c4,
+                                                    int ctid) {
     const bool part = pslot >= 0, f32 = !part && p.out_f32;
     ak_fence_proxy_async(); /* the staging area was last read by wgmma and written by bulk copies */
     float f[2], am = 0.0f;
@@ -601,8 +602,8 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
     const bool part = ORD == AK_SD_ORD_BAL ? pslot >= 0 : p.splits > 1;
     if (!part && p.out_bulk) { /* (partial rows by bulk copy measured 0.8 us slower at V4 b 8: x53) */
         __syncthreads(); /* both warpgroups' last products have read Q and the K tiles */
-        ak_sdw_write_staged(p, smem + M::Q, reinterpret_cast<float *>(smem + M::LSE), NULL, NULL, 0, o, m_run, l_run, 1.0f,
-                          r, i, h0, pslot, wg, wr, g, c4, tid);
+        ak_sdw_write_staged(p, smem + M::Q, reinterpret_cast<float *>(smem + M::LSE), NULL, NULL, 0, o, m_run, l_run,
+                            1.0f, r, i, h0, pslot, wg, wr, g, c4, tid);
     } else if (!part) {
         ak_sdw_write_rows(p, o, m_run, l_run, 1.0f, r, i, h0, wg, wr, g, c4);
     } else { /* (the rows' lse area is free with splits) */
@@ -1168,7 +1169,7 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
     if (pslot >= 0 || p.out_bulk)
         ak_sdw_write_staged(p, smem + M::Q, alpha_s, reinterpret_cast<uint32_t *>(alpha_s + 64),
                             M::V4 ? reinterpret_cast<const float *>(smem + M::SINK) : NULL, bar + 8 * M::EPI, o,
-                          m_run, l_run, kq.ref, r, i, h0, pslot, wg, wr, g, c4, ctid);
+                            m_run, l_run, kq.ref, r, i, h0, pslot, wg, wr, g, c4, ctid);
     else
         ak_sdw_write_rows(p, o, m_run, l_run, kq.ref, r, i, h0, wg, wr, g, c4);
 }
