@@ -108,14 +108,14 @@ rep('''            ak_mbar_arrive(bar + 8 * (NBUF + b)); /* EMPTY[b] */
             if (ctid == 0) TR(15, j + 1);
 ''')
 # copy call (13) and conversion end (12) of the producer's step
-rep('''                                     stage + (uint32_t)(st * 8 * M::STG), sbar + 8 * st, pol);
+rep('''                                                  sbar + 8 * st, pol);
         }
-''', '''                                     stage + (uint32_t)(st * 8 * M::STG), sbar + 8 * st, pol);
+''', '''                                                  sbar + 8 * st, pol);
         }
         if (w == 0 && lane == 0) TR(13, j);
 ''')
-rep('''            ak_sdx_convert<LAYOUT, AK_SDX_UNIT, KPW>(stage_p + (j % NST) * 8 * M::STG, kb, 8 * w, lane);
-''', '''            ak_sdx_convert<LAYOUT, AK_SDX_UNIT, KPW>(stage_p + (j % NST) * 8 * M::STG, kb, 8 * w, lane);
+rep('''            ak_sdx_convert<LAYOUT, AK_SDX_UNIT, KPW, M::STG>(stage_p + (j % NST) * 8 * M::STG, kb, 8 * w, lane);
+''', '''            ak_sdx_convert<LAYOUT, AK_SDX_UNIT, KPW, M::STG>(stage_p + (j % NST) * 8 * M::STG, kb, 8 * w, lane);
         if (w == 0 && lane == 0) TR(12, j);
 ''')
 # host side: averages over the sampled CTAs, printed after each case (the cmd_bench.c hook below)

@@ -79,11 +79,14 @@ __device__ __forceinline__ float ak_sd_chunk_scale(const uint8_t *rec, const uin
 #define AK_SD_THREADS 256
 
 /* Staging of the raw records of one tile for the fp8 layouts: bytes per key (the whole record, or
-   for 584 the 576-byte row then its 8 scale bytes at +576). MLA_BF16 copies straight into ks. */
+   for 584 the 576-byte row then its 8 scale bytes at +576). MLA_BF16 copies straight into ks. A
+   quarter warp of ak_sd_dequant's loads reads chunks j + 4 u (j < 4) of two keys, which fall on
+   distinct 16-byte bank groups when the keys are 4 mod 8 groups apart: 576 is, 656 and 592 are
+   padded to 704 (at 41 and 37 groups each load took two wavefronts, x222). */
 template <int LAYOUT> struct ak_sd_stg { enum { STG = 0 }; };
 template <> struct ak_sd_stg<AK_LAYOUT_MLA_FP8_PERTENSOR> { enum { STG = 576 }; };
-template <> struct ak_sd_stg<AK_LAYOUT_DSA_FP8_BLOCKSCALE> { enum { STG = 656 }; };
-template <> struct ak_sd_stg<AK_LAYOUT_DSV4_FP8_UE8M0> { enum { STG = 592 }; };
+template <> struct ak_sd_stg<AK_LAYOUT_DSA_FP8_BLOCKSCALE> { enum { STG = 704 }; };
+template <> struct ak_sd_stg<AK_LAYOUT_DSV4_FP8_UE8M0> { enum { STG = 704 }; };
 
 /* Byte offset of slot `s`'s record (584: its 576-byte data row) in the pool, or -1 for an invalid
    slot (rule I1). */

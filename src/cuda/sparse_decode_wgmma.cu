@@ -663,7 +663,13 @@ template <int LAYOUT> struct ak_sdx_map {
         KB = DQK / 64,
         PT = LAYOUT == AK_LAYOUT_MLA_FP8_PERTENSOR,
         CPY = ak_sd_geo<LAYOUT>::REC, /* bytes of a key's bulk copy: the record (V4: its 576-byte row) */
-        STG = V4 ? CPY + 16 : CPY,    /* stage bytes per key (V4: the 8 scale bytes at CPY by cp.async) */
+        /* stage bytes per key. 656 and per-tensor pad the record to a multiple of 128 bytes: a
+           quarter warp of ak_sdx_convert's loads reads chunks l .. l + 3 of one key and l + 4 ..
+           l + 7 of the next, which fall on distinct 16-byte bank groups only then (at 656 or 576
+           bytes each such load took two wavefronts instead of one, x222). V4's 576-byte rows are
+           4 mod 8 groups apart, which suits ak_sdx_convert_v4's map; its 8 scale bytes per key
+           have their own array (SCL) */
+        STG = V4 ? CPY : (CPY + 127) & ~127,
         KT = AK_SDX_UNIT * 128,       /* one 64-dim column block of a K buffer */
         /* raw stages per producer warp (the copies run NST - 1 units ahead of the conversion): 656
            and per-tensor two (a third cost them 1-3% at every measured shape, x119), V4 three
@@ -673,7 +679,8 @@ template <int LAYOUT> struct ak_sdx_map {
         K = Q + KB * AK_SDW_TILE,           /* [NBUF][KB][32 keys][128 B] bf16 swizzled */
         PS = K + NBUF * KB * KT,            /* [2][2][128 threads][16 B] P fragments of units j % 2 (ak_sdx_pslot) */
         STAGE = PS + AK_SDW_TILE,           /* [4 warps][NST][8 keys][STG] raw records */
-        VALID = STAGE + 4 * NST * 8 * STG,  /* [NBUF] u32: bit k = key k of the unit is valid */
+        SCL = STAGE + 4 * NST * 8 * STG,    /* V4: [4 warps][NST][8 keys][8 B] ue8m0 scale bytes */
+        VALID = SCL + (V4 ? 4 * NST * 64 : 0), /* [NBUF] u32: bit k = key k of the unit is valid */
         ALPHA = VALID + NBUF * 4,           /* [2][64] f32 O rescale factor of units j % 2, per head */
         ML = ALPHA + 2 * 64 * 4,            /* [2][64] f32 final running max and row sum, per head */
         SINK = ML + 2 * 64 * 4,             /* V4: [64] f32 attention sink per head (ak_sd_sink) */
@@ -711,16 +718,17 @@ __device__ __forceinline__ int32_t ak_sdx_slot(const ak_sd_params &p, int64_t r,
 static __device__ __align__(1024) const uint8_t ak_sdx_zero[AK_SDX_ZBLK * 1024] = {0};
 
 /* Producer warp: lane k < KPW copies its key's record (slot `slot`; -1 or out of range: rule I1,
-   never read) into the stage at `dst` with one bulk copy completing on `sbar`; V4: and its 8 scale
-   bytes (their own page region) by cp.async, each such lane arriving on `sbar` when its copy has
+   never read) into the stage at `dst` (keys SST bytes apart) with one bulk copy completing on `sbar`;
+   V4: and its 8 scale bytes (their own page region) by cp.async to `sdst` (keys 8 bytes apart), each
+   such lane arriving on `sbar` when its copy has
    landed (no register waits on it, so the proxy fence does not either: x51). An invalid key copies
    zeros instead (ak_sdx_zero; V4's scale bytes by a zero-filling cp.async), so its conversion gives a
    zero K row with no per-key selects (x108). The record's lines get the L2 policy pol: evict first
    where no other CTA reads them (p.rec_once), so that they do not push out the slot ids, Q and the
    partial rows (x123). Returns the warp's validity bits (bit k: key k). */
-template <int LAYOUT, int KPW>
+template <int LAYOUT, int KPW, int SST>
 __device__ __forceinline__ uint32_t ak_sdx_copy(const ak_sd_list &l, int32_t slot, int lane, uint32_t dst,
-                                                uint32_t sbar, uint64_t pol) {
+                                                uint32_t sdst, uint32_t sbar, uint64_t pol) {
     typedef ak_sdx_map<LAYOUT> M;
     static_assert(M::CPY <= 1024, "a zero block covers a record");
     int64_t ro = -1, so = -1;
@@ -728,11 +736,11 @@ __device__ __forceinline__ uint32_t ak_sdx_copy(const ak_sd_list &l, int32_t slo
     const uint32_t vm = __ballot_sync(0xffffffffu, ro >= 0);
     if (lane == 0) ak_mbar_arrive_tx(sbar, KPW * M::CPY);
     if (lane < KPW)
-        ak_bulk_g2s_hint(dst + (uint32_t)(lane * M::STG),
+        ak_bulk_g2s_hint(dst + (uint32_t)(lane * SST),
                          ro >= 0 ? l.pool + ro : ak_sdx_zero + (((threadIdx.x >> 5) * 8u + lane + 32u * blockIdx.x) % AK_SDX_ZBLK) * 1024,
                          M::CPY, sbar, pol);
     if (M::V4 && lane < KPW) {
-        ak_cp_async8(dst + (uint32_t)(lane * M::STG + M::CPY), ro >= 0 ? l.pool + so : ak_sdx_zero, ro >= 0 ? 8u : 0u);
+        ak_cp_async8(sdst + (uint32_t)(lane * 8), ro >= 0 ? l.pool + so : ak_sdx_zero, ro >= 0 ? 8u : 0u);
         ak_cp_async_mbar_arrive(sbar);
     }
     return vm;
@@ -741,20 +749,22 @@ __device__ __forceinline__ uint32_t ak_sdx_copy(const ak_sd_list &l, int32_t slo
 /* ak_sdx_convert for V4 (eight keys per warp): the 448 NoPE dims are 28 fp8 chunks of 16, seven
    64-dim scale tiles of four chunks, so the warp's 8 keys x 7 tiles are 56 four-chunk pieces: seven
    steps of all 32 lanes (ak_sdx_convert's map takes eight steps with lanes 28..31 idle here: 3-5%
-   slower, run x89). In step i lanes 4 k .. 4 k + 3 convert tile (i + k) % 7 of key k, one chunk
-   each; a store phase (eight lanes: keys k and k + 1, k even) then hits distinct 16-byte bank
-   groups, as the swizzle XORs the chunk position with the row. The 64 RoPE dims (bf16 at byte
-   448) are copied. An invalid key's stage bytes are zeros (ak_sdx_copy), so its row becomes zero. */
+   slower, run x89). In step i lanes 4 k .. 4 k + 3 convert tile (i + k / 2) % 7 of key k, one chunk
+   each. A quarter warp (keys k and k + 1, k even, the same tile) then loads from distinct 16-byte
+   bank groups, as the 576-byte rows are 4 groups apart (with the tile (i + k) % 7 of x222's base, the
+   next key's tile is 4 groups further: two wavefronts per load), and stores to distinct ones, as the
+   swizzle XORs the chunk position with the row. The 64 RoPE dims (bf16 at byte 448) are copied. An
+   invalid key's stage bytes are zeros (ak_sdx_copy), so its row becomes zero. */
 template <int BR>
-__device__ __forceinline__ void ak_sdx_convert_v4(const uint8_t *stg, uint8_t *kb, int n0, int lane) {
+__device__ __forceinline__ void ak_sdx_convert_v4(const uint8_t *stg, const uint8_t *scl, uint8_t *kb, int n0, int lane) {
     typedef ak_sdx_map<AK_LAYOUT_DSV4_FP8_UE8M0> M;
-    const int k = lane >> 2, q = lane & 3;
+    const int k = lane >> 2, q = lane & 3, k2 = k >> 1;
     const uint8_t *rec = stg + k * M::STG;
-    const uint2 sc = *reinterpret_cast<const uint2 *>(rec + M::CPY); /* the key's ue8m0 bytes, tile t in byte t */
+    const uint2 sc = *reinterpret_cast<const uint2 *>(scl + 8 * k); /* the key's ue8m0 bytes, tile t in byte t */
     uint4 f[7], rp[2];
 #pragma unroll
     for (int i = 0; i < 7; i++) {
-        const int t = i + k >= 7 ? i + k - 7 : i + k;
+        const int t = i + k2 >= 7 ? i + k2 - 7 : i + k2;
         f[i] = *reinterpret_cast<const uint4 *>(rec + 16 * (4 * t + q));
     }
     const int rk0 = lane >> 3;
@@ -763,7 +773,7 @@ __device__ __forceinline__ void ak_sdx_convert_v4(const uint8_t *stg, uint8_t *k
         rp[g] = *reinterpret_cast<const uint4 *>(stg + (4 * g + rk0) * M::STG + 448 + 16 * (lane & 7));
 #pragma unroll
     for (int i = 0; i < 7; i++) {
-        const int t = i + k >= 7 ? i + k - 7 : i + k;
+        const int t = i + k2 >= 7 ? i + k2 - 7 : i + k2;
         const float s = ak_ue8m0_to_f32((uint8_t)__byte_perm(sc.x, sc.y, (unsigned)t));
         uint4 lo, hi;
         ak_sd_dequant16(f[i], s, lo, hi);
@@ -779,34 +789,35 @@ __device__ __forceinline__ void ak_sdx_convert_v4(const uint8_t *stg, uint8_t *k
 /* Producer warp: its KPW (8 or 4) staged records -> rows n0 .. n0 + KPW - 1 of K buffer kb
    (layouts.md 4); 656 and per-tensor fp8 here, V4 in ak_sdx_convert_v4. An invalid key's stage bytes
    are zeros (ak_sdx_copy), so its row becomes zero. In step i lane l converts fp8 chunk l (16 dims)
-   of key (i + l / (32 / KPW)) % KPW, so the 32 lanes of a store write four rows' worth of distinct
-   banks (one row per step put 8 lanes on the same 16-byte bank group); every shared load is issued
-   before the first conversion. The 64 RoPE dims are copied (656: bf16) or converted (per-tensor:
+   of key (i + l / 4) % KPW, so a quarter warp's 16-byte stores go to two rows of opposite parity and
+   hit distinct bank groups (one row per quarter put two lanes on each group, as KPW 4 did with
+   (i + l / 8) % KPW until x222), and its loads, from two keys SST bytes apart, do too when SST is a
+   multiple of 128 (the callers' maps pad it); every shared load is issued before the first
+   conversion. The 64 RoPE dims are copied (656: bf16) or converted (per-tensor:
    fp8). Per-tensor keys become bf16(q), exact (the consumers apply k_scale: ak_sd_kscale). */
-template <int LAYOUT, int BR, int KPW>
+template <int LAYOUT, int BR, int KPW, int SST>
 __device__ __forceinline__ void ak_sdx_convert(const uint8_t *stg, uint8_t *kb, int n0, int lane) {
     typedef ak_sdx_map<LAYOUT> M;
-    enum { SH = KPW == 8 ? 2 : 3 };
     uint4 f[KPW], rp[2];
     uint32_t sc[KPW];
 #pragma unroll
     for (int i = 0; i < KPW; i++) {
-        const int k = (i + (lane >> SH)) & (KPW - 1);
-        f[i] = *reinterpret_cast<const uint4 *>(stg + k * M::STG + 16 * lane);
-        sc[i] = M::PT ? 0u : *reinterpret_cast<const uint32_t *>(stg + k * M::STG + 512 + 4 * (lane >> 3));
+        const int k = (i + (lane >> 2)) & (KPW - 1);
+        f[i] = *reinterpret_cast<const uint4 *>(stg + k * SST + 16 * lane);
+        sc[i] = M::PT ? 0u : *reinterpret_cast<const uint32_t *>(stg + k * SST + 512 + 4 * (lane >> 3));
     }
     const int rk0 = M::PT ? lane >> 2 : lane >> 3; /* RoPE keys of this lane: rk0 (+ 4) */
     const bool rlane = !M::PT || KPW == 8 || lane < 16; /* per-tensor at 4 keys: lanes 0..15 */
     if (M::PT) {
-        if (rlane) rp[0] = *reinterpret_cast<const uint4 *>(stg + rk0 * M::STG + 512 + 16 * (lane & 3));
+        if (rlane) rp[0] = *reinterpret_cast<const uint4 *>(stg + rk0 * SST + 512 + 16 * (lane & 3));
     } else {
 #pragma unroll
         for (int g = 0; g < KPW / 4; g++)
-            rp[g] = *reinterpret_cast<const uint4 *>(stg + (4 * g + rk0) * M::STG + 528 + 16 * (lane & 7));
+            rp[g] = *reinterpret_cast<const uint4 *>(stg + (4 * g + rk0) * SST + 528 + 16 * (lane & 7));
     }
 #pragma unroll
     for (int i = 0; i < KPW; i++) {
-        const int k = (i + (lane >> SH)) & (KPW - 1);
+        const int k = (i + (lane >> 2)) & (KPW - 1);
         uint4 lo, hi;
         ak_sd_dequant16(f[i], M::PT ? 1.0f : __uint_as_float(sc[i]), lo, hi);
         *reinterpret_cast<uint4 *>(kb + ak_sdx_off<BR>(n0 + k, lane * 16)) = lo;
@@ -939,6 +950,8 @@ __device__ __forceinline__ void ak_sdx_produce(const ak_sd_params &p, uint8_t *s
     const uint32_t sbar = bar + 8 * (2 * NBUF + w * NST); /* this warp's stage barriers */
     const uint32_t stage = ak_smem_addr(smem + M::STAGE) + (uint32_t)(w * NST * 8 * M::STG);
     const uint8_t *stage_p = smem + M::STAGE + w * NST * 8 * M::STG;
+    const uint32_t scl = ak_smem_addr(smem + M::SCL) + (uint32_t)(w * NST * 64); /* V4: this warp's scale stages */
+    const uint8_t *scl_p = smem + M::SCL + w * NST * 64;
     const int key = 8 * w + (lane & 7); /* lanes 8.. mirror lanes 0..7 (their slot ids are unused) */
     /* Units a (being converted), b (NST 3: copies in flight; NST 2: slot ids in cslot), c (NST 3:
        slot ids in cslot); va, vb: validity bits. Unit j + NST - 1's copies are issued in step j. */
@@ -957,10 +970,11 @@ __device__ __forceinline__ void ak_sdx_produce(const ak_sd_params &p, uint8_t *s
     int32_t cslot = ak_sdx_slot(p, r, i, u_slot < u_end ? u_slot : ua, key, len0, len1, cok);
     cok = cok && u_slot < u_end;
     const uint64_t pol = ak_l2_policy(p.rec_once != 0);
-    va = ak_sdx_copy<LAYOUT, KPW>(p.list[(ua >> 1) >= p.list[0].tiles], oka ? sla : -1, lane, stage, sbar, pol);
+    va = ak_sdx_copy<LAYOUT, KPW, M::STG>(p.list[(ua >> 1) >= p.list[0].tiles], oka ? sla : -1, lane, stage, scl,
+                                          sbar, pol);
     if (NST == 3 && ub < u_end)
-        vb = ak_sdx_copy<LAYOUT, KPW>(p.list[(ub >> 1) >= p.list[0].tiles], okb ? slb : -1, lane,
-                                      stage + 8 * M::STG, sbar + 8, pol);
+        vb = ak_sdx_copy<LAYOUT, KPW, M::STG>(p.list[(ub >> 1) >= p.list[0].tiles], okb ? slb : -1, lane,
+                                              stage + 8 * M::STG, scl + 64, sbar + 8, pol);
     for (int j = 0; ua < u_end; j++) {
         /* the copies of unit j + NST - 1 into the stage freed by step j - 1, then the raw slot ids
            of the unit after it */
@@ -968,8 +982,9 @@ __device__ __forceinline__ void ak_sdx_produce(const ak_sd_params &p, uint8_t *s
         uint32_t vn = 0u;
         if (un < u_end) {
             const int st = (j + NST - 1) % NST;
-            vn = ak_sdx_copy<LAYOUT, KPW>(p.list[(un >> 1) >= p.list[0].tiles], cok ? cslot : -1, lane,
-                                     stage + (uint32_t)(st * 8 * M::STG), sbar + 8 * st, pol);
+            vn = ak_sdx_copy<LAYOUT, KPW, M::STG>(p.list[(un >> 1) >= p.list[0].tiles], cok ? cslot : -1, lane,
+                                                  stage + (uint32_t)(st * 8 * M::STG), scl + (uint32_t)(64 * st),
+                                                  sbar + 8 * st, pol);
         }
         const int ud = un < u_end ? ak_sdx_next(p, un + 1, u_end, len0, len1) : u_end;
         cslot = ak_sdx_slot(p, r, i, ud < u_end ? ud : ua, key, len0, len1, cok);
@@ -979,9 +994,9 @@ __device__ __forceinline__ void ak_sdx_produce(const ak_sd_params &p, uint8_t *s
         ak_mbar_wait(bar + 8 * (NBUF + b), ((j / NBUF) & 1) ^ 1); /* EMPTY[b] */
         uint8_t *kb = smem + M::K + b * M::KB * M::KT;
         if (M::V4)
-            ak_sdx_convert_v4<AK_SDX_UNIT>(stage_p + (j % NST) * 8 * M::STG, kb, 8 * w, lane);
+            ak_sdx_convert_v4<AK_SDX_UNIT>(stage_p + (j % NST) * 8 * M::STG, scl_p + (j % NST) * 64, kb, 8 * w, lane);
         else
-            ak_sdx_convert<LAYOUT, AK_SDX_UNIT, KPW>(stage_p + (j % NST) * 8 * M::STG, kb, 8 * w, lane);
+            ak_sdx_convert<LAYOUT, AK_SDX_UNIT, KPW, M::STG>(stage_p + (j % NST) * 8 * M::STG, kb, 8 * w, lane);
         if (lane == 0) smem[M::VALID + 4 * b + w] = (uint8_t)va; /* byte w of the unit's mask */
         ak_fence_proxy_async(); /* K buffer writes -> the consumers' wgmma reads; stage reads -> refill */
         ak_mbar_arrive(bar + 8 * b); /* FULL[b] */
@@ -1203,7 +1218,9 @@ template <int LAYOUT, int NH> struct ak_sdt_map {
     enum {
         DQK = ak_sd_geo<LAYOUT>::DQK,
         KB = DQK / 64,
-        STG = ak_sd_geo<LAYOUT>::REC,
+        /* stage bytes per key: at 16 heads a multiple of 128, so that ak_sdx_convert's loads are
+           conflict-free; at 32 the padding does not fit (226 KB), and its loads take two wavefronts */
+        STG = NH <= 16 ? (ak_sd_geo<LAYOUT>::REC + 127) & ~127 : ak_sd_geo<LAYOUT>::REC,
         NST = 2,                             /* stages per producer warp */
         Q = 0,                               /* [KB][NH heads][128 B] bf16 swizzled */
         K = Q + KB * NH * 128,               /* [2][KB][64 keys][128 B] bf16 swizzled */
@@ -1250,12 +1267,14 @@ __device__ __forceinline__ void ak_sdt_produce(const ak_sd_params &p, uint8_t *s
     int32_t cslot = ak_sdx_slot(p, r, i, ub < u_end ? ub : ua, key, len0, len1, cok);
     cok = cok && ub < u_end;
     const uint64_t pol = ak_l2_policy(p.rec_once != 0);
-    uint32_t va = ak_sdx_copy<LAYOUT, KPW>(p.list[(ua >> 1) >= p.list[0].tiles], ok ? sl : -1, lane, stage, sbar, pol);
+    uint32_t va = ak_sdx_copy<LAYOUT, KPW, M::STG>(p.list[(ua >> 1) >= p.list[0].tiles], ok ? sl : -1, lane, stage, 0u,
+                                                   sbar, pol);
     for (int j = 0; ua < u_end; j++) {
         uint32_t vn = 0u;
         if (ub < u_end)
-            vn = ak_sdx_copy<LAYOUT, KPW>(p.list[(ub >> 1) >= p.list[0].tiles], cok ? cslot : -1, lane,
-                                     stage + (uint32_t)(((j + 1) % NST) * SB), sbar + 8 * ((j + 1) % NST), pol);
+            vn = ak_sdx_copy<LAYOUT, KPW, M::STG>(p.list[(ub >> 1) >= p.list[0].tiles], cok ? cslot : -1, lane,
+                                                  stage + (uint32_t)(((j + 1) % NST) * SB), 0u, sbar + 8 * ((j + 1) % NST),
+                                                  pol);
         const int ud = ub < u_end ? ak_sdt_nextu(p, ub, t_end, len0, len1) : u_end;
         cslot = ak_sdx_slot(p, r, i, ud < u_end ? ud : ua, key, len0, len1, cok);
         cok = cok && ud < u_end;
@@ -1263,7 +1282,7 @@ __device__ __forceinline__ void ak_sdt_produce(const ak_sd_params &p, uint8_t *s
         const int n = j >> 1, b = n & 1, half = j & 1;   /* tile n of this CTA, its buffer, this half */
         if (half == 0) ak_mbar_wait(bar + 8 * (2 + b), ((n >> 1) & 1) ^ 1); /* EMPTY[b] */
         uint8_t *kb = smem + M::K + b * M::KB * AK_SDW_TILE;
-        ak_sdx_convert<LAYOUT, AK_SD_KEYS, KPW>(stage_p + (j % NST) * SB, kb, 32 * half + KPW * w, lane);
+        ak_sdx_convert<LAYOUT, AK_SD_KEYS, KPW, M::STG>(stage_p + (j % NST) * SB, kb, 32 * half + KPW * w, lane);
         if (lane == 0) smem[M::VALID + M::VF * b + (32 / KPW) * half + w] = (uint8_t)va;
         /* The consumer needs both halves of a tile, so the K buffer writes of both are fenced and
            released once, after the second (one fence per tile, not per half: x131). The first
