@@ -646,7 +646,7 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
 #define AK_SDX_THREADS 384
 #define AK_SDX_UNIT 32 /* keys per unit and K buffer */
 
-/* Shared-memory map (bytes from the 1024-aligned base); 194 KB for 656, 225 KB for V4. */
+/* Shared-memory map (bytes from the 1024-aligned base); 201 KB for 656, 224 KB for V4. */
 template <int LAYOUT> struct ak_sdx_map {
     enum {
         V4 = LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0,
