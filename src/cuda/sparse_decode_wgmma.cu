@@ -792,7 +792,7 @@ __device__ __forceinline__ void ak_sdx_convert_v4(const uint8_t *stg, const uint
    of key (i + l / 4) % KPW, so a quarter warp's 16-byte stores go to two rows of opposite parity and
    hit distinct bank groups (one row per quarter put two lanes on each group, as KPW 4 did with
    (i + l / 8) % KPW until x222), and its loads, from two keys SST bytes apart, do too when SST is a
-   multiple of 128 (the callers' maps pad it); every shared load is issued before the first
+   multiple of 128 (ak_sdx_map pads it, ak_sdt_map at 16 heads); every shared load is issued before the first
    conversion. The 64 RoPE dims are copied (656: bf16) or converted (per-tensor:
    fp8). Per-tensor keys become bf16(q), exact (the consumers apply k_scale: ak_sd_kscale). */
 template <int LAYOUT, int BR, int KPW, int SST>
