@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "bench.h"
+#include "common/internal.h"
 #include "devmem.h"
 #include "mla_data.h"
 
@@ -453,6 +454,28 @@ static ak_status add_sparse_prefill(ak_context *ctx, const ak_bench_opts *o, ak_
     return finish_case(ctx, out, &bc, s, 0);
 }
 
+#define AK_BENCH_MAX_SHAPES 32
+
+/* "BxSxH,BxSxH,..." -> shapes (b, s_q, h_q >= 1; h_q at most 128); the count, 0 if malformed. */
+static size_t parse_shapes(const char *s, sparse_shape *sh) {
+    size_t n = 0;
+    while (*s != '\0') {
+        long long v[3];
+        for (int k = 0; k < 3; k++) {
+            char *end;
+            v[k] = strtoll(s, &end, 10);
+            if (end == s || v[k] < 1 || v[k] > (k == 2 ? 128 : 1 << 20)) return 0;
+            s = end;
+            if (k < 2 && *s++ != 'x') return 0;
+        }
+        if (n == AK_BENCH_MAX_SHAPES || (*s != ',' && *s != '\0')) return 0;
+        sh[n].b = v[0], sh[n].s_q = v[1], sh[n].h_q = v[2];
+        n++;
+        if (*s == ',') s++;
+    }
+    return n;
+}
+
 ak_status ak_bench_mla(ak_context *ctx, const ak_bench_opts *o, const char *op,
                        ak_bench_list *out) {
     int cpu = ak_context_backend(ctx) == AK_BACKEND_CPU;
@@ -488,6 +511,18 @@ ak_status ak_bench_mla(ak_context *ctx, const ak_bench_opts *o, const char *op,
             if (o->quick) {
                 list = quick;
                 n = 1;
+            }
+            /* AK_BENCH_SHAPES=BxSxH,... (V3.2 only): these (b, s_q, h_q) instead of the list, to time
+               a routing choice on the shapes it moves */
+            sparse_shape own[AK_BENCH_MAX_SHAPES];
+            const char *own_env = getenv("AK_BENCH_SHAPES");
+            if (dsa && own_env != NULL && own_env[0] != '\0') {
+                n = parse_shapes(own_env, own);
+                if (n == 0)
+                    return ak_fail(AK_ERR_INVALID_ARGUMENT,
+                                   "AK_BENCH_SHAPES '%s': expected BxSxH,... (at most %d shapes, h_q 1..128)",
+                                   own_env, AK_BENCH_MAX_SHAPES);
+                list = own;
             }
             for (size_t i = 0; i < n; i++) {
                 sparse_shape sh = list[i];
