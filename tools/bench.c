@@ -70,6 +70,27 @@ int ak_bench_skip(const char *shape) {
     return 1;
 }
 
+int ak_bench_env_shapes(int64_t out[][3], int max) {
+    const char *s = getenv("AK_BENCH_SHAPES");
+    if (s == NULL) return 0;
+    int n = 0;
+    while (*s != '\0') {
+        if (n == max) return -1;
+        for (int k = 0; k < 3; k++) {
+            char *end;
+            const long long v = strtoll(s, &end, 10);
+            if (end == s || v < 1 || v > (k == 2 ? 128 : 1 << 20)) return -1;
+            out[n][k] = v;
+            s = end;
+            if (k < 2 && *s++ != 'x') return -1;
+        }
+        if (*s != ',' && *s != '\0') return -1;
+        n++;
+        if (*s == ',') s++;
+    }
+    return n;
+}
+
 int ak_bench_wants(const char *op, const char *name) {
     if (op == NULL || op[0] == '\0') return 1;
     size_t n = strlen(name);

@@ -454,28 +454,6 @@ static ak_status add_sparse_prefill(ak_context *ctx, const ak_bench_opts *o, ak_
     return finish_case(ctx, out, &bc, s, 0);
 }
 
-#define AK_BENCH_MAX_SHAPES 32
-
-/* "BxSxH,BxSxH,..." -> shapes (b, s_q, h_q >= 1; h_q at most 128); the count, 0 if malformed. */
-static size_t parse_shapes(const char *s, sparse_shape *sh) {
-    size_t n = 0;
-    while (*s != '\0') {
-        long long v[3];
-        for (int k = 0; k < 3; k++) {
-            char *end;
-            v[k] = strtoll(s, &end, 10);
-            if (end == s || v[k] < 1 || v[k] > (k == 2 ? 128 : 1 << 20)) return 0;
-            s = end;
-            if (k < 2 && *s++ != 'x') return 0;
-        }
-        if (n == AK_BENCH_MAX_SHAPES || (*s != ',' && *s != '\0')) return 0;
-        sh[n].b = v[0], sh[n].s_q = v[1], sh[n].h_q = v[2];
-        n++;
-        if (*s == ',') s++;
-    }
-    return n;
-}
-
 ak_status ak_bench_mla(ak_context *ctx, const ak_bench_opts *o, const char *op,
                        ak_bench_list *out) {
     int cpu = ak_context_backend(ctx) == AK_BACKEND_CPU;
@@ -514,15 +492,16 @@ ak_status ak_bench_mla(ak_context *ctx, const ak_bench_opts *o, const char *op,
             }
             /* AK_BENCH_SHAPES=BxSxH,... (V3.2 only): these (b, s_q, h_q) instead of the list, to time
                a routing choice on the shapes it moves */
+            int64_t env[AK_BENCH_MAX_SHAPES][3];
             sparse_shape own[AK_BENCH_MAX_SHAPES];
-            const char *own_env = getenv("AK_BENCH_SHAPES");
-            if (dsa && own_env != NULL && own_env[0] != '\0') {
-                n = parse_shapes(own_env, own);
-                if (n == 0)
-                    return ak_fail(AK_ERR_INVALID_ARGUMENT,
-                                   "AK_BENCH_SHAPES '%s': expected BxSxH,... (at most %d shapes, h_q 1..128)",
-                                   own_env, AK_BENCH_MAX_SHAPES);
+            const int ne = dsa ? ak_bench_env_shapes(env, AK_BENCH_MAX_SHAPES) : 0;
+            if (ne < 0)
+                return ak_fail(AK_ERR_INVALID_ARGUMENT, "AK_BENCH_SHAPES: expected BxSxH,... (at most %d, h_q 1..128)",
+                               AK_BENCH_MAX_SHAPES);
+            if (ne > 0) {
+                for (int e = 0; e < ne; e++) own[e].b = env[e][0], own[e].s_q = env[e][1], own[e].h_q = env[e][2];
                 list = own;
+                n = (size_t)ne;
             }
             for (size_t i = 0; i < n; i++) {
                 sparse_shape sh = list[i];

@@ -205,6 +205,17 @@ ak_status ak_bench_sparse_decode(ak_context *ctx, const ak_bench_opts *o, const 
     };
     const sdb_shape *sh = o->quick ? quick : full;
     size_t n = o->quick ? sizeof quick / sizeof quick[0] : sizeof full / sizeof full[0];
+    /* AK_BENCH_SHAPES: per-tensor fp8 at those (b, s_q, h_q) instead (bench_mla.c times 656) */
+    int64_t env[AK_BENCH_MAX_SHAPES][3];
+    sdb_shape own[AK_BENCH_MAX_SHAPES];
+    const int ne = o->quick ? 0 : ak_bench_env_shapes(env, AK_BENCH_MAX_SHAPES);
+    if (ne < 0) return AK_OK; /* bench_mla.c reports it */
+    if (ne > 0) {
+        for (int k = 0; k < ne; k++)
+            own[k] = (sdb_shape){AK_LAYOUT_MLA_FP8_PERTENSOR, env[k][0], env[k][1], env[k][2], 2048, 0};
+        sh = own;
+        n = (size_t)ne;
+    }
     for (size_t k = 0; k < n; k++) AK_TRY(sdb_add(ctx, o, &sh[k], out));
     return AK_OK;
 }
