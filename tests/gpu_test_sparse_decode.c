@@ -760,14 +760,16 @@ AK_TEST(sparse_decode_limits) {
     ak_context_destroy(gpu);
 }
 
-/* Batches large enough that the plan (on a ~132-SM GPU) picks the wgmma kernels, with one split
-   and with several, on every record path: the warp-specialized kernel (656, per-tensor fp8; h_q
-   40..128; V4 from 32 units), the swap-AB kernel (656, per-tensor fp8; h_q <= 32 from 8 (token, head tile) units:
-   16- and 32-head tiles, padded columns at h_q 8 and 20), the register-dequantizing one (656,
-   per-tensor fp8; h_q <= 16 at 16 or more tiles per CTA), the pipelined one (MLA_BF16
-   double-buffered and at 64 rows; V4 from 8 to 31 units runs there in the matrix and graph cases),
-   with aligned output rows (stored by bulk copies) and padded ones. The small cases above mostly
-   run the mma.sync kernel. */
+/* Batches large enough that the plan (on a ~132-SM GPU) picks the wgmma kernels, with one split and
+   with several, on every record path: the warp-specialized kernel (656, per-tensor fp8; h_q
+   40..128; V4 from 32 units), the swap-AB kernel (656, per-tensor fp8; h_q <= 32 from 5 (token,
+   16-head tile) units: 16- and 32-head tiles, padded columns at h_q 8 and 20), the
+   register-dequantizing one (656, per-tensor fp8; h_q <= 16 at 16 or more tiles per CTA), the
+   pipelined one (MLA_BF16 double-buffered and at 64 rows; V4 from 8 to 31 units runs there in the
+   matrix and graph cases), with aligned output rows (stored by bulk copies) and padded ones. The
+   small cases above run the mma.sync kernel below 5 (token, 16-head tile) units at h_q <= 32 (the
+   matrix's s_q 2 and 4 cases at h_q <= 16 and its h_q 32 cases run the swap-AB kernel, h_q 32 at
+   s_q 1 and 2 on two 16-head tiles) and below 8 (token, 64-head tile) above. */
 AK_TEST(sparse_decode_wide) {
     ak_context *cpu = NULL, *gpu = NULL;
     if (!sd_contexts(&cpu, &gpu)) return;

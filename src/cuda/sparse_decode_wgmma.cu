@@ -2083,24 +2083,28 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
    kernel (kernel 3, 16- or 32-head tiles; at 16 heads with 16 or more tiles per CTA, on devices of
    at least 28 GB/s of copy per SM, the register-dequantizing kernel 4; at b 128 s_q 1 h_q 32 91 us against 135 for the
    64-row warp-specialized kernel and 163 for the 32-row mma.sync tiles, h_q 16 79 against 108 on
-   mma.sync: docs/perf.md runs x13, x15) from 8 (token, head tile) units, h_q > 32 on the
+   mma.sync: docs/perf.md runs x13, x15) from 5 (token, 16-head tile) units, h_q > 32 on the
    warp-specialized kernel (kernel 2), as V4 from 32 (token, head tile) units; MLA_BF16 and the
    smaller V4 batches for h_q > 32 on the pipelined kernel (kernel 1). Splits from shapes and the SM count only (one CTA per SM): the fewest splits
    minimising waves x (tiles per CTA + 2), the 2 standing for a CTA's fixed work (Q tile, row
    writes). Without it b 128 h_q 128 took 32 splits (63 waves of one tile each, then a combine of
    1 GB of partial rows: 1140 us in device run w1) over one split (2 waves of 32 tiles). Declines
-   fewer than 8 (token, head tile) units: there the 16-head mma.sync tiles fill the SMs with fewer
-   splits and less fixed work per CTA (b 1 h_q 128: 16.6 us against 24.5 on kernel 2; b 8 h_q 128,
-   16 units: 38.7 on kernel 2 against 42.7; b 1 h_q 16: 12.1 on mma.sync against 13.1 on kernel 3,
-   b 8 h_q 16: 14.4 on kernel 3 against 14.7). */
+   fewer units (h_q <= 32: 5 (token, 16-head tile) units; h_q > 32: 8 (token, 64-head tile)): there
+   the mma.sync tiles fill the SMs with fewer splits and less fixed work per CTA (b 1 h_q 128: 16.6
+   us against 24.5 on kernel 2, and 12.2 against 12.5 on kernel 3's 32-head tiles in x228; b 8 h_q
+   128, 16 units: 38.7 on kernel 2 against 42.7; at 1 to 4 units kernel 3 is within -3..+5% of
+   mma.sync, from 5 units -3..-14%, x228). */
 int ak_sdw_plan(const ak_context *ctx, const ak_mla_decode_args *a, ak_sd_plan *pl) {
     const int layout = (int)a->cache->layout;
     const int64_t b = a->q->shape[0], s_q = a->q->shape[1], h_q = a->q->shape[2];
     const int ws = layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE || layout == AK_LAYOUT_MLA_FP8_PERTENSOR;
     if (a->block_table != NULL) return 0;
-    if (ws && h_q <= 32) { /* 16 or 32 heads per CTA, nothing padded to 64 rows */
-        const int nh = h_q <= 16 ? 16 : 32;
-        if (b * s_q * ((h_q + nh - 1) / nh) < 8) return 0;
+    /* 16 or 32 heads per CTA, nothing padded to 64 rows. 32-head tiles where they make 8 units or
+       more; with fewer, a 32-head CTA's chain is longer than two 16-head CTAs' (x228: b 7 h_q 32
+       -14%; from 8 units 16-head tiles lose 9-55%) */
+    if (ws && h_q <= 32) {
+        if (b * s_q * ((h_q + 15) / 16) < 5) return 0;
+        const int nh = h_q > 16 && b * s_q * ((h_q + 31) / 32) >= 8 ? 32 : 16;
         pl->mw = nh / 16;
         pl->htiles = (int)((h_q + nh - 1) / nh);
         pl->kernel = 3;
@@ -2137,17 +2141,17 @@ int ak_sdw_plan(const ak_context *ctx, const ak_mla_decode_args *a, ak_sd_plan *
         if (waves * (per + 2) < best) best = waves * (per + 2), splits = sp;
     }
     pl->splits = (int)splits;
-    /* 16-head tiles of 16 or more 64-key tiles per CTA, on a device of at least 28 GB/s of copy
-       bandwidth per SM (the context's ceiling: H200 ~32, H100 ~23): the register-dequantizing
-       kernel, whose tiles cost ~12% fewer cycles but whose CTAs ~4 us more than the swap-AB
-       kernel's (x82, H200: b 128 h_q 16, 32 tiles per CTA, 78.3 -> 74.0 us; b 32, 8 tiles, 27.6 ->
-       29.7). On an H100, where the same call is nearer its memory bound, it took 82 -> 86 us in
-       graph replay, so there the swap-AB kernel stays. With three consumer warpgroups (x175) it
-       is 81.4 us there against 77.7, and 64.0 against 72.3 with L2-resident records (the regime
-       nearer the H200's). Since x193's exact V the margin on the H200 is small: b 128 h_q 16
-       70.4-71.0 us against the swap-AB kernel's 71.7-72.8 (session 42). */
+    /* h_q <= 16 (one 16-head tile) with 16 or more 64-key tiles per CTA, on a device of at least 28
+       GB/s of copy bandwidth per SM (the context's ceiling: H200 ~32, H100 ~23): the
+       register-dequantizing kernel, whose tiles cost ~12% fewer cycles but whose CTAs ~4 us more
+       than the swap-AB kernel's (x82, H200: b 128 h_q 16, 32 tiles per CTA, 78.3 -> 74.0 us; b 32,
+       8 tiles, 27.6 -> 29.7). On an H100, where the same call is nearer its memory bound, it took
+       82 -> 86 us in graph replay, so there the swap-AB kernel stays. With three consumer
+       warpgroups (x175) it is 81.4 us there against 77.7, and 64.0 against 72.3 with L2-resident
+       records (the regime nearer the H200's). Since x193's exact V the margin on the H200 is small:
+       b 128 h_q 16 70.4-71.0 us against the swap-AB kernel's 71.7-72.8 (session 42). */
     const double bw_per_sm = ctx->info.copy_bytes_per_s / (double)slots;
-    if (pl->kernel == 3 && pl->mw == 1 && (pl->n_tiles + splits - 1) / splits >= 16 && bw_per_sm >= 28e9) {
+    if (pl->kernel == 3 && h_q <= 16 && (pl->n_tiles + splits - 1) / splits >= 16 && bw_per_sm >= 28e9) {
         pl->kernel = 4;
         pl->smem = 1024 + (layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE ? (size_t)ak_sdr_map<AK_LAYOUT_DSA_FP8_BLOCKSCALE>::BYTES
                                                                   : (size_t)ak_sdr_map<AK_LAYOUT_MLA_FP8_PERTENSOR>::BYTES);
