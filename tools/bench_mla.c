@@ -490,11 +490,11 @@ ak_status ak_bench_mla(ak_context *ctx, const ak_bench_opts *o, const char *op,
                 list = quick;
                 n = 1;
             }
-            /* AK_BENCH_SHAPES=BxSxH,... (V3.2 only): these (b, s_q, h_q) instead of the list, to time
-               a routing choice on the shapes it moves */
+            /* AK_BENCH_SHAPES=BxSxH,...: these (b, s_q, h_q) instead of the list (V3.2 and V4), to
+               time a routing choice on the shapes it moves */
             int64_t env[AK_BENCH_MAX_SHAPES][3];
             sparse_shape own[AK_BENCH_MAX_SHAPES];
-            const int ne = dsa ? ak_bench_env_shapes(env, AK_BENCH_MAX_SHAPES) : 0;
+            const int ne = ak_bench_env_shapes(env, AK_BENCH_MAX_SHAPES);
             if (ne < 0)
                 return ak_fail(AK_ERR_INVALID_ARGUMENT, "AK_BENCH_SHAPES: expected BxSxH,... (at most %d, h_q 1..128)",
                                AK_BENCH_MAX_SHAPES);

@@ -35,8 +35,8 @@ static void usage(FILE *f) {
             "(AK_BALANCE_MAKE, 'balanced'), 2 makes the schedule in the first call and reuses it in\n"
             "the timed ones (AK_BALANCE_REUSE, as a step's later layers: 'balanced reused');\n"
             "AK_BENCH_SINK=1 gives the V4 sparse decode calls an attention sink per head ('sink');\n"
-            "AK_BENCH_SHAPES=BxSxH,... times sparse decode (656 and per-tensor fp8) at these (b, s_q,\n"
-            "h_q) instead of its lists.\n");
+            "AK_BENCH_SHAPES=BxSxH,... times sparse decode (656, V4 and per-tensor fp8) at these (b,\n"
+            "s_q, h_q) instead of its lists.\n");
 }
 
 int ak_cmd_bench(int argc, char **argv) {
