@@ -769,7 +769,9 @@ AK_TEST(sparse_decode_limits) {
    matrix and graph cases), with aligned output rows (stored by bulk copies) and padded ones. The
    small cases above run the mma.sync kernel below 5 (token, 16-head tile) units at h_q <= 32 (the
    matrix's s_q 2 and 4 cases at h_q <= 16 and its h_q 32 cases run the swap-AB kernel, h_q 32 at
-   s_q 1 and 2 on two 16-head tiles) and below 8 (token, 64-head tile) above. */
+   s_q 1 and 2 on two 16-head tiles) and below 4 (token, 64-head tile) units above (V4 and MLA_BF16:
+   8; the matrix's 656 and per-tensor cases at h_q 64 s_q 2 and h_q 128 run the warp-specialized
+   kernel). */
 AK_TEST(sparse_decode_wide) {
     ak_context *cpu = NULL, *gpu = NULL;
     if (!sd_contexts(&cpu, &gpu)) return;

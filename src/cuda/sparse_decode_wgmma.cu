@@ -2084,16 +2084,15 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
    at least 28 GB/s of copy per SM, the register-dequantizing kernel 4; at b 128 s_q 1 h_q 32 91 us against 135 for the
    64-row warp-specialized kernel and 163 for the 32-row mma.sync tiles, h_q 16 79 against 108 on
    mma.sync: docs/perf.md runs x13, x15) from 5 (token, 16-head tile) units, h_q > 32 on the
-   warp-specialized kernel (kernel 2), as V4 from 32 (token, head tile) units; MLA_BF16 and the
+   warp-specialized kernel (kernel 2) from 4 (token, 64-head tile) units, as V4 from 32; MLA_BF16 and the
    smaller V4 batches for h_q > 32 on the pipelined kernel (kernel 1). Splits from shapes and the SM count only (one CTA per SM): the fewest splits
    minimising waves x (tiles per CTA + 2), the 2 standing for a CTA's fixed work (Q tile, row
    writes). Without it b 128 h_q 128 took 32 splits (63 waves of one tile each, then a combine of
    1 GB of partial rows: 1140 us in device run w1) over one split (2 waves of 32 tiles). Declines
-   fewer units (h_q <= 32: 5 (token, 16-head tile) units; h_q > 32: 8 (token, 64-head tile)): there
-   the mma.sync tiles fill the SMs with fewer splits and less fixed work per CTA (b 1 h_q 128: 16.6
-   us against 24.5 on kernel 2, and 12.2 against 12.5 on kernel 3's 32-head tiles in x228; b 8 h_q
-   128, 16 units: 38.7 on kernel 2 against 42.7; at 1 to 4 units kernel 3 is within -3..+5% of
-   mma.sync, from 5 units -3..-14%, x228). */
+   fewer units (h_q <= 32: 5 (token, 16-head tile) units; h_q > 32: 4 (token, 64-head tile) units,
+   V4 and MLA_BF16 8): there the mma.sync tiles fill the SMs with fewer splits and less fixed work
+   per CTA (b 1 h_q 128: 12.2 us against 12.9 on kernel 2 and 12.5 on kernel 3's 32-head tiles;
+   at 1 to 4 units kernel 3 is within -3..+5% of mma.sync, from 5 units -3..-14%: x228, x229). */
 int ak_sdw_plan(const ak_context *ctx, const ak_mla_decode_args *a, ak_sd_plan *pl) {
     const int layout = (int)a->cache->layout;
     const int64_t b = a->q->shape[0], s_q = a->q->shape[1], h_q = a->q->shape[2];
@@ -2117,9 +2116,12 @@ int ak_sdw_plan(const ak_context *ctx, const ak_mla_decode_args *a, ak_sd_plan *
         if (h_q <= 32 || (!ws && layout != AK_LAYOUT_DSV4_FP8_UE8M0 && layout != AK_LAYOUT_MLA_BF16)) return 0;
         pl->htiles = (int)((h_q + AK_SDW_HEADS - 1) / AK_SDW_HEADS);
         const int64_t units = b * s_q * pl->htiles;
-        if (units < 8) return 0;
-        /* the warp-specialized kernel, and for V4 from 32 units (below, its bulk partial rows cost
-           more than the pipelined kernel's fragment stores: V4 b 8 18.5 against 17.7 us, run x60) */
+        /* the warp-specialized kernel: 656 and per-tensor fp8 from 4 units (x229: b 2 h_q 128 and b 4
+           h_q 64 -10%, b 5 h_q 64 -15..27%, b 7 h_q 64 -33% against the mma.sync kernel; at 1 and 2
+           units it loses 3-18%); V4 from 32 units, the pipelined kernel from 8 (x60; x229 measured
+           the warp-specialized kernel 3-14% faster at 8 to 24 units, not yet adopted: the pipelined
+           kernel's V4 path would then be dead code to remove) */
+        if (units < (ws ? 4 : 8)) return 0;
         const int v4 = layout == AK_LAYOUT_DSV4_FP8_UE8M0;
         pl->kernel = ws || (v4 && units >= 32) ? 2 : 1;
         pl->mw = 4;
