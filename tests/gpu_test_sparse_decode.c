@@ -799,6 +799,10 @@ AK_TEST(sparse_decode_wide) {
            beside Q into shared memory and reads in its staged epilogue (68 units: two splits would
            take two waves on ~132 SMs) */
         {AK_LAYOUT_DSV4_FP8_UE8M0, 68, 1, 64, 128, 512},
+        /* the small batches' routes (x228, x229): 24 heads as two 16-head swap-AB tiles (6 units,
+           the second tile half padding), and 100 heads on the warp-specialized kernel at 6 (token,
+           64-head tile) units, its second tile 36 real heads */
+        {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 3, 1, 24, 256, 64}, {AK_LAYOUT_MLA_FP8_PERTENSOR, 3, 1, 100, 192, 0},
     };
     ak_device_info di;
     CHECK_STATUS(ak_context_device_info(gpu, &di), AK_OK);
