@@ -70,25 +70,28 @@ int ak_bench_skip(const char *shape) {
     return 1;
 }
 
-int ak_bench_env_shapes(int64_t out[][3], int max) {
-    const char *s = getenv("AK_BENCH_SHAPES");
-    if (s == NULL) return 0;
-    int n = 0;
+ak_status ak_bench_env_shapes(int64_t out[AK_BENCH_MAX_SHAPES][3], int *n) {
+    const char *env = getenv("AK_BENCH_SHAPES"), *s = env;
+    *n = 0;
+    if (s == NULL) return AK_OK;
     while (*s != '\0') {
-        if (n == max) return -1;
-        for (int k = 0; k < 3; k++) {
+        long long v[3] = {0, 0, 0};
+        int ok = *n < AK_BENCH_MAX_SHAPES;
+        for (int k = 0; ok && k < 3; k++) {
             char *end;
-            const long long v = strtoll(s, &end, 10);
-            if (end == s || v < 1 || v > (k == 2 ? 128 : 1 << 20)) return -1;
-            out[n][k] = v;
+            v[k] = strtoll(s, &end, 10);
+            ok = end != s && v[k] >= 1 && v[k] <= (k == 2 ? 128 : 1 << 20);
             s = end;
-            if (k < 2 && *s++ != 'x') return -1;
+            if (ok && k < 2) ok = *s++ == 'x';
         }
-        if (*s != ',' && *s != '\0') return -1;
-        n++;
+        if (!ok || (*s != ',' && *s != '\0'))
+            return ak_fail(AK_ERR_INVALID_ARGUMENT, "AK_BENCH_SHAPES '%s': expected BxSxH,... (at most %d, h_q 1..128)",
+                           env, AK_BENCH_MAX_SHAPES);
+        for (int k = 0; k < 3; k++) out[*n][k] = v[k];
+        (*n)++;
         if (*s == ',') s++;
     }
-    return n;
+    return AK_OK;
 }
 
 int ak_bench_wants(const char *op, const char *name) {

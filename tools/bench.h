@@ -63,9 +63,10 @@ void ak_bench_register(const char *family, ak_bench_builder fn);
 int ak_bench_skip(const char *shape);
 
 /* AK_BENCH_SHAPES=BxSxH,... (sparse decode: b, s_q, h_q; h_q 1..128): the shapes in out[k] =
-   {b, s_q, h_q}, at most max; 0 when unset or empty, -1 when malformed or more than max. */
+   {b, s_q, h_q} and their count in *n (0 when unset or empty); AK_ERR_INVALID_ARGUMENT naming the
+   value when it is malformed or lists more than AK_BENCH_MAX_SHAPES. */
 #define AK_BENCH_MAX_SHAPES 32
-int ak_bench_env_shapes(int64_t out[][3], int max);
+ak_status ak_bench_env_shapes(int64_t out[AK_BENCH_MAX_SHAPES][3], int *n);
 
 /* Whether `name` is selected by the --op filter `op` (comma list; NULL or "" = all). */
 int ak_bench_wants(const char *op, const char *name);

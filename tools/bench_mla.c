@@ -494,10 +494,8 @@ ak_status ak_bench_mla(ak_context *ctx, const ak_bench_opts *o, const char *op,
                time a routing choice on the shapes it moves */
             int64_t env[AK_BENCH_MAX_SHAPES][3];
             sparse_shape own[AK_BENCH_MAX_SHAPES];
-            const int ne = ak_bench_env_shapes(env, AK_BENCH_MAX_SHAPES);
-            if (ne < 0)
-                return ak_fail(AK_ERR_INVALID_ARGUMENT, "AK_BENCH_SHAPES: expected BxSxH,... (at most %d, h_q 1..128)",
-                               AK_BENCH_MAX_SHAPES);
+            int ne;
+            MLA_TRY(ak_bench_env_shapes(env, &ne));
             if (ne > 0) {
                 for (int e = 0; e < ne; e++) own[e].b = env[e][0], own[e].s_q = env[e][1], own[e].h_q = env[e][2];
                 list = own;

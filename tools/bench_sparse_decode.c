@@ -208,8 +208,8 @@ ak_status ak_bench_sparse_decode(ak_context *ctx, const ak_bench_opts *o, const 
     /* AK_BENCH_SHAPES: per-tensor fp8 at those (b, s_q, h_q) instead (bench_mla.c times 656) */
     int64_t env[AK_BENCH_MAX_SHAPES][3];
     sdb_shape own[AK_BENCH_MAX_SHAPES];
-    const int ne = o->quick ? 0 : ak_bench_env_shapes(env, AK_BENCH_MAX_SHAPES);
-    if (ne < 0) return AK_OK; /* bench_mla.c reports it */
+    int ne = 0;
+    if (!o->quick) AK_TRY(ak_bench_env_shapes(env, &ne));
     if (ne > 0) {
         for (int k = 0; k < ne; k++)
             own[k] = (sdb_shape){AK_LAYOUT_MLA_FP8_PERTENSOR, env[k][0], env[k][1], env[k][2], 2048, 0};
