@@ -761,12 +761,12 @@ AK_TEST(sparse_decode_limits) {
 }
 
 /* Batches large enough that the plan (on a ~132-SM GPU) picks the wgmma kernels, with one split and
-   with several, on every record path: the warp-specialized kernel (656, per-tensor fp8; h_q
-   40..128; V4 from 32 units), the swap-AB kernel (656, per-tensor fp8; h_q <= 32 from 5 (token,
+   with several, on every record path: the warp-specialized kernel (656, per-tensor fp8 and V4;
+   h_q 40..128), the swap-AB kernel (656, per-tensor fp8; h_q <= 32 from 5 (token,
    16-head tile) units: 16- and 32-head tiles, padded columns at h_q 8 and 20), the
    register-dequantizing one (656, per-tensor fp8; h_q <= 16 at 16 or more tiles per CTA), the
-   pipelined one (MLA_BF16 double-buffered and at 64 rows; V4 from 8 to 31 units runs there in the
-   matrix and graph cases), with aligned output rows (stored by bulk copies) and padded ones. The
+   pipelined one (MLA_BF16 double-buffered and at 64 rows; V4 at 8 to 31 units runs on the
+   warp-specialized kernel in the matrix and graph cases), with aligned output rows (stored by bulk copies) and padded ones. The
    small cases above run the mma.sync kernel below 5 (token, 16-head tile) units at h_q <= 32 (the
    matrix's s_q 2 and 4 cases at h_q <= 16 and its h_q 32 cases run the swap-AB kernel, h_q 32 at
    s_q 1 and 2 on two 16-head tiles) and below 4 (token, 64-head tile) units above (V4 and MLA_BF16:
@@ -803,6 +803,11 @@ AK_TEST(sparse_decode_wide) {
            the second tile half padding), and 100 heads on the warp-specialized kernel at 6 (token,
            64-head tile) units, its second tile 36 real heads */
         {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 3, 1, 24, 256, 64}, {AK_LAYOUT_MLA_FP8_PERTENSOR, 3, 1, 100, 192, 0},
+        /* V4 on the swap-AB kernel (x231): 16-head tiles at one split, 32-head tiles at s_q 2 with
+           a sink and padded rows, 20 heads on two 16-head tiles with splits (10 units), and a
+           window's runs of slots at 8 padded heads with a sink */
+        {AK_LAYOUT_DSV4_FP8_UE8M0, 160, 1, 16, 128, 512}, {AK_LAYOUT_DSV4_FP8_UE8M0, 24, 2, 32, 128, 512},
+        {AK_LAYOUT_DSV4_FP8_UE8M0, 5, 1, 20, 128, 512},   {AK_LAYOUT_DSV4_FP8_UE8M0, 96, 1, 8, 128, 256, 1},
     };
     ak_device_info di;
     CHECK_STATUS(ak_context_device_info(gpu, &di), AK_OK);
@@ -816,10 +821,10 @@ AK_TEST(sparse_decode_wide) {
         c.layout = k[n].l, c.b = k[n].b, c.s_q = k[n].s_q, c.h_q = k[n].h_q, c.topk = k[n].topk;
         c.etopk = k[n].etopk, c.len_mode = 1 + (int)(n % 2), c.bad = 1, c.sink = (int)(n % 2);
         c.runs = k[n].runs;
-        c.out_f32 = n == 2 || n == 6;
+        c.out_f32 = n == 2 || n == 6 || n == 22;
         /* rows off the 16-byte grid (the 64-head kernels then store fragments, not bulk rows): the
            splitting 656 case, per-tensor and V4 at one split, the swap-AB kernel */
-        c.out_pad = n == 2 || n == 5 || n == 6 || n == 10 ? 2 : 0;
+        c.out_pad = n == 2 || n == 5 || n == 6 || n == 10 || n == 21 ? 2 : 0;
         sd_run_case(cpu, gpu, &c, &r, 0);
     }
     ak_context_destroy(cpu);
@@ -829,8 +834,8 @@ AK_TEST(sparse_decode_wide) {
 /* Calls whose CTAs of one split fill two waves, with lengths: the kernels take the token rows
    longest first (the order ak_sd_lpt_order computes on the device from the lengths before the main
    kernel, which each CTA reads after its dependency wait). Every kernel family: the warp-specialized kernel (656 at 128 heads,
-   V4 with an extra list), the swap-AB kernel (656 at 16 heads and s_q 2, per-tensor fp8 at 32), the
-   pipelined one (MLA_BF16) and the register-dequantizing one. b is two waves of the device's SMs,
+   V4 with an extra list), the swap-AB kernel (656 at 16 heads and s_q 2, per-tensor fp8 at 32, V4
+   at 16), the pipelined one (MLA_BF16) and the register-dequantizing one. b is two waves of the device's SMs,
    so the plan keeps one split; both length forms, invalid indices, sinks; the poisoned outputs
    catch a row taken twice or by no CTA. */
 AK_TEST(sparse_decode_lpt) {
@@ -844,7 +849,8 @@ AK_TEST(sparse_decode_lpt) {
     static const struct { ak_layout l; int64_t s_q, h_q, topk, etopk; } k[] = {
         {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 1, 128, 512, 0}, {AK_LAYOUT_DSV4_FP8_UE8M0, 1, 64, 128, 256},
         {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 2, 16, 256, 0},  {AK_LAYOUT_MLA_FP8_PERTENSOR, 1, 32, 256, 0},
-        {AK_LAYOUT_MLA_BF16, 1, 64, 256, 0},            {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 1, 16, 1024, 0},
+        {AK_LAYOUT_MLA_BF16, 1, 64, 256, 0},            {AK_LAYOUT_DSV4_FP8_UE8M0, 1, 16, 128, 256},
+        {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 1, 16, 1024, 0},
     };
     const int n_k = (int)(sizeof k / sizeof k[0]);
     for (int n = 0; n < n_k; n++) {
@@ -870,7 +876,7 @@ AK_TEST(sparse_decode_lpt) {
    with the same lengths and with new ones). Batches of one wave and of two
    waves of the device's SMs (the plan's one-split shapes), on every kernel family: the
    warp-specialized kernel (656 at 128 and 64 heads, V4 with an extra list), the swap-AB kernel (656
-   at 16 heads and s_q 2, per-tensor fp8 at 32), the pipelined one (MLA_BF16) and the
+   at 16 heads and s_q 2, per-tensor fp8 and V4 at 32), the pipelined one (MLA_BF16) and the
    register-dequantizing one. Half the cases skew the lengths (every ninth row full, the rest short
    or empty), so the long rows split into many pieces; one case runs under graph replay with new
    lengths (a new set of pieces) in each replay; both length forms, invalid indices, sinks. The
@@ -887,6 +893,7 @@ AK_TEST(sparse_decode_balanced) {
         {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 2, 16, 256, 0, 2, 0, 0},  {AK_LAYOUT_MLA_FP8_PERTENSOR, 1, 32, 256, 0, 2, 1, 0},
         {AK_LAYOUT_MLA_BF16, 1, 64, 256, 0, 2, 0, 0},            {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 1, 64, 1024, 0, 1, 1, 0},
         {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 1, 128, 512, 0, 1, 1, 0}, {AK_LAYOUT_DSV4_FP8_UE8M0, 1, 64, 128, 512, 1, 0, 1},
+        {AK_LAYOUT_DSV4_FP8_UE8M0, 1, 32, 128, 512, 2, 1, 0},
         {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 1, 16, 1024, 0, 1, 1, 0}, {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 1, 16, 1024, 0, 2, 0, 0},
     };
     const int n_k = (int)(sizeof k / sizeof k[0]);
@@ -935,7 +942,7 @@ AK_TEST(sparse_decode_ring_load) {
    ak_sd_part_scale). Values 2^24 times the anchor data's (~1.7e6 at most, past fp16's 65504) and
    2^-24 times (~6e-9, under its smallest normal 6.1e-5) on every kernel family's split path: the
    mma.sync kernel (b 1), the swap-AB kernel (b 8 h_q 16), the warp-specialized one (656 b 8 h_q
-   128, V4 b 32), the pipelined one (MLA_BF16 and V4 at 8 units) and the register-dequantizing one
+   128, V4 b 8 and b 32), the pipelined one (MLA_BF16 at 8 units) and the register-dequantizing one
    (b 40 h_q 16, top-k 4096: 3 splits of 22 tiles). Unscaled fp16 rows would read inf or 0 here;
    NMSE and cosine, which do not depend on the scale, catch any lost precision. */
 AK_TEST(sparse_decode_range) {
@@ -986,11 +993,12 @@ AK_TEST(sparse_decode_sharp) {
         {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 1, 16, 2048, 0},  /* mma.sync kernel, 32 splits */
         {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 1, 128, 2048, 0}, /* mma.sync, 16-head tiles, 16 splits */
         {AK_LAYOUT_DSV4_FP8_UE8M0, 1, 64, 128, 512},     /* V4 b 1: 10 splits */
-        {AK_LAYOUT_DSV4_FP8_UE8M0, 8, 64, 128, 512},     /* the pipelined wgmma kernel, 4-dim combine */
+        {AK_LAYOUT_DSV4_FP8_UE8M0, 8, 64, 128, 512},     /* 64-head kernel at 8 units, 4-dim combine */
         {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 8, 16, 2048, 0},  /* swap-AB kernel with splits */
         {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 8, 128, 2048, 0}, /* 64-head kernel with splits */
         {AK_LAYOUT_MLA_FP8_PERTENSOR, 32, 64, 1024, 0},  /* 64-head kernel, one split */
         {AK_LAYOUT_MLA_BF16, 8, 32, 512, 0},
+        {AK_LAYOUT_MLA_BF16, 8, 64, 512, 0},             /* the pipelined wgmma kernel */
         {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 40, 16, 4096, 0}, /* the register-dequantizing kernel (below) */
     };
     const int n_k = (int)(sizeof k / sizeof k[0]);
@@ -1017,14 +1025,16 @@ AK_TEST(sparse_decode_graph) {
     ak_rng r;
     ak_rng_init(&r, ak_test_seed() + 2);
     /* every layout at 16 heads (mma.sync kernel) and 128 (the wgmma kernels: 12 units); 656 at 32
-       heads and b 4 (the swap-AB kernel: 8 units); V4 at b 16 (the warp-specialized kernel: 32 units) */
-    for (int n = 0; n < 10; n++) {
+       heads and b 4 (the swap-AB kernel: 8 units); V4 at b 16 h_q 64 (32 units) and b 8 h_q 16 (the
+       swap-AB kernel: 16 units) */
+    for (int n = 0; n < 11; n++) {
         const int li = n < 8 ? n / 2 : n == 8 ? 0 : 3, wide = n % 2;
         if (sd_quick() && n < 8 && (li + wide) % 2 == 1) continue;
         sd_case c;
         memset(&c, 0, sizeof c);
         c.layout = k_layouts[li];
-        c.b = n < 8 ? 3 : n == 8 ? 4 : 16, c.s_q = 2, c.h_q = n < 8 ? (wide ? 128 : 16) : n == 8 ? 32 : 64;
+        c.b = n < 8 ? 3 : n == 8 ? 4 : n == 9 ? 16 : 8, c.s_q = 2;
+        c.h_q = n < 8 ? (wide ? 128 : 16) : n == 8 ? 32 : n == 9 ? 64 : 16;
         c.topk = n == 9 ? 128 : 256, c.len_mode = 1 + n % 2;
         c.etopk = li >= 2 ? 128 : 0;
         c.bad = 1, c.sink = 1;

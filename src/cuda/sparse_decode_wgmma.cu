@@ -1,17 +1,16 @@
 /*
  * sparse_decode_wgmma.cu -- sparse MLA decode on Hopper tensor cores (wgmma), same semantics, split
  * rule and partial-row format as sparse_decode.cu (see its header comment). Four kernels: the
- * pipelined ak_sdw_main below (MLA_BF16, and V4 below 32 units; h_q > 32, 64-head tiles), the
- * warp-specialized ak_sdx_main further down (656, per-tensor fp8 and V4 from 32 (token, head tile)
- * units; h_q > 32, 64-head tiles), the swap-AB ak_sdt_main after it (656 and per-tensor fp8,
- * h_q <= 32, 16- or 32-head tiles) and the register-dequantizing ak_sdr_main last (656 and
- * per-tensor fp8, h_q <= 16 at 16 or more 64-key tiles per CTA, on devices of high copy bandwidth
- * per SM: ak_sdw_plan).
+ * pipelined ak_sdw_main below (MLA_BF16; h_q > 32, 64-head tiles), the warp-specialized
+ * ak_sdx_main further down (656, per-tensor fp8 and V4; h_q > 32, 64-head tiles), the swap-AB
+ * ak_sdt_main after it (656, per-tensor fp8 and V4; h_q <= 32, 16- or 32-head tiles) and the
+ * register-dequantizing ak_sdr_main last (656 and per-tensor fp8, h_q <= 16 at 16 or more 64-key
+ * tiles per CTA, on devices of high copy bandwidth per SM: ak_sdw_plan).
  *
  * ak_sdw_main: one CTA = (request r, query token i, 64-head tile, KV split), two warpgroups (256
  * threads).
  * Shared memory holds Q [64 heads x d_qk] bf16 (loaded once) and two K tiles [64 keys x d_qk]
- * bf16 (dequantized key tiles t and t + 1; 221 KB for d_qk 576). Q and K use the canonical
+ * bf16 (key tiles t and t + 1; 221 KB for d_qk 576). Q and K use the canonical
  * 128-byte-swizzled K-major layout: 64-dim column blocks of 64 rows x 128 bytes (8 KB each), the
  * 16-byte chunk index of row n XORed with n % 8, every tile 1024-byte aligned (so descriptors
  * carry base offset 0).
@@ -27,10 +26,10 @@
  * tests/gpu_test_wgmma.cu checks these layouts.
  *
  * Pipeline: the wgmma products are asynchronous, so the same warps that issue them work beside
- * them. While the tensor cores compute S for tile t + 1, the warps dequantize tile t + 2 (whose
- * records they loaded into registers one tile earlier, a warp per record) into the K buffer P V
- * of tile t has just released, then issue the register loads of tile t + 3 (after the proxy fence
- * of the K writes, which does not wait for loads in flight either way: docs/cuda.md).
+ * them. While the tensor cores compute S for tile t + 1, the threads start the cp.async copies of
+ * tile t + 2's records (a quarter record per thread, located one tile earlier) into the K buffer
+ * P V of tile t has just released, then read tile t + 3's slot ids. It served V4 below 32 units
+ * until session 50, when the warp-specialized kernel measured 3-14% faster there (x229, x230).
  */
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_common.cuh"
@@ -52,7 +51,7 @@ template <int BR> __device__ __forceinline__ uint32_t ak_sdx_off(int n, int d) {
 }
 
 /* Shared-memory map (bytes from the 1024-aligned base). Two K tiles: the tensor cores read tile t
-   from one while the warps dequantize tile t + 1 into the other (221 KB for d_qk 576). */
+   from one while the copies of tile t + 1 fill the other (221 KB for d_qk 576). */
 template <int LAYOUT> struct ak_sdw_smem_map {
     enum {
         KB = ak_sd_geo<LAYOUT>::DQK / 64,
@@ -101,70 +100,7 @@ __device__ __forceinline__ void ak_sdw_locate(const ak_sd_list &l, int32_t slot,
     if (LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0) so = pg + (int64_t)l.page_size * 576 + (int64_t)ts * 8;
 }
 
-/* V4: a warp's eight keys w, w + 8, ..., w + 56 of a tile in registers, loaded a warp per record so
-   that every load instruction reads one record's 448 contiguous fp8 bytes (a quarter-record map, 8
-   records x 64 bytes per instruction, backed up the load queue: 23% of the stall samples): lane
-   l < 28 holds fp8 chunk l (16 values) of each key in f[i] and its ue8m0 scale byte (l / 4) in s[i];
-   the bf16 RoPE of four keys per instruction in r[]. MLA_BF16 keeps nothing here: its records go to
-   the K tile by cp.async (72 chunks would not fit beside the 128 O accumulators). */
-template <int LAYOUT> struct ak_sdw_raw {
-    enum {
-        BF16 = LAYOUT == AK_LAYOUT_MLA_BF16,
-        V4 = LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0,
-        NQL = 28,   /* lanes holding an fp8 chunk */
-        ROPE = 448, /* bf16 RoPE byte offset */
-        NF = BF16 ? 1 : 8,
-        NR = BF16 ? 1 : 2
-    };
-    uint4 f[NF];
-    uint32_t s[NF]; /* raw ue8m0 byte, converted when used */
-    uint4 r[NR];
-};
-
-/* Loads the warp's keys (ro[i] / so[i] of key w + 8 i held by lane i % 8, shuffled to the warp);
-   ro -1 (invalid key, rule I1) reads nothing and gives zeros, so the key's K row is 0. */
-template <int LAYOUT>
-__device__ __forceinline__ void ak_sdw_load(const uint8_t *pool, int64_t ro_l, int64_t so_l, int lane,
-                                            ak_sdw_raw<LAYOUT> &x) {
-    typedef ak_sdw_raw<LAYOUT> R;
-#pragma unroll
-    for (int i = 0; i < (R::BF16 ? 0 : 8); i++) {
-        const int64_t ro = __shfl_sync(0xffffffffu, ro_l, i);
-        x.f[i] = make_uint4(0, 0, 0, 0);
-        x.s[i] = 0u;
-        if (ro >= 0 && lane < R::NQL) x.f[i] = ak_ldg_nc_v4(pool + ro + 16 * lane);
-        if (R::V4) {
-            const int64_t so = __shfl_sync(0xffffffffu, so_l, i);
-            if (ro >= 0 && lane < R::NQL) x.s[i] = __ldg(pool + so + (lane >> 2));
-        }
-    }
-    /* RoPE chunk l % 8 of key w + 8 (4 g + l / 8) */
-#pragma unroll
-    for (int g = 0; g < (R::BF16 ? 0 : 2); g++) {
-        const int64_t ro = __shfl_sync(0xffffffffu, ro_l, 4 * g + (lane >> 3));
-        x.r[g] = ro >= 0 ? ak_ldg_nc_v4(pool + ro + R::ROPE + 16 * (lane & 7)) : make_uint4(0, 0, 0, 0);
-    }
-}
-
-/* Dequantizes the warp's V4 keys (layouts.md 4) into the swizzled bf16 K tile ks. */
-template <int LAYOUT>
-__device__ __forceinline__ void ak_sdw_dequant(const ak_sdw_raw<LAYOUT> &x, int w, int lane, uint8_t *ks) {
-    typedef ak_sdw_raw<LAYOUT> R;
-#pragma unroll
-    for (int i = 0; i < 8; i++) {
-        if (lane < R::NQL) {
-            uint4 lo, hi;
-            ak_sd_dequant16(x.f[i], ak_ue8m0_to_f32((uint8_t)x.s[i]), lo, hi);
-            *reinterpret_cast<uint4 *>(ks + ak_sdx_off<AK_SD_KEYS>(w + 8 * i, lane * 16)) = lo;
-            *reinterpret_cast<uint4 *>(ks + ak_sdx_off<AK_SD_KEYS>(w + 8 * i, lane * 16 + 8)) = hi;
-        }
-    }
-#pragma unroll
-    for (int g = 0; g < 2; g++)
-        *reinterpret_cast<uint4 *>(ks + ak_sdx_off<AK_SD_KEYS>(w + 8 * (4 * g + (lane >> 3)), R::NQL * 16 + (lane & 7) * 8)) = x.r[g];
-}
-
-/* MLA_BF16: this thread's quarter of key `tok`'s record (chunks j, j + 4, ... of 72) straight into
+/* This thread's quarter of key `tok`'s record (chunks j, j + 4, ... of 72) straight into
    the swizzled K tile by cp.async; ro -1 zero-fills (rule I1). */
 __device__ __forceinline__ void ak_sdw_copy_bf16(const uint8_t *pool, int64_t ro, int tok, int j, uint8_t *ks) {
     const uint8_t *src = pool + (ro < 0 ? 0 : ro);
@@ -177,37 +113,24 @@ __device__ __forceinline__ void ak_sdw_copy_bf16(const uint8_t *pool, int64_t ro
     ak_cp_async_commit();
 }
 
-/* One pipeline step of the loader map (thread = quarter q4 of key tok): dequantize the records
-   held in x (tile tn, offsets xro) into K tile kn and mark its valid keys; then locate tile tnn's
-   keys from their raw slot ids (sraw, sok) and load its records into x (MLA_BF16: tile tn goes to
-   kn by cp.async, waited before the next barrier); then read tile tnnn's raw slot ids (any tile
-   tv of the row stands in past the end). */
-template <int LAYOUT>
+/* One pipeline step of the loader map (thread = quarter q4 of key tok): copy tile tn's records
+   (offsets xro) into K tile kn by cp.async (waited before the next barrier) and mark its valid
+   keys; then locate tile tnn's keys from their raw slot ids (sraw, sok); then read tile tnnn's raw
+   slot ids (any tile tv of the row stands in past the end). */
 __device__ __forceinline__ void ak_sdw_stage(const ak_sd_params &p, int64_t r, int64_t i, int32_t len0,
                                              int32_t len1, int tn, int tnn, int tnnn, int tv, int t_end,
-                                             int tok, int q4, uint8_t *kn, uint8_t *kvalid,
-                                             ak_sdw_raw<LAYOUT> &x, int64_t &xro, int32_t &sraw, bool &sok) {
-    const int w = (int)threadIdx.x >> 5, lane = (int)threadIdx.x & 31;
+                                             int tok, int q4, uint8_t *kn, uint8_t *kvalid, int64_t &xro,
+                                             int32_t &sraw, bool &sok) {
     /* read on every path (an iteration old, so already here): the new slot load below then writes
        a register with no load in flight */
     const int32_t slot = sok ? sraw : -1;
     if (tn < t_end) {
-        const ak_sd_list &l = p.list[tn >= p.list[0].tiles];
-        if (LAYOUT == AK_LAYOUT_MLA_BF16) ak_sdw_copy_bf16(l.pool, xro, tok, q4, kn);
-        else ak_sdw_dequant<LAYOUT>(x, w, lane, kn);
-        if (LAYOUT == AK_LAYOUT_MLA_BF16) {
-            if (q4 == 0) kvalid[tok] = xro >= 0;
-        } else if (lane < 8) {
-            kvalid[w + 8 * lane] = xro >= 0;
-        }
-        /* K tile writes -> the wgmma (async proxy) reads */
-        if (LAYOUT != AK_LAYOUT_MLA_BF16) ak_fence_proxy_async();
+        ak_sdw_copy_bf16(p.list[tn >= p.list[0].tiles].pool, xro, tok, q4, kn);
+        if (q4 == 0) kvalid[tok] = xro >= 0;
     }
     if (tnn < t_end) {
-        const ak_sd_list &l = p.list[tnn >= p.list[0].tiles];
-        int64_t xso;
-        ak_sdw_locate<LAYOUT>(l, slot, xro, xso);
-        ak_sdw_load<LAYOUT>(l.pool, xro, xso, lane, x);
+        int64_t so;
+        ak_sdw_locate<AK_LAYOUT_MLA_BF16>(p.list[tnn >= p.list[0].tiles], slot, xro, so);
     }
     bool ok;
     sraw = ak_sdw_slot(p, r, i, tnnn < t_end ? tnnn : tv, tok, len0, len1, ok);
@@ -414,9 +337,10 @@ __device__ __forceinline__ void ak_sdw_write_staged(const ak_sd_params &p, uint8
 
 template <int LAYOUT, int ORD>
 __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_params p) {
+    static_assert(LAYOUT == AK_LAYOUT_MLA_BF16, "the fp8 layouts run on ak_sdx_main and ak_sdt_main");
     static_assert(AK_SDW_HEADS * AK_SDX_XSTR * 4 <= ak_sdw_smem_map<LAYOUT>::VALID, "staged rows fit in Q and K");
     typedef ak_sd_geo<LAYOUT> G;
-    enum { DQK = G::DQK, KB = DQK / 64, KSTEPS = DQK / 16, BF16 = LAYOUT == AK_LAYOUT_MLA_BF16 };
+    enum { DQK = G::DQK, KB = DQK / 64, KSTEPS = DQK / 16 };
     extern __shared__ __align__(16) uint8_t smem_raw[];
     /* 1024-byte aligned for the 128-byte swizzle; offsetting the __shared__ array itself (not an
        integer-cast address) keeps every access a shared-memory one (LDS/STS, not generic LD/ST) */
@@ -427,9 +351,7 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wg = warp >> 2, wr = warp & 3; /* warpgroup, warp within it (rows 16 wr..) */
     const int g = lane >> 2, c4 = lane & 3;
-    /* loader map: MLA_BF16 copies a quarter of key tid / 4's record per thread; the fp8 layouts load
-       a warp per record, lane l % 8 holding the slot and offsets of key warp + 8 (l % 8) */
-    const int tok = BF16 ? tid >> 2 : warp + 8 * (lane & 7), q4 = tid & 3;
+    const int tok = tid >> 2, q4 = tid & 3; /* loader map: a quarter of key tok's record */
     int h0, t_begin, t_end, pslot;
     int64_t ri;
     ak_sdw_cta(p, AK_SDW_HEADS, h0, ri, t_begin, t_end, pslot);
@@ -439,36 +361,33 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
     ak_grid_dep_wait(); /* as in ak_sd_main: only parameters above */
     if (!ak_sd_take_late<ORD>(p, r, i, t_begin, t_end, pslot)) return;
     const int32_t len0 = ak_sd_len(p.list[0], r, i), len1 = ak_sd_len(p.list[1], r, i);
-    /* Tiles t (in K buffer kb), tn (its records in x, or for MLA_BF16 its offset in xro) and tnn
-       (its raw slot id for key `tok` in sraw) of the pipeline. */
+    /* Tiles t (in K buffer kb), tn (its record offset in xro) and tnn (its raw slot id for key
+       `tok` in sraw) of the pipeline. */
     int t = ak_sdw_next(p, t_begin, t_end, len0, len1);
     int tn = t < t_end ? ak_sdw_next(p, t + 1, t_end, len0, len1) : t_end;
     int tnn = tn < t_end ? ak_sdw_next(p, tn + 1, t_end, len0, len1) : t_end;
-    ak_sdw_raw<LAYOUT> x;
     int64_t xro = -1;
     int32_t sraw = -1;
     bool sok = false;
     int kb = 0;
 
-    /* Prologue: tile t's records, then the Q tile, then t's dequantization into K buffer 0 and
-       tile tn's loads. */
+    /* Prologue: tile t's record offsets, then the Q tile, then t's copy into K buffer 0 and tile
+       tn's offsets. */
     if (t < t_end) {
-        const ak_sd_list &l = p.list[t >= p.list[0].tiles];
-        int64_t xso;
+        int64_t so;
         bool ok;
         const int32_t slot = ak_sdw_slot(p, r, i, t, tok, len0, len1, ok);
-        ak_sdw_locate<LAYOUT>(l, ok ? slot : -1, xro, xso);
-        ak_sdw_load<LAYOUT>(l.pool, xro, xso, lane, x);
+        ak_sdw_locate<LAYOUT>(p.list[t >= p.list[0].tiles], ok ? slot : -1, xro, so);
         sraw = ak_sdw_slot(p, r, i, tn < t_end ? tn : t, tok, len0, len1, ok);
         sok = ok && tn < t_end;
     }
 
     ak_sdw_load_q<DQK, AK_SDW_HEADS, 256>(p, qs, r, i, h0, tid);
     if (t < t_end) {
-        ak_sdw_stage<LAYOUT>(p, r, i, len0, len1, t, tn, tnn, t, t_end, tok, q4, smem + M::K, valid, x, xro, sraw, sok);
-        if (BF16) ak_cp_async_wait_all();
+        ak_sdw_stage(p, r, i, len0, len1, t, tn, tnn, t, t_end, tok, q4, smem + M::K, valid, xro, sraw, sok);
+        ak_cp_async_wait_all();
     }
-    ak_fence_proxy_async(); /* Q (and MLA_BF16 K) tile writes -> the wgmma (async proxy) reads */
+    ak_fence_proxy_async(); /* Q and K tile writes -> the wgmma (async proxy) reads */
     __syncthreads();
 
     float o[128];
@@ -483,19 +402,19 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
     const uint64_t dv0 = ak_wgmma_desc_sw128(ka + wg * 4 * AK_SDW_TILE, AK_SDW_TILE, 1024);
     enum { KBUF = KB * AK_SDW_TILE >> 4 }; /* descriptor step between the K buffers */
 
-    /* Pipeline, entering iteration t with S_t computed, tile tn dequantized in K buffer kb ^ 1 (or
-       on its way by cp.async) and tile tnn's records in registers: softmax of S_t into P (bf16
-       registers); issue O += P V_t and wait for it (both warpgroups: its K buffer is free; issuing
-       S_tn before it measured slower, the two warpgroups' products interleave in the tensor pipe
-       and P V_t finishes late); issue S_tn = Q K_tn^T, dequantize tile tnn into buffer kb and load
+    /* Pipeline, entering iteration t with S_t computed, tile tn on its way into K buffer kb ^ 1 by
+       cp.async and tile tnn's record offsets located: softmax of S_t into P (bf16 registers); issue
+       O += P V_t and wait for it (both warpgroups: its K buffer is free; issuing S_tn before it
+       measured slower, the two warpgroups' products interleave in the tensor pipe and P V_t
+       finishes late); issue S_tn = Q K_tn^T, start tile tnn's copies into buffer kb and locate
        tile tnnn's records while it runs. No wgmma is in flight across the loop's back edge (ptxas
-       serializes them otherwise), and no proxy fence follows the record loads. */
+       serializes them otherwise). */
     float s[32];
     int tnnn = tnn < t_end ? ak_sdw_next(p, tnn + 1, t_end, len0, len1) : t_end;
     if (t < t_end) {
         ak_sdw_qk<KSTEPS>(s, dq0, dk0);
-        ak_sdw_stage<LAYOUT>(p, r, i, len0, len1, tn, tnn, tnnn, t, t_end, tok, q4,
-                             smem + M::K + KB * AK_SDW_TILE, valid + AK_SD_KEYS, x, xro, sraw, sok);
+        ak_sdw_stage(p, r, i, len0, len1, tn, tnn, tnnn, t, t_end, tok, q4, smem + M::K + KB * AK_SDW_TILE,
+                     valid + AK_SD_KEYS, xro, sraw, sok);
         ak_wgmma_wait0();
     }
     while (t < t_end) {
@@ -564,10 +483,8 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
                 o[4 * j + 3] *= alpha[1];
             }
         }
-        if (BF16) {
-            ak_cp_async_wait_all();
-            ak_fence_proxy_async(); /* K tile tn (cp.async) -> wgmma reads */
-        }
+        ak_cp_async_wait_all();
+        ak_fence_proxy_async(); /* K tile tn (cp.async) -> wgmma reads */
         __syncthreads(); /* every thread's part of K tile tn is written */
 
         /* O[:, 256 wg ..] += P V; V = K tile dims 256 wg .., MN-major */
@@ -582,8 +499,8 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
         ak_wgmma_wait0();
         __syncthreads(); /* both warpgroups' P V_t is done: K buffer kb is free */
         if (tn < t_end) ak_sdw_qk<KSTEPS>(s, dq0, dk0 + (kb ^ 1) * KBUF);
-        ak_sdw_stage<LAYOUT>(p, r, i, len0, len1, tnn, tnnn, t4, t, t_end, tok, q4,
-                             smem + M::K + kb * KB * AK_SDW_TILE, valid + kb * AK_SD_KEYS, x, xro, sraw, sok);
+        ak_sdw_stage(p, r, i, len0, len1, tnn, tnnn, t4, t, t_end, tok, q4, smem + M::K + kb * KB * AK_SDW_TILE,
+                     valid + kb * AK_SD_KEYS, xro, sraw, sok);
         ak_wgmma_wait0();
 #pragma unroll
         for (int j = 0; j < 128; j++) ak_reg_fence(o[j]);
@@ -596,11 +513,11 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
 
     ak_grid_dep_launch(); /* the next kernel may start its CTAs during this epilogue */
     /* the static instance's slot made again here rather than kept through the loop (4 bytes of it
-       spilled in the V4 instance), its branch on a parameter; ak_sd_split_slot's expression written
+       spilled when this kernel also served V4), its branch on a parameter; ak_sd_split_slot's expression written
        out with the split unsigned, since its int split changes this kernel's code, unmeasured */
     if (ORD != AK_SD_ORD_BAL) pslot = p.splits > 1 ? (int)((blockIdx.x % p.splits) * ((int64_t)p.b * p.s_q) + r * p.s_q + i) : -1;
     const bool part = ORD == AK_SD_ORD_BAL ? pslot >= 0 : p.splits > 1;
-    if (!part && p.out_bulk) { /* (partial rows by bulk copy measured 0.8 us slower at V4 b 8: x53) */
+    if (!part && p.out_bulk) { /* (partial rows by bulk copy: 0.8 us slower on this kernel's V4 b 8, x53) */
         __syncthreads(); /* both warpgroups' last products have read Q and the K tiles */
         ak_sdw_write_staged(p, smem + M::Q, reinterpret_cast<float *>(smem + M::LSE), NULL, NULL, 0, o, m_run, l_run,
                             1.0f, r, i, h0, pslot, wg, wr, g, c4, tid);
@@ -865,7 +782,7 @@ __device__ __forceinline__ void ak_sdx_rescale(float *o, float a0, float a1) {
    the factor alpha[hr] its O rows were rescaled by (1 when kept). Consumer warpgroup 1 runs it and
    hands P and alpha to consumer warpgroup 2 through shared memory. Lazy rescaling as in
    ak_sdw_main. (ak_sdw_main keeps its own copy over 64 keys and byte flags: routed through this
-   helper its V4 times rose 3-4% from a different register allocation.) A mask word read once per
+   helper, its V4 instance of the time lost 3-4% to a different register allocation.) A mask word read once per
    unit measured 1.5-3.5% faster here than a byte per key. */
 __device__ __forceinline__ void ak_sdx_softmax(float sl, float prel, float *s, uint32_t kv, int c4, float *m_run,
                                                float *l_run, uint32_t *pa, float *o, float *alpha) {
@@ -1189,13 +1106,14 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
         ak_sdw_write_rows(p, o, m_run, l_run, kq.ref, r, i, h0, wg, wr, g, c4);
 }
 
-/* ---- swap-AB kernel for h_q <= 32 (656 and per-tensor fp8) --------------------------------------
+/* ---- swap-AB kernel for h_q <= 32 (656, per-tensor fp8, V4) ------------------------------------
  *
  * ak_sdt_main<LAYOUT, NH, ORD>: one CTA = (request r, query token i, NH-head tile (16 or 32), KV split);
  * 384 threads. Warpgroups 0 and 1 produce as in ak_sdx_main (a warp's records by bulk copy into its
- * stage ring, dequantized into a bf16 K buffer), here eight warps of four keys each into 64-key
- * buffers filled in two 32-key halves (four warps of eight keys left the consumer waiting half of
- * its time: the bulk copies issue one lane at a time). Warpgroup 2 computes the transposed
+ * stage ring, dequantized into a bf16 K buffer; V4's scale bytes by cp.async beside them), here
+ * eight warps of four keys each into 64-key buffers filled in two 32-key halves (four warps of
+ * eight keys left the consumer waiting half of its time: the bulk copies issue one lane at a
+ * time). Warpgroup 2 computes the transposed
  * products, so the heads are the N dimension of every wgmma and no MMA row is padding:
  * S^T = K Q^T (m64nNHk16: M = the 64 keys of the buffer, both operands K-major from shared memory)
  * and O^T += V^T P^T (M = 64 value dims per instruction, A = the K buffer read MN-major, B = P^T
@@ -1216,11 +1134,14 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
 
 template <int LAYOUT, int NH> struct ak_sdt_map {
     enum {
+        V4 = LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0,
         DQK = ak_sd_geo<LAYOUT>::DQK,
         KB = DQK / 64,
         /* stage bytes per key: at 16 heads a multiple of 128, so that ak_sdx_convert's loads are
-           conflict-free; at 32 the padding does not fit (226 KB), and its loads take two wavefronts */
-        STG = NH <= 16 ? (ak_sd_geo<LAYOUT>::REC + 127) & ~127 : ak_sd_geo<LAYOUT>::REC,
+           conflict-free; at 32 the padding does not fit (226 KB), and its loads take two wavefronts.
+           V4's converter (ak_sdt_convert_v4) reads one key per quarter warp: its 576-byte rows */
+        STG = V4 ? ak_sd_geo<LAYOUT>::REC
+              : NH <= 16 ? (ak_sd_geo<LAYOUT>::REC + 127) & ~127 : ak_sd_geo<LAYOUT>::REC,
         NST = 2,                             /* stages per producer warp */
         Q = 0,                               /* [KB][NH heads][128 B] bf16 swizzled */
         K = Q + KB * NH * 128,               /* [2][KB][64 keys][128 B] bf16 swizzled */
@@ -1229,7 +1150,8 @@ template <int LAYOUT, int NH> struct ak_sdt_map {
         AMAX = RED + 4 * NH * 4,             /* [4 warps] u32 partial rows' largest magnitude */
         STAGE = AMAX + 16,                   /* [PW warps][NST][KPW keys][STG] raw records */
         VF = 64 / AK_SDT_KPW,                /* validity bytes per K buffer */
-        VALID = STAGE + AK_SDT_PW * NST * AK_SDT_KPW * STG, /* [2][VF] u8: byte v = keys KPW v .. */
+        SCL = STAGE + AK_SDT_PW * NST * AK_SDT_KPW * STG, /* V4: [PW warps][NST][KPW keys][8 B] ue8m0 bytes */
+        VALID = SCL + (V4 ? AK_SDT_PW * NST * AK_SDT_KPW * 8 : 0), /* [2][VF] u8: byte v = keys KPW v .. */
         BAR = (VALID + 2 * VF + 7) & ~7,     /* FULL[2], EMPTY[2], stage[PW][NST], EPI mbarriers */
         EPI = 4 + AK_SDT_PW * NST,           /* the staged rows' hand-off to every thread (ak_sdt_rows_out) */
         BYTES = BAR + (EPI + 1) * 8,
@@ -1244,6 +1166,34 @@ __device__ __forceinline__ int ak_sdt_nextu(const ak_sd_params &p, int u, int t_
     return 2 * ak_sdw_next(p, (u >> 1) + 1, t_end, len0, len1);
 }
 
+/* ak_sdx_convert_v4 for four keys per warp (rows n0 .. n0 + 3 of a 64-key K buffer): quarter warp
+   k converts key k, lane j of it the key's fp8 chunks 8 i + j (16 dims each, 28 of them: the last
+   step uses half the lanes), scaled by the ue8m0 byte of its 64-dim tile (chunk / 4), then copies
+   the 16-byte piece j of the bf16 RoPE (dims 448..511). A quarter warp's loads read 128 contiguous
+   bytes; of its stores, lanes j and j + 4 fall in the same swizzle position of two column blocks
+   (8 KB apart, the same banks), so lanes 4.. store their chunk's upper half first. */
+__device__ __forceinline__ void ak_sdt_convert_v4(const uint8_t *stg, const uint8_t *scl, uint8_t *kb, int n0, int lane) {
+    enum { STG = ak_sd_geo<AK_LAYOUT_DSV4_FP8_UE8M0>::REC };
+    const int k = lane >> 3, j = lane & 7, n = n0 + k, up = j >> 2;
+    const uint8_t *rec = stg + k * STG;
+    const uint2 sc = *reinterpret_cast<const uint2 *>(scl + 8 * k); /* tile t's scale in byte t */
+    uint4 f[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        if (i < 3 || j < 4) f[i] = *reinterpret_cast<const uint4 *>(rec + 16 * (8 * i + j));
+    const uint4 rp = *reinterpret_cast<const uint4 *>(rec + 448 + 16 * j);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        if (i == 3 && j >= 4) break;
+        const int c = 8 * i + j;
+        uint4 lo, hi;
+        ak_sd_dequant16(f[i], ak_ue8m0_to_f32((uint8_t)__byte_perm(sc.x, sc.y, (unsigned)(c >> 2))), lo, hi);
+        *reinterpret_cast<uint4 *>(kb + ak_sdx_off<AK_SD_KEYS>(n, 16 * c + 8 * up)) = up ? hi : lo;
+        *reinterpret_cast<uint4 *>(kb + ak_sdx_off<AK_SD_KEYS>(n, 16 * c + 8 - 8 * up)) = up ? lo : hi;
+    }
+    *reinterpret_cast<uint4 *>(kb + ak_sdx_off<AK_SD_KEYS>(n, 448 + 8 * j)) = rp;
+}
+
 template <int LAYOUT, int NH>
 __device__ __forceinline__ void ak_sdt_produce(const ak_sd_params &p, uint8_t *smem, int64_t r, int64_t i,
                                                int32_t len0, int32_t len1, int t_begin, int t_end) {
@@ -1254,6 +1204,8 @@ __device__ __forceinline__ void ak_sdt_produce(const ak_sd_params &p, uint8_t *s
     const uint32_t sbar = bar + 8 * (4 + w * NST);
     const uint32_t stage = ak_smem_addr(smem + M::STAGE) + (uint32_t)(w * NST * SB);
     const uint8_t *stage_p = smem + M::STAGE + w * NST * SB;
+    const uint32_t scl = ak_smem_addr(smem + M::SCL) + (uint32_t)(w * NST * KPW * 8); /* V4: scale stages */
+    const uint8_t *scl_p = smem + M::SCL + w * NST * KPW * 8;
     const int key = KPW * w + (lane & (KPW - 1)); /* lanes KPW.. mirror lanes 0.. (unused slot ids) */
     const int u_end = 2 * t_end;
     /* half-units a (being converted, records in stage j % 2) and b (slot ids in cslot); unit j + 1's
@@ -1267,13 +1219,14 @@ __device__ __forceinline__ void ak_sdt_produce(const ak_sd_params &p, uint8_t *s
     int32_t cslot = ak_sdx_slot(p, r, i, ub < u_end ? ub : ua, key, len0, len1, cok);
     cok = cok && ub < u_end;
     const uint64_t pol = ak_l2_policy(p.rec_once != 0);
-    uint32_t va = ak_sdx_copy<LAYOUT, KPW, M::STG>(p.list[(ua >> 1) >= p.list[0].tiles], ok ? sl : -1, lane, stage, 0u,
+    uint32_t va = ak_sdx_copy<LAYOUT, KPW, M::STG>(p.list[(ua >> 1) >= p.list[0].tiles], ok ? sl : -1, lane, stage, scl,
                                                    sbar, pol);
     for (int j = 0; ua < u_end; j++) {
         uint32_t vn = 0u;
         if (ub < u_end)
             vn = ak_sdx_copy<LAYOUT, KPW, M::STG>(p.list[(ub >> 1) >= p.list[0].tiles], cok ? cslot : -1, lane,
-                                                  stage + (uint32_t)(((j + 1) % NST) * SB), 0u, sbar + 8 * ((j + 1) % NST),
+                                                  stage + (uint32_t)(((j + 1) % NST) * SB),
+                                                  scl + (uint32_t)(((j + 1) % NST) * KPW * 8), sbar + 8 * ((j + 1) % NST),
                                                   pol);
         const int ud = ub < u_end ? ak_sdt_nextu(p, ub, t_end, len0, len1) : u_end;
         cslot = ak_sdx_slot(p, r, i, ud < u_end ? ud : ua, key, len0, len1, cok);
@@ -1282,7 +1235,8 @@ __device__ __forceinline__ void ak_sdt_produce(const ak_sd_params &p, uint8_t *s
         const int n = j >> 1, b = n & 1, half = j & 1;   /* tile n of this CTA, its buffer, this half */
         if (half == 0) ak_mbar_wait(bar + 8 * (2 + b), ((n >> 1) & 1) ^ 1); /* EMPTY[b] */
         uint8_t *kb = smem + M::K + b * M::KB * AK_SDW_TILE;
-        ak_sdx_convert<LAYOUT, AK_SD_KEYS, KPW, M::STG>(stage_p + (j % NST) * SB, kb, 32 * half + KPW * w, lane);
+        if (M::V4) ak_sdt_convert_v4(stage_p + (j % NST) * SB, scl_p + (j % NST) * KPW * 8, kb, 32 * half + KPW * w, lane);
+        else ak_sdx_convert<LAYOUT, AK_SD_KEYS, KPW, M::STG>(stage_p + (j % NST) * SB, kb, 32 * half + KPW * w, lane);
         if (lane == 0) smem[M::VALID + M::VF * b + (32 / KPW) * half + w] = (uint8_t)va;
         /* The consumer needs both halves of a tile, so the K buffer writes of both are fenced and
            released once, after the second (one fence per tile, not per half: x131). The first
@@ -1496,7 +1450,8 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
             ak_mbar_init(bar + 8 * b, 32 * AK_SDT_PW); /* FULL: every producer thread, after a tile's second half */
             ak_mbar_init(bar + 8 * (2 + b), 128);          /* EMPTY: every consumer thread */
         }
-        for (int k = 0; k < AK_SDT_PW * M::NST; k++) ak_mbar_init(bar + 8 * (4 + k), 1);
+        /* stage barriers: the bulk copies' transaction count, and for V4 each key's scale cp.async */
+        for (int k = 0; k < AK_SDT_PW * M::NST; k++) ak_mbar_init(bar + 8 * (4 + k), M::V4 ? 1 + AK_SDT_KPW : 1);
         ak_mbar_init(bar + 8 * M::EPI, 128); /* every consumer thread */
     }
     __syncthreads();
@@ -2081,28 +2036,31 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
 
 /* Serves sparse decode on Hopper tensor cores. 656 and per-tensor fp8: h_q <= 32 on the swap-AB
    kernel (kernel 3, 16- or 32-head tiles; at 16 heads with 16 or more tiles per CTA, on devices of
-   at least 28 GB/s of copy per SM, the register-dequantizing kernel 4; at b 128 s_q 1 h_q 32 91 us against 135 for the
-   64-row warp-specialized kernel and 163 for the 32-row mma.sync tiles, h_q 16 79 against 108 on
-   mma.sync: docs/perf.md runs x13, x15) from 5 (token, 16-head tile) units, h_q > 32 on the
-   warp-specialized kernel (kernel 2) from 4 (token, 64-head tile) units, as V4 from 32; MLA_BF16 and the
-   smaller V4 batches for h_q > 32 on the pipelined kernel (kernel 1). Splits from shapes and the SM count only (one CTA per SM): the fewest splits
+   at least 28 GB/s of copy per SM, the register-dequantizing kernel 4; at b 128 s_q 1 h_q 32 91 us
+   against 135 for the 64-row warp-specialized kernel and 163 for the 32-row mma.sync tiles, h_q 16
+   79 against 108 on mma.sync: docs/perf.md runs x13, x15) from 5 (token, 16-head tile) units, h_q
+   > 32 on the warp-specialized kernel (kernel 2) from 4 (token, 64-head tile) units. V4 the same
+   way, the swap-AB kernel from 16 units and kernel 2 from 8. MLA_BF16 at h_q > 32 on the pipelined
+   kernel (kernel 1). Splits from shapes and the SM count only (one CTA per SM): the fewest splits
    minimising waves x (tiles per CTA + 2), the 2 standing for a CTA's fixed work (Q tile, row
    writes). Without it b 128 h_q 128 took 32 splits (63 waves of one tile each, then a combine of
    1 GB of partial rows: 1140 us in device run w1) over one split (2 waves of 32 tiles). Declines
-   fewer units (h_q <= 32: 5 (token, 16-head tile) units; h_q > 32: 4 (token, 64-head tile) units,
-   V4 and MLA_BF16 8): there the mma.sync tiles fill the SMs with fewer splits and less fixed work
+   fewer units (h_q <= 32: 5 (token, 16-head tile) units, V4 16; h_q > 32: 4 (token, 64-head tile)
+   units, V4 and MLA_BF16 8): there the mma.sync tiles fill the SMs with fewer splits and less fixed work
    per CTA (b 1 h_q 128: 12.2 us against 12.9 on kernel 2 and 12.5 on kernel 3's 32-head tiles;
    at 1 to 4 units kernel 3 is within -3..+5% of mma.sync, from 5 units -3..-14%: x228, x229). */
 int ak_sdw_plan(const ak_context *ctx, const ak_mla_decode_args *a, ak_sd_plan *pl) {
     const int layout = (int)a->cache->layout;
     const int64_t b = a->q->shape[0], s_q = a->q->shape[1], h_q = a->q->shape[2];
     const int ws = layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE || layout == AK_LAYOUT_MLA_FP8_PERTENSOR;
+    const int v4 = layout == AK_LAYOUT_DSV4_FP8_UE8M0;
     if (a->block_table != NULL) return 0;
     /* 16 or 32 heads per CTA, nothing padded to 64 rows. 32-head tiles where they make 8 units or
        more; with fewer, a 32-head CTA's chain is longer than two 16-head CTAs' (x228: b 7 h_q 32
-       -14%; from 8 units 16-head tiles lose 9-55%) */
-    if (ws && h_q <= 32) {
-        if (b * s_q * ((h_q + 15) / 16) < 5) return 0;
+       -14%; from 8 units 16-head tiles lose 9-55%). V4 from 16 (token, 16-head tile) units: at 5
+       to 8 it lost 6-7% to the mma.sync kernel, at 16 level, beyond 6-41% faster (x231) */
+    if ((ws || v4) && h_q <= 32) {
+        if (b * s_q * ((h_q + 15) / 16) < (v4 ? 16 : 5)) return 0;
         const int nh = h_q > 16 && b * s_q * ((h_q + 31) / 32) >= 8 ? 32 : 16;
         pl->mw = nh / 16;
         pl->htiles = (int)((h_q + nh - 1) / nh);
@@ -2110,24 +2068,23 @@ int ak_sdw_plan(const ak_context *ctx, const ak_mla_decode_args *a, ak_sd_plan *
         pl->smem = 1024 + (layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE
                                ? (nh == 16 ? (size_t)ak_sdt_map<AK_LAYOUT_DSA_FP8_BLOCKSCALE, 16>::BYTES
                                            : (size_t)ak_sdt_map<AK_LAYOUT_DSA_FP8_BLOCKSCALE, 32>::BYTES)
-                               : (nh == 16 ? (size_t)ak_sdt_map<AK_LAYOUT_MLA_FP8_PERTENSOR, 16>::BYTES
-                                           : (size_t)ak_sdt_map<AK_LAYOUT_MLA_FP8_PERTENSOR, 32>::BYTES));
+                           : v4 ? (nh == 16 ? (size_t)ak_sdt_map<AK_LAYOUT_DSV4_FP8_UE8M0, 16>::BYTES
+                                            : (size_t)ak_sdt_map<AK_LAYOUT_DSV4_FP8_UE8M0, 32>::BYTES)
+                                : (nh == 16 ? (size_t)ak_sdt_map<AK_LAYOUT_MLA_FP8_PERTENSOR, 16>::BYTES
+                                            : (size_t)ak_sdt_map<AK_LAYOUT_MLA_FP8_PERTENSOR, 32>::BYTES));
     } else {
-        if (h_q <= 32 || (!ws && layout != AK_LAYOUT_DSV4_FP8_UE8M0 && layout != AK_LAYOUT_MLA_BF16)) return 0;
+        if (h_q <= 32 || (!ws && !v4 && layout != AK_LAYOUT_MLA_BF16)) return 0;
         pl->htiles = (int)((h_q + AK_SDW_HEADS - 1) / AK_SDW_HEADS);
         const int64_t units = b * s_q * pl->htiles;
         /* the warp-specialized kernel: 656 and per-tensor fp8 from 4 units (x229: b 2 h_q 128 and b 4
            h_q 64 -10%, b 5 h_q 64 -15..27%, b 7 h_q 64 -33% against the mma.sync kernel; at 1 and 2
-           units it loses 3-18%); V4 from 32 units, the pipelined kernel from 8 (x60; x229 measured
-           the warp-specialized kernel 3-14% faster at 8 to 24 units, not yet adopted: the pipelined
-           kernel's V4 path would then be dead code to remove) */
+           units it loses 3-18%), V4 from 8 (x229, x230: 3-14% faster than the pipelined kernel at 8
+           to 24 units, which had served V4 below 32); MLA_BF16 on the pipelined kernel from 8 */
         if (units < (ws ? 4 : 8)) return 0;
-        const int v4 = layout == AK_LAYOUT_DSV4_FP8_UE8M0;
-        pl->kernel = ws || (v4 && units >= 32) ? 2 : 1;
+        pl->kernel = ws || v4 ? 2 : 1;
         pl->mw = 4;
         pl->smem = 1024 /* alignment slack */ +
-                   (pl->kernel == 1 ? (v4 ? (size_t)ak_sdw_smem_map<AK_LAYOUT_DSV4_FP8_UE8M0>::BYTES
-                                          : (size_t)ak_sdw_smem_map<AK_LAYOUT_MLA_BF16>::BYTES)
+                   (pl->kernel == 1 ? (size_t)ak_sdw_smem_map<AK_LAYOUT_MLA_BF16>::BYTES
                     : v4 ? (size_t)ak_sdx_map<AK_LAYOUT_DSV4_FP8_UE8M0>::BYTES
                     : layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE ? (size_t)ak_sdx_map<AK_LAYOUT_DSA_FP8_BLOCKSCALE>::BYTES
                                                              : (size_t)ak_sdx_map<AK_LAYOUT_MLA_FP8_PERTENSOR>::BYTES);
@@ -2153,7 +2110,7 @@ int ak_sdw_plan(const ak_context *ctx, const ak_mla_decode_args *a, ak_sd_plan *
        records (the regime nearer the H200's). Since x193's exact V the margin on the H200 is small:
        b 128 h_q 16 70.4-71.0 us against the swap-AB kernel's 71.7-72.8 (session 42). */
     const double bw_per_sm = ctx->info.copy_bytes_per_s / (double)slots;
-    if (pl->kernel == 3 && h_q <= 16 && (pl->n_tiles + splits - 1) / splits >= 16 && bw_per_sm >= 28e9) {
+    if (pl->kernel == 3 && !v4 && h_q <= 16 && (pl->n_tiles + splits - 1) / splits >= 16 && bw_per_sm >= 28e9) {
         pl->kernel = 4;
         pl->smem = 1024 + (layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE ? (size_t)ak_sdr_map<AK_LAYOUT_DSA_FP8_BLOCKSCALE>::BYTES
                                                                   : (size_t)ak_sdr_map<AK_LAYOUT_MLA_FP8_PERTENSOR>::BYTES);
@@ -2215,14 +2172,15 @@ ak_status ak_sdw_launch(ak_context *ctx, const ak_sd_params &p, const ak_sd_plan
         if (layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE)
             return pl.mw == 1 ? ak_sdt_launch_t<AK_LAYOUT_DSA_FP8_BLOCKSCALE, 16>(ctx, p, pl)
                               : ak_sdt_launch_t<AK_LAYOUT_DSA_FP8_BLOCKSCALE, 32>(ctx, p, pl);
+        if (layout == AK_LAYOUT_DSV4_FP8_UE8M0)
+            return pl.mw == 1 ? ak_sdt_launch_t<AK_LAYOUT_DSV4_FP8_UE8M0, 16>(ctx, p, pl)
+                              : ak_sdt_launch_t<AK_LAYOUT_DSV4_FP8_UE8M0, 32>(ctx, p, pl);
         return pl.mw == 1 ? ak_sdt_launch_t<AK_LAYOUT_MLA_FP8_PERTENSOR, 16>(ctx, p, pl)
                           : ak_sdt_launch_t<AK_LAYOUT_MLA_FP8_PERTENSOR, 32>(ctx, p, pl);
     }
     switch (layout) {
     case AK_LAYOUT_MLA_BF16: return ak_sdw_launch_t<AK_LAYOUT_MLA_BF16>(ctx, p, pl);
-    case AK_LAYOUT_DSV4_FP8_UE8M0:
-        return pl.kernel == 2 ? ak_sdx_launch_t<AK_LAYOUT_DSV4_FP8_UE8M0>(ctx, p, pl)
-                              : ak_sdw_launch_t<AK_LAYOUT_DSV4_FP8_UE8M0>(ctx, p, pl);
+    case AK_LAYOUT_DSV4_FP8_UE8M0: return ak_sdx_launch_t<AK_LAYOUT_DSV4_FP8_UE8M0>(ctx, p, pl);
     case AK_LAYOUT_MLA_FP8_PERTENSOR: return ak_sdx_launch_t<AK_LAYOUT_MLA_FP8_PERTENSOR>(ctx, p, pl);
     case AK_LAYOUT_DSA_FP8_BLOCKSCALE: return ak_sdx_launch_t<AK_LAYOUT_DSA_FP8_BLOCKSCALE>(ctx, p, pl);
     default:
