@@ -475,7 +475,8 @@ ak_status ak_bench_mla(ak_context *ctx, const ak_bench_opts *o, const char *op,
             static const sparse_shape gpu_dsa[] = {
                 {128, 1, 128}, {128, 1, 64}, {128, 1, 32}, {128, 1, 16}, {32, 1, 32}, {32, 1, 16},
                 {8, 1, 16},    {8, 1, 128},  {1, 1, 128},  {1, 1, 16},   {128, 2, 128}};
-            static const sparse_shape gpu_v4[] = {{128, 1, 0}, {128, 2, 0}, {8, 1, 0}, {1, 1, 0}};
+            /* V4 also at tensor-parallel shards of its heads (V4-Flash 64 / 4 and / 2) */
+            static const sparse_shape gpu_v4[] = {{128, 1, 0}, {128, 2, 0}, {8, 1, 0}, {1, 1, 0}, {128, 1, 16}, {128, 1, 32}};
             static const sparse_shape cpu_dsa[] = {{8, 1, 128}, {8, 1, 16}};
             static const sparse_shape cpu_v4[] = {{8, 1, 0}};
             static const sparse_shape quick[] = {{1, 1, 0}};
