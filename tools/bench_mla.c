@@ -12,7 +12,6 @@
 #include <string.h>
 
 #include "bench.h"
-#include "common/internal.h"
 #include "devmem.h"
 #include "mla_data.h"
 
