@@ -513,8 +513,9 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
 
     ak_grid_dep_launch(); /* the next kernel may start its CTAs during this epilogue */
     /* the static instance's slot made again here rather than kept through the loop (4 bytes of it
-       spilled when this kernel also served V4), its branch on a parameter; ak_sd_split_slot's expression written
-       out with the split unsigned, since its int split changes this kernel's code, unmeasured */
+       spilled when this kernel also served V4), its branch on a parameter; ak_sd_split_slot's
+       expression written out with the split unsigned, since its int split changes this kernel's
+       code, unmeasured */
     if (ORD != AK_SD_ORD_BAL) pslot = p.splits > 1 ? (int)((blockIdx.x % p.splits) * ((int64_t)p.b * p.s_q) + r * p.s_q + i) : -1;
     const bool part = ORD == AK_SD_ORD_BAL ? pslot >= 0 : p.splits > 1;
     if (!part && p.out_bulk) { /* (partial rows by bulk copy: 0.8 us slower on this kernel's V4 b 8, x53) */
@@ -782,8 +783,8 @@ __device__ __forceinline__ void ak_sdx_rescale(float *o, float a0, float a1) {
    the factor alpha[hr] its O rows were rescaled by (1 when kept). Consumer warpgroup 1 runs it and
    hands P and alpha to consumer warpgroup 2 through shared memory. Lazy rescaling as in
    ak_sdw_main. (ak_sdw_main keeps its own copy over 64 keys and byte flags: routed through this
-   helper, its V4 instance of the time lost 3-4% to a different register allocation.) A mask word read once per
-   unit measured 1.5-3.5% faster here than a byte per key. */
+   helper, its V4 instance of the time lost 3-4% to a different register allocation.) A mask word
+   read once per unit measured 1.5-3.5% faster here than a byte per key. */
 __device__ __forceinline__ void ak_sdx_softmax(float sl, float prel, float *s, uint32_t kv, int c4, float *m_run,
                                                float *l_run, uint32_t *pa, float *o, float *alpha) {
     /* key 8 n + 2 c4 + e of the unit is bit 8 n + e of kb: one test against a constant per value */
@@ -1138,8 +1139,9 @@ template <int LAYOUT, int NH> struct ak_sdt_map {
         DQK = ak_sd_geo<LAYOUT>::DQK,
         KB = DQK / 64,
         /* stage bytes per key: at 16 heads a multiple of 128, so that ak_sdx_convert's loads are
-           conflict-free; at 32 the padding does not fit (226 KB), and its loads take two wavefronts.
-           V4's converter (ak_sdt_convert_v4) reads one key per quarter warp: its 576-byte rows */
+           conflict-free; at 32 the padding does not fit (226 KB), and its loads take two
+           wavefronts. V4's converter (ak_sdt_convert_v4) reads one key per quarter warp: its
+           576-byte rows */
         STG = V4 ? ak_sd_geo<LAYOUT>::REC
               : NH <= 16 ? (ak_sd_geo<LAYOUT>::REC + 127) & ~127 : ak_sd_geo<LAYOUT>::REC,
         NST = 2,                             /* stages per producer warp */
@@ -1171,7 +1173,8 @@ __device__ __forceinline__ int ak_sdt_nextu(const ak_sd_params &p, int u, int t_
    step uses half the lanes), scaled by the ue8m0 byte of its 64-dim tile (chunk / 4), then copies
    the 16-byte piece j of the bf16 RoPE (dims 448..511). A quarter warp's loads read 128 contiguous
    bytes; of its stores, lanes j and j + 4 fall in the same swizzle position of two column blocks
-   (8 KB apart, the same banks), so lanes 4.. store their chunk's upper half first. */
+   (8 KB apart, the same banks), so lanes 4.. store their chunk's upper half first (a one-warp
+   micro-benchmark, session 50, timed both orders alike; this order is the one measured in x231). */
 __device__ __forceinline__ void ak_sdt_convert_v4(const uint8_t *stg, const uint8_t *scl, uint8_t *kb, int n0, int lane) {
     enum { STG = ak_sd_geo<AK_LAYOUT_DSV4_FP8_UE8M0>::REC };
     const int k = lane >> 3, j = lane & 7, n = n0 + k, up = j >> 2;
@@ -2046,9 +2049,10 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
    writes). Without it b 128 h_q 128 took 32 splits (63 waves of one tile each, then a combine of
    1 GB of partial rows: 1140 us in device run w1) over one split (2 waves of 32 tiles). Declines
    fewer units (h_q <= 32: 5 (token, 16-head tile) units, V4 16; h_q > 32: 4 (token, 64-head tile)
-   units, V4 and MLA_BF16 8): there the mma.sync tiles fill the SMs with fewer splits and less fixed work
-   per CTA (b 1 h_q 128: 12.2 us against 12.9 on kernel 2 and 12.5 on kernel 3's 32-head tiles;
-   at 1 to 4 units kernel 3 is within -3..+5% of mma.sync, from 5 units -3..-14%: x228, x229). */
+   units, V4 and MLA_BF16 8): there the mma.sync tiles fill the SMs with fewer splits and less
+   fixed work per CTA (b 1 h_q 128: 12.2 us against 12.9 on kernel 2 and 12.5 on kernel 3's
+   32-head tiles; at 1 to 4 units kernel 3 is within -3..+5% of mma.sync, from 5 units -3..-14%:
+   x228, x229). */
 int ak_sdw_plan(const ak_context *ctx, const ak_mla_decode_args *a, ak_sd_plan *pl) {
     const int layout = (int)a->cache->layout;
     const int64_t b = a->q->shape[0], s_q = a->q->shape[1], h_q = a->q->shape[2];
