@@ -26,16 +26,7 @@ enum { REC = 656, KPW = 8, NST = 2, STEPS = 512, CW = 4,
        QB = 9 * 8192, KBY = 9 * 4096,             /* "Q" [9][64 rows][128 B], "K" [9][32 rows][128 B] */
        BARS = BGOFF + QB + KBY, SMEM = BARS + 64 + 1024 };
 
-__device__ __forceinline__ uint32_t hash(uint32_t x) {
-    x ^= x >> 16; x *= 0x7feb352du; x ^= x >> 15; x *= 0x846ca68bu; x ^= x >> 16;
-    return x;
-}
 
-__device__ __forceinline__ void bulk_g2s(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-                 "l"(src), "r"(bytes), "r"(bar)
-                 : "memory");
-}
 
 template <int BG>
 __global__ void __launch_bounds__(256, 1) contend(const uint8_t *pool, uint32_t nslots, unsigned long long *out) {
@@ -59,9 +50,9 @@ __global__ void __launch_bounds__(256, 1) contend(const uint8_t *pool, uint32_t 
             const uint32_t bar = ak_smem_addr(&bars[w * NST + s]);
             const uint32_t dst = ak_smem_addr(stage + s * KPW * REC);
             const unsigned long long a = clock64();
-            const uint32_t slot = hash((blockIdx.x * CW + w) * 65536u + j * KPW + lane) % nslots;
+            const uint32_t slot = probe_hash((blockIdx.x * CW + w) * 65536u + j * KPW + lane) % nslots;
             if (lane == 0) ak_mbar_arrive_tx(bar, KPW * REC);
-            if (lane < KPW) bulk_g2s(dst + lane * REC, pool + (size_t)slot * REC, REC, bar);
+            if (lane < KPW) probe_bulk_g2s(dst + lane * REC, pool + (size_t)slot * REC, REC, bar);
             ic += clock64() - a;
             if (j > 0) ak_mbar_wait(ak_smem_addr(&bars[w * NST + (j - 1) % NST]), ((j - 1) / NST) & 1);
             __syncwarp();
@@ -168,12 +159,7 @@ static void run(const uint8_t *pool, uint32_t nslots, int sms, unsigned long lon
 }
 
 int main() {
-    int sms = 0;
-    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-    if (sms > 132) sms = 132;
-    cudaDeviceProp pr;
-    CK(cudaGetDeviceProperties(&pr, 0));
-    printf("copy_contention on %s, %d SMs, 2 GiB pool\n", pr.name, sms);
+    const int sms = probe_sms("copy_contention (2 GiB pool)");
     const size_t big = (size_t)2 << 30;
     uint8_t *pool;
     CK(cudaMalloc(&pool, big));

@@ -22,13 +22,6 @@
 enum { REC = 656, RECT = 768 /* a stage row of V 3: tensor copies land on 128-byte boundaries */,
        STEPS = 512, NST = 2, MAXW = 16, MAXK = 8 };
 
-/* The plain bulk copy (no L2 policy), as the producers issued it when this probe was written; the
-   library's copies now carry a policy (ak_bulk_g2s_hint), with the same issue loop (x123). */
-__device__ __forceinline__ void ak_bulk_g2s(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-                 "l"(src), "r"(bytes), "r"(bar)
-                 : "memory");
-}
 
 /* Row `row` of the 2D tensor map (164 u32 x slots, one 656-byte record per row) into dst. */
 __device__ __forceinline__ void tma_row(uint32_t dst, const CUtensorMap *map, int row, uint32_t bar) {
@@ -37,10 +30,6 @@ __device__ __forceinline__ void tma_row(uint32_t dst, const CUtensorMap *map, in
                  : "memory");
 }
 
-__device__ __forceinline__ uint32_t hash(uint32_t x) {
-    x ^= x >> 16; x *= 0x7feb352du; x ^= x >> 15; x *= 0x846ca68bu; x ^= x >> 16;
-    return x;
-}
 
 /* V 0: bulk copy per lane (lanes < KPW); V 1: 16-byte cp.async chunks, lane l chunks l and 32 + l
    (l < 9) of each record, then one noinc arrival per lane on the stage mbarrier; V 2: the lanes'
@@ -68,15 +57,15 @@ __global__ void rate(const uint8_t *pool, uint32_t nslots, unsigned long long *c
         const uint32_t dst = ak_smem_addr(stage + s * MAXK * RS);
         const unsigned long long a = clock64();
         if (V == 0) {
-            const uint32_t slot = hash((blockIdx.x * MAXW + w) * 65536u + j * MAXK + lane) % nslots;
+            const uint32_t slot = probe_hash((blockIdx.x * MAXW + w) * 65536u + j * MAXK + lane) % nslots;
             if (lane == 0) ak_mbar_arrive_tx(bar, KPW * REC);
-            if (lane < KPW) ak_bulk_g2s(dst + lane * REC, pool + (size_t)slot * REC, REC, bar);
+            if (lane < KPW) probe_bulk_g2s(dst + lane * REC, pool + (size_t)slot * REC, REC, bar);
         } else if (V == 3) {
-            const uint32_t slot = hash((blockIdx.x * MAXW + w) * 65536u + j * MAXK + lane) % nslots;
+            const uint32_t slot = probe_hash((blockIdx.x * MAXW + w) * 65536u + j * MAXK + lane) % nslots;
             if (lane == 0) ak_mbar_arrive_tx(bar, KPW * REC);
             if (lane < KPW) tma_row(dst + lane * RECT, &map, (int)slot, bar);
         } else if (V == 2) {
-            const uint32_t slot = hash((blockIdx.x * MAXW + w) * 65536u + j * MAXK + lane) % nslots;
+            const uint32_t slot = probe_hash((blockIdx.x * MAXW + w) * 65536u + j * MAXK + lane) % nslots;
             const uint64_t src = (uint64_t)(pool + (size_t)slot * REC);
             uint64_t sk[KPW];
 #pragma unroll
@@ -84,12 +73,12 @@ __global__ void rate(const uint8_t *pool, uint32_t nslots, unsigned long long *c
             if (lane == 0) {
                 ak_mbar_arrive_tx(bar, KPW * REC);
 #pragma unroll
-                for (int k = 0; k < KPW; k++) ak_bulk_g2s(dst + k * REC, (const void *)sk[k], REC, bar);
+                for (int k = 0; k < KPW; k++) probe_bulk_g2s(dst + k * REC, (const void *)sk[k], REC, bar);
             }
         } else {
 #pragma unroll
             for (int k = 0; k < KPW; k++) {
-                const uint32_t slot = hash((blockIdx.x * MAXW + w) * 65536u + j * MAXK + k) % nslots;
+                const uint32_t slot = probe_hash((blockIdx.x * MAXW + w) * 65536u + j * MAXK + k) % nslots;
                 const uint8_t *src = pool + (size_t)slot * REC;
                 ak_cp_async16(dst + k * REC + 16 * lane, src + 16 * lane, 16);
                 if (lane < 9) ak_cp_async16(dst + k * REC + 512 + 16 * lane, src + 512 + 16 * lane, 16);
@@ -131,12 +120,7 @@ static void run(const char *pool_name, const uint8_t *pool, uint32_t nslots, int
 }
 
 int main() {
-    int sms = 0;
-    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-    if (sms > 132) sms = 132;
-    cudaDeviceProp pr;
-    CK(cudaGetDeviceProperties(&pr, 0));
-    printf("copy_rate on %s, %d SMs\n", pr.name, sms);
+    const int sms = probe_sms("copy_rate");
     const size_t big = (size_t)2 << 30, small = (size_t)8 << 20;
     uint8_t *pool;
     CK(cudaMalloc(&pool, big));

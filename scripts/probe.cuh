@@ -31,3 +31,28 @@ __device__ __forceinline__ uint32_t fill(int k, bool rnd) {
     const uint32_t hi = ((h >> 11 & 1u) << 15) | ((0x78u + ((h >> 12) & 7u)) << 7) | ((h >> 15) & 0x7fu);
     return lo | (hi << 16);
 }
+
+/* A 32-bit mix for random record slots. */
+__host__ __device__ __forceinline__ uint32_t probe_hash(uint32_t x) {
+    x ^= x >> 16; x *= 0x7feb352du; x ^= x >> 15; x *= 0x846ca68bu; x ^= x >> 16;
+    return x;
+}
+
+/* The plain bulk copy global -> shared completing on mbarrier `bar` (no L2 policy), as the sparse
+   decode producers issued it before x123 added one (the same issue loop). */
+__device__ __forceinline__ void probe_bulk_g2s(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+}
+
+/* Device 0's SM count, at most 132 (the probes' per-SM arrays), with its name printed after `what`. */
+static inline int probe_sms(const char *what) {
+    int sms = 0;
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    if (sms > 132) sms = 132;
+    cudaDeviceProp pr;
+    CK(cudaGetDeviceProperties(&pr, 0));
+    printf("%s on %s, %d SMs\n", what, pr.name, sms);
+    return sms;
+}
