@@ -2,9 +2,9 @@
 # sd_trace.sh -- per-unit timelines of the sparse decode kernels on a GPU machine: copies this tree
 # to $WORK (default /tmp/sd_trace), instruments the copy (scripts/sd_trace.py), builds its attnkit
 # and runs the mla_decode_sparse cases that FILTER names (AK_BENCH_FILTER syntax), printing each
-# case's averages in cycles per unit next to its time. The stamps cost ~1-3% of the time on
-# most shapes and ~9% of the cycles at b 128 h_q 64 and 128 (session 51): compare traced builds with
-# traced builds. V4's instance of ak_sdx_main spills 36 bytes when traced (its producer's 136
+# case's averages in cycles per unit next to its time. A traced call takes ~1-3% longer on most
+# shapes and ~9% at b 128 h_q 64 and 128 (session 51; there the CTAs' stamped spans match the
+# untraced call and the extra lies outside them): compare traced builds with traced builds. V4's instance of ak_sdx_main spills 36 bytes when traced (its producer's 136
 # registers), and its units then run ~20% long: do not split V4's 64-head unit by this trace.
 set -eo pipefail
 cd "$(dirname "$0")/.."
