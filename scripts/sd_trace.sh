@@ -4,8 +4,9 @@
 # and runs the mla_decode_sparse cases that FILTER names (AK_BENCH_FILTER syntax), printing each
 # case's averages in cycles per unit next to its time. A traced call takes ~1-3% longer on most
 # shapes and ~9% at b 128 h_q 64 and 128 (session 51; there the CTAs' stamped spans match the
-# untraced call and the extra lies outside them): compare traced builds with traced builds. V4's instance of ak_sdx_main spills 36 bytes when traced (its producer's 136
-# registers), and its units then run ~20% long: do not split V4's 64-head unit by this trace.
+# untraced call and the extra lies outside them): compare traced builds with traced builds.
+# V4's instance of ak_sdx_main spills 36 bytes when traced (its producer's 136 registers), and
+# its units then run ~20% long: do not split V4's 64-head unit by this trace.
 set -eo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/cuda/bin"
