@@ -128,7 +128,7 @@ extern "C" void ak_trace_dump(const char *tag) {
     if (cudaDeviceSynchronize() != cudaSuccess || cudaMemcpyFromSymbol(h, ak_tr, sizeof h) != cudaSuccess) return;
     static unsigned long long z[AK_TR_CTAS][AK_TR_S][AK_TR_N];
     cudaMemcpyToSymbol(ak_tr, z, sizeof z);
-    double a[21] = {0}, xa[2] = {0};
+    double a[21] = {0}, xa[2] = {0}, ph[2][3] = {{0}};
     int nc = 0;
     for (int c = 0; c < AK_TR_CTAS; c++) {
         unsigned long long *m = h[c][7];
@@ -153,6 +153,25 @@ extern "C" void ak_trace_dump(const char *tag) {
             if (h[c][14][j] && h[c][2][j]) x[1] += (double)(h[c][14][j] - h[c][2][j]);
         }
         x[0] /= n; x[1] /= n; xa[0] += x[0]; xa[1] += x[1];
+        /* phases: how much of the producer's copy call (10 -> 13) and of its conversion (5 -> 12)
+           falls inside consumer 1's wait for S (1 -> 15) and inside its softmax (15 -> 2), over all
+           units of the CTA (one clock: the same SM) */
+        for (int j = 0; j < n; j++) {
+            const unsigned long long ivs[2][2] = {{h[c][10][j], h[c][13][j]}, {h[c][5][j], h[c][12][j]}};
+            for (int q = 0; q < 2; q++) {
+                const unsigned long long b0 = ivs[q][0], b1 = ivs[q][1];
+                if (b0 == 0 || b1 <= b0) continue;
+                ph[q][0] += (double)(b1 - b0);
+                for (int k = 1; k < n; k++) {
+                    const unsigned long long w[2][2] = {{h[c][1][k], h[c][15][k]}, {h[c][15][k], h[c][2][k]}};
+                    for (int e = 0; e < 2; e++) {
+                        if (w[e][0] == 0 || w[e][1] <= w[e][0]) continue;
+                        const unsigned long long lo = b0 > w[e][0] ? b0 : w[e][0], hi = b1 < w[e][1] ? b1 : w[e][1];
+                        if (hi > lo) ph[q][1 + e] += (double)(hi - lo);
+                    }
+                }
+            }
+        }
         for (int k = 5; k < 21; k++) v[k] /= n;
         v[0] = (double)(m[0] - m[9]);               /* griddepcontrol.wait */
         v[1] = (double)(m[1] - m[0]);               /* Q in shared memory */
@@ -170,6 +189,10 @@ extern "C" void ak_trace_dump(const char *tag) {
     if (nc == 0) return;
     for (int k = 0; k < 21; k++) a[k] /= nc;
     fprintf(stderr, "trace %s: consumer 1 per unit: FULL seen -> S done %.0f, S done -> softmax done %.0f, softmax done -> P barrier passed %.0f\\n", tag, a[20], xa[0] / nc, xa[1] / nc);
+    if (ph[0][0] > 0 && ph[1][0] > 0)
+        fprintf(stderr, "trace %s: phases: producer copy call %.0f%% beside consumer 1's wait for S, %.0f%% beside its softmax; "
+                "conversion %.0f%% / %.0f%%\\n", tag, 100 * ph[0][1] / ph[0][0], 100 * ph[0][2] / ph[0][0],
+                100 * ph[1][1] / ph[1][0], 100 * ph[1][2] / ph[1][0]);
     fprintf(stderr, "trace %s: %d CTAs (cycles, means) units %.0f | dep wait %.0f, Q %.0f, first FULL seen %.0f, "
             "first FULL arrival %.0f | unit cycle %.0f: consumer 1 FULL wait %.0f, FULL -> softmax done %.0f | "
             "producer: copies and next slots %.0f (copy call %.0f), stage wait %.0f, EMPTY wait %.0f, convert %.0f "
