@@ -22,14 +22,12 @@
 enum { REC = 656, RECT = 768 /* a stage row of V 3: tensor copies land on 128-byte boundaries */,
        STEPS = 512, NST = 2, MAXW = 16, MAXK = 8 };
 
-
 /* Row `row` of the 2D tensor map (164 u32 x slots, one 656-byte record per row) into dst. */
 __device__ __forceinline__ void tma_row(uint32_t dst, const CUtensorMap *map, int row, uint32_t bar) {
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
                  ::"r"(dst), "l"((uint64_t)map), "r"(0), "r"(row), "r"(bar)
                  : "memory");
 }
-
 
 /* V 0: bulk copy per lane (lanes < KPW); V 1: 16-byte cp.async chunks, lane l chunks l and 32 + l
    (l < 9) of each record, then one noinc arrival per lane on the stage mbarrier; V 2: the lanes'

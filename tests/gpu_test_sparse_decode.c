@@ -767,11 +767,11 @@ AK_TEST(sparse_decode_limits) {
    register-dequantizing one (656, per-tensor fp8; h_q <= 16 at 16 or more tiles per CTA), the
    pipelined one (MLA_BF16 double-buffered and at 64 rows; V4 at 8 to 31 units runs on the
    warp-specialized kernel in the matrix and graph cases), with aligned output rows (stored by
-   bulk copies) and padded ones. The small cases above run the mma.sync kernel below 5 (token, 16-head tile) units at h_q <= 32 (the
-   matrix's s_q 2 and 4 cases at h_q <= 16 and its h_q 32 cases run the swap-AB kernel, h_q 32 at
-   s_q 1 and 2 on two 16-head tiles) and below 4 (token, 64-head tile) units above (V4 and MLA_BF16:
-   8; the matrix's 656 and per-tensor cases at h_q 64 s_q 2 and h_q 128 run the warp-specialized
-   kernel). */
+   bulk copies) and padded ones. The small cases above run the mma.sync kernel below 5 (token,
+   16-head tile) units at h_q <= 32 (the matrix's s_q 2 and 4 cases at h_q <= 16 and its h_q 32
+   cases run the swap-AB kernel, h_q 32 at s_q 1 and 2 on two 16-head tiles) and below 4 (token,
+   64-head tile) units above (V4 and MLA_BF16: 8; the matrix's 656 and per-tensor cases at h_q 64
+   s_q 2 and h_q 128 run the warp-specialized kernel). */
 AK_TEST(sparse_decode_wide) {
     ak_context *cpu = NULL, *gpu = NULL;
     if (!sd_contexts(&cpu, &gpu)) return;
@@ -836,8 +836,9 @@ AK_TEST(sparse_decode_wide) {
    kernel, which each CTA reads after its dependency wait). Every kernel family: the
    warp-specialized kernel (656 at 128 heads, V4 with an extra list), the swap-AB kernel (656 at 16
    heads and s_q 2, per-tensor fp8 at 32, V4 at 16), the pipelined one (MLA_BF16) and the
-   register-dequantizing one. b is two waves of the device's SMs, so the plan keeps one split; both length forms, invalid indices, sinks; the poisoned outputs
-   catch a row taken twice or by no CTA. */
+   register-dequantizing one. b is two waves of the device's SMs, so the plan keeps one split;
+   both length forms, invalid indices, sinks; the poisoned outputs catch a row taken twice or by
+   no CTA. */
 AK_TEST(sparse_decode_lpt) {
     ak_context *cpu = NULL, *gpu = NULL;
     if (!sd_contexts(&cpu, &gpu)) return;
