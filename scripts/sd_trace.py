@@ -11,10 +11,10 @@ d = sys.argv[1]
 f=d+'/src/cuda/sparse_decode_wgmma.cu'
 s=open(f).read()
 hdr='''
-/* sd_trace.py: stamps; streams 0-15 (ak_sdx_main), ak_tr2 (ak_sdt_main) */
+/* sd_trace.py: stamps; streams 0-18 (ak_sdx_main), ak_tr2 (ak_sdt_main) */
 #define AK_TR_CTAS 64
 #define AK_TR_N 80
-#define AK_TR_S 16
+#define AK_TR_S 19
 __device__ unsigned long long ak_tr[AK_TR_CTAS][AK_TR_S][AK_TR_N];
 __device__ __forceinline__ unsigned long long ak_clk() { unsigned long long t; asm volatile("mov.u64 %0, %%clock64;" : "=l"(t)::"memory"); return t; }
 __device__ __forceinline__ int ak_trc() { int stride = gridDim.x > 256 ? 8 : gridDim.x > 64 ? 4 : 1; return blockIdx.x % stride == 0 && blockIdx.x / stride < AK_TR_CTAS ? (int)(blockIdx.x / stride) : -1; }
@@ -67,9 +67,7 @@ rep('''        if (u < u_end) {
             kv = *reinterpret_cast<const uint32_t *>(smem + M::VALID);''')
 rep('''            ak_sdx_softmax(ex ? kq.sl[1] : kq.sl[0], ex ? kq.rel[1] : kq.rel[0], s, kv, c4, m_run, l_run, pa, o, alpha);''','''            ak_sdx_softmax(ex ? kq.sl[1] : kq.sl[0], ex ? kq.rel[1] : kq.rel[0], s, kv, c4, m_run, l_run, pa, o, alpha);
             if (ctid == 0) TR(2, j);''')
-rep('''            if (un < u_end) {
-                ak_mbar_wait(bar + 8 * ((j + 1) % NBUF), ((j + 1) / NBUF) & 1); /* FULL */''','''            if (un < u_end) {
-                if (ctid == 0) TR(0, j + 1);
+rep('''                ak_mbar_wait(bar + 8 * ((j + 1) % NBUF), ((j + 1) / NBUF) & 1); /* FULL */''','''                if (ctid == 0) TR(0, j + 1);
                 ak_mbar_wait(bar + 8 * ((j + 1) % NBUF), ((j + 1) / NBUF) & 1); /* FULL */
                 if (ctid == 0) TR(1, j + 1);''')
 rep('''        if (c4 == 0)
@@ -80,7 +78,11 @@ rep('''        if (c4 == 0)
             for (int hr = 0; hr < 2; hr++) ml_s[rows[hr]] = m_run[hr], ml_s[64 + rows[hr]] = l_run[hr];''')
 # wg2
 rep('''            ak_bar_sync(2, 256); /* P and alpha of unit j */''','''            if (ctid == 128) TR(11, j);
-            ak_bar_sync(2, 256); /* P and alpha of unit j */
+            ak_bar_sync(2, 256); /* P and alpha of unit j */''')
+# stamp 8 follows the use of the P loads: a clock read right after the barrier's
+# BAR.SYNC.DEFER_BLOCKING issues before the barrier completes, so there it stamped warpgroup 2's
+# arrival (session 52)
+rep('''            if (!__all_sync(0xffffffffu, a0 == 1.0f && a1 == 1.0f)) ak_sdx_rescale(o, a0, a1);''', '''            if (!__all_sync(0xffffffffu, a0 == 1.0f && a1 == 1.0f)) ak_sdx_rescale(o, a0, a1);
             if (ctid == 128) TR(8, j);''')
 rep('''            ak_mbar_arrive(bar + 8 * (NBUF + b)); /* EMPTY[b] */
             /* the next unit after the release''','''            ak_mbar_arrive(bar + 8 * (NBUF + b)); /* EMPTY[b] */
@@ -101,11 +103,15 @@ rep('''            ak_bar_sync(2, 256); /* P and alpha of this unit are ready */
 ''', '''            ak_bar_sync(2, 256); /* P and alpha of this unit are ready */
             if (ctid == 0) TR(14, j);
 ''')
-rep('''            ak_mbar_arrive(bar + 8 * (NBUF + b)); /* EMPTY[b] */
-            ak_wgmma_wait0();
-''', '''            ak_mbar_arrive(bar + 8 * (NBUF + b)); /* EMPTY[b] */
-            ak_wgmma_wait0();
+rep('''            ak_wgmma_wait0();
+#pragma unroll
+            for (int k = 0; k < 128; k++) ak_reg_fence(o[k]);
+            u = un;
+''', '''            ak_wgmma_wait0();
             if (ctid == 0) TR(15, j + 1);
+#pragma unroll
+            for (int k = 0; k < 128; k++) ak_reg_fence(o[k]);
+            u = un;
 ''')
 # copy call (13) and conversion end (12) of the producer's step
 rep('''                                                  sbar + 8 * st, pol);
@@ -118,6 +124,30 @@ rep('''            ak_sdx_convert<LAYOUT, AK_SDX_UNIT, KPW, M::STG>(stage_p + (j
 ''', '''            ak_sdx_convert<LAYOUT, AK_SDX_UNIT, KPW, M::STG>(stage_p + (j % NST) * 8 * M::STG, kb, 8 * w, lane);
         if (w == 0 && lane == 0) TR(12, j);
 ''')
+# the tensor pipe's order: warpgroup 2's P V issued (16), warpgroup 1's next S issued (17) and its
+# own P V done (18), each indexed by the unit whose P V it is
+rep('''            ak_wgmma_commit();
+            ak_wgmma_wait0();
+#pragma unroll
+            for (int k = 0; k < 128; k++) ak_reg_fence(o[k]);
+            ak_mbar_arrive(bar + 8 * (NBUF + b)); /* EMPTY[b] */
+            if (ctid == 128) TR(9, j);''', '''            ak_wgmma_commit();
+            if (ctid == 128) TR(16, j);
+            ak_wgmma_wait0();
+#pragma unroll
+            for (int k = 0; k < 128; k++) ak_reg_fence(o[k]);
+            ak_mbar_arrive(bar + 8 * (NBUF + b)); /* EMPTY[b] */
+            if (ctid == 128) TR(9, j);''')
+rep('''                ak_sdx_qk<KSTEPS>(s, dq0, ak_wgmma_desc_add(dk0, ((j + 1) % NBUF) * KBUF));
+''', '''                ak_sdx_qk<KSTEPS>(s, dq0, ak_wgmma_desc_add(dk0, ((j + 1) % NBUF) * KBUF));
+                if (ctid == 0) TR(17, j);
+''')
+if s.count('''                ak_wgmma_wait<1>();
+            } else {''') == 1:  # (absent where the K buffer is released before S of the next unit)
+    rep('''                ak_wgmma_wait<1>();
+            } else {''', '''                ak_wgmma_wait<1>();
+                if (ctid == 0) TR(18, j);
+            } else {''')
 # host side: averages over the sampled CTAs, printed after each case (the cmd_bench.c hook below)
 s += '''
 #include <stdio.h>
@@ -128,7 +158,7 @@ extern "C" void ak_trace_dump(const char *tag) {
     if (cudaDeviceSynchronize() != cudaSuccess || cudaMemcpyFromSymbol(h, ak_tr, sizeof h) != cudaSuccess) return;
     static unsigned long long z[AK_TR_CTAS][AK_TR_S][AK_TR_N];
     cudaMemcpyToSymbol(ak_tr, z, sizeof z);
-    double a[21] = {0}, xa[2] = {0}, ph[2][3] = {{0}};
+    double a[21] = {0}, xa[2] = {0}, ph[2][3] = {{0}}, ta[10] = {0};
     int nc = 0;
     for (int c = 0; c < AK_TR_CTAS; c++) {
         unsigned long long *m = h[c][7];
@@ -153,6 +183,31 @@ extern "C" void ak_trace_dump(const char *tag) {
             if (h[c][14][j] && h[c][2][j]) x[1] += (double)(h[c][14][j] - h[c][2][j]);
         }
         x[0] /= n; x[1] /= n; xa[0] += x[0]; xa[1] += x[1];
+        {   /* the tensor pipe's order in unit j: when each product was issued and done, after warpgroup
+               1's P barrier stamp (14) and after warpgroup 2 has used its P loads (8); and when the
+               producer's wait for the buffer's EMPTY ended (5 of step j + 2: two K buffers) */
+            int m = 0;
+            double y[10] = {0};
+            for (int j = 0; j + 1 < n; j++) {
+                if (!h[c][16][j] || !h[c][17][j] || !h[c][18][j] || !h[c][14][j] || !h[c][8][j] || !h[c][15][j + 1]) continue;
+                y[0] += (double)(h[c][16][j] - h[c][8][j]);      /* WG2: P loaded -> its P V issued */
+                y[1] += (double)(h[c][17][j] - h[c][14][j]);     /* WG1: P barrier -> next S issued */
+                y[2] += (double)(h[c][18][j] - h[c][14][j]);     /* WG1: P barrier -> its P V done */
+                y[3] += (double)(h[c][15][j + 1] - h[c][14][j]); /* WG1: P barrier -> next S done */
+                y[4] += (double)(h[c][9][j] - h[c][8][j]);       /* WG2: P loaded -> its P V done, EMPTY */
+                y[5] += h[c][16][j] < h[c][17][j] ? 1.0 : 0.0;   /* WG2's P V issued before S's issue ended */
+                y[6] += h[c][9][j] < h[c][15][j + 1] ? 1.0 : 0.0; /* WG2's P V done before S */
+                y[9] += (double)h[c][8][j] - (double)h[c][14][j]; /* WG2's P loaded, after WG1's barrier stamp */
+                if (j + 2 < n && h[c][5][j + 2]) y[7] += (double)h[c][5][j + 2] - (double)h[c][9][j], y[8] += 1.0; /* EMPTY seen by the producer (two buffers) */
+                m++;
+            }
+            if (m > 0) {
+                for (int k = 0; k < 7; k++) ta[k] += y[k] / m;
+                ta[9] += y[9] / m;
+                if (y[8] > 0) ta[7] += y[7] / y[8];
+                ta[8] += 1.0;
+            }
+        }
         /* phases: how much of the producer's copy call (10 -> 13) and of its conversion (5 -> 12)
            falls inside consumer 1's wait for S (1 -> 15) and inside its softmax (15 -> 2), over all
            units of the CTA (one clock: the same SM) */
@@ -188,6 +243,11 @@ extern "C" void ak_trace_dump(const char *tag) {
     }
     if (nc == 0) return;
     for (int k = 0; k < 21; k++) a[k] /= nc;
+    if (ta[8] > 0)
+        fprintf(stderr, "trace %s: order per unit, cycles after the P barrier (WG1's stamp; WG2's from its P loaded, %.0f after it): WG2 P V issued %.0f, WG1 S issued %.0f, WG1 P V done %.0f, "
+                "S done %.0f, WG2 P V done (EMPTY) %.0f | WG2 P V issued before S %.0f%%, done before S %.0f%% | "
+                "WG2's EMPTY -> producer's EMPTY wait end (two buffers) %.0f\\n", tag, ta[9] / ta[8], ta[0] / ta[8], ta[1] / ta[8], ta[2] / ta[8],
+                ta[3] / ta[8], ta[4] / ta[8], 100 * ta[5] / ta[8], 100 * ta[6] / ta[8], ta[7] / ta[8]);
     fprintf(stderr, "trace %s: consumer 1 per unit: FULL seen -> S done %.0f, S done -> softmax done %.0f, softmax done -> P barrier passed %.0f\\n", tag, a[20], xa[0] / nc, xa[1] / nc);
     if (ph[0][0] > 0 && ph[1][0] > 0)
         fprintf(stderr, "trace %s: phases: producer copy call %.0f%% beside consumer 1's wait for S, %.0f%% beside its softmax; "

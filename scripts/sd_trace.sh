@@ -6,7 +6,10 @@
 # shapes and ~9% at b 128 h_q 64 and 128 (session 51; there the CTAs' stamped spans match the
 # untraced call and the extra lies outside them): compare traced builds with traced builds.
 # V4's instance of ak_sdx_main spills 36 bytes when traced (its producer's 136 registers), and
-# its units then run ~20% long: do not split V4's 64-head unit by this trace.
+# its units then run ~20% long: do not split V4's 64-head unit by this trace. A stamp right after
+# a bar.sync (BAR.SYNC.DEFER_BLOCKING) issues before the barrier completes, so warpgroup 2's "P
+# loaded" stamp follows the use of its P loads; warpgroup 1's barrier stamp is its pass only where
+# it arrives last, which it does at b 128 (session 52).
 set -eo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/cuda/bin"
