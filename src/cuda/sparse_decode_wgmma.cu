@@ -2037,6 +2037,11 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
 
 /* ---- host side ----------------------------------------------------------------------------- */
 
+/* Shared-memory bytes of the swap-AB kernel's map at nh (16 or 32) heads per CTA. */
+template <int LAYOUT> static size_t ak_sdt_bytes(int nh) {
+    return nh == 16 ? (size_t)ak_sdt_map<LAYOUT, 16>::BYTES : (size_t)ak_sdt_map<LAYOUT, 32>::BYTES;
+}
+
 /* Serves sparse decode on Hopper tensor cores. 656 and per-tensor fp8: h_q <= 32 on the swap-AB
    kernel (kernel 3, 16- or 32-head tiles; at 16 heads with 16 or more tiles per CTA, on devices of
    at least 28 GB/s of copy per SM, the register-dequantizing kernel 4; at b 128 s_q 1 h_q 32 91 us
@@ -2070,12 +2075,9 @@ int ak_sdw_plan(const ak_context *ctx, const ak_mla_decode_args *a, ak_sd_plan *
         pl->htiles = (int)((h_q + nh - 1) / nh);
         pl->kernel = 3;
         pl->smem = 1024 + (layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE
-                               ? (nh == 16 ? (size_t)ak_sdt_map<AK_LAYOUT_DSA_FP8_BLOCKSCALE, 16>::BYTES
-                                           : (size_t)ak_sdt_map<AK_LAYOUT_DSA_FP8_BLOCKSCALE, 32>::BYTES)
-                           : v4 ? (nh == 16 ? (size_t)ak_sdt_map<AK_LAYOUT_DSV4_FP8_UE8M0, 16>::BYTES
-                                            : (size_t)ak_sdt_map<AK_LAYOUT_DSV4_FP8_UE8M0, 32>::BYTES)
-                                : (nh == 16 ? (size_t)ak_sdt_map<AK_LAYOUT_MLA_FP8_PERTENSOR, 16>::BYTES
-                                            : (size_t)ak_sdt_map<AK_LAYOUT_MLA_FP8_PERTENSOR, 32>::BYTES));
+                               ? ak_sdt_bytes<AK_LAYOUT_DSA_FP8_BLOCKSCALE>(nh)
+                           : v4 ? ak_sdt_bytes<AK_LAYOUT_DSV4_FP8_UE8M0>(nh)
+                                : ak_sdt_bytes<AK_LAYOUT_MLA_FP8_PERTENSOR>(nh));
     } else {
         if (h_q <= 32 || (!ws && !v4 && layout != AK_LAYOUT_MLA_BF16)) return 0;
         pl->htiles = (int)((h_q + AK_SDW_HEADS - 1) / AK_SDW_HEADS);
