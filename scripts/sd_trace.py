@@ -142,9 +142,7 @@ rep('''                ak_sdx_qk<KSTEPS>(s, dq0, ak_wgmma_desc_add(dk0, ((j + 1)
 ''', '''                ak_sdx_qk<KSTEPS>(s, dq0, ak_wgmma_desc_add(dk0, ((j + 1) % NBUF) * KBUF));
                 if (ctid == 0) TR(17, j);
 ''')
-if s.count('''                ak_wgmma_wait<1>();
-            } else {''') == 1:  # (absent where the K buffer is released before S of the next unit)
-    rep('''                ak_wgmma_wait<1>();
+rep('''                ak_wgmma_wait<1>();
             } else {''', '''                ak_wgmma_wait<1>();
                 if (ctid == 0) TR(18, j);
             } else {''')
