@@ -205,31 +205,19 @@ __global__ void __launch_bounds__(COPY == 2 ? 384 : 256, 1) sdq(long long *out, 
             const float4 x = *reinterpret_cast<const float4 *>(rw[hr] + 512);
             sc[hr][0] = x.x, sc[hr][1] = x.y, sc[hr][2] = x.z, sc[hr][3] = x.w;
         }
-        /* S^T, ak_sdr_main's operand map: 8 groups of 4 k16 steps from 16 bytes of each key, then the RoPE */
+        /* S^T in ak_sdr_main's operand map: 8 groups of 4 k16 steps from 16 bytes of each key, then the RoPE */
         float s[32];
 #pragma unroll
         for (int grp = 0; grp < 9; grp++) {
             uint32_t a[4][4];
+            ak_sdr_s_frag<0>(rw, sc, grp, c4, a);
+            if ((MODE & 1) && grp < 8) { /* proxy: the raw words as the A values, no conversion */
 #pragma unroll
-            for (int hr = 0; hr < 2; hr++) {
-                if (grp < 8) {
+                for (int hr = 0; hr < 2; hr++) {
                     const uint4 x = *reinterpret_cast<const uint4 *>(rw[hr] + 128 * (grp >> 1) + 32 * c4 + 16 * (grp & 1));
-                    const uint32_t wd[4] = {x.x, x.y, x.z, x.w};
-                    const float sv = sc[hr][grp >> 1];
+                    const uint32_t wd[4] = {x.x, x.y, x.z, x.w}, sv = __float_as_uint(sc[hr][grp >> 1]);
 #pragma unroll
-                    for (int q = 0; q < 4; q++) {
-                        if (MODE & 1) { /* proxy: the raw words as the A values, no conversion */
-                            a[q][hr] = wd[q], a[q][2 + hr] = wd[q] ^ __float_as_uint(sv);
-                        } else {
-                            a[q][hr] = ak_sd_deq2<0>(wd[q], sv);
-                            a[q][2 + hr] = ak_sd_deq2<1>(wd[q], sv);
-                        }
-                    }
-                } else {
-                    const uint4 x = *reinterpret_cast<const uint4 *>(rw[hr] + 528 + 32 * c4);
-                    const uint4 y = *reinterpret_cast<const uint4 *>(rw[hr] + 528 + 32 * c4 + 16);
-                    a[0][hr] = x.x, a[0][2 + hr] = x.y, a[1][hr] = x.z, a[1][2 + hr] = x.w;
-                    a[2][hr] = y.x, a[2][2 + hr] = y.y, a[3][hr] = y.z, a[3][2 + hr] = y.w;
+                    for (int q = 0; q < 4; q++) a[q][hr] = wd[q], a[q][2 + hr] = wd[q] ^ sv;
                 }
             }
             ak_wgmma_fence();

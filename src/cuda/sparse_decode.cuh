@@ -100,6 +100,43 @@ __device__ __forceinline__ void ak_sd_dequant16(uint4 raw, float s, uint4 &lo, u
     hi = make_uint4(ak_sd_deq2<0>(raw.z, s), ak_sd_deq2<1>(raw.z, s), ak_sd_deq2<0>(raw.w, s), ak_sd_deq2<1>(raw.w, s));
 }
 
+/* The wgmma A fragments of group grp (k16 steps 4 grp .. 4 grp + 3) of S^T = K Q^T with K from
+   registers (ak_sdr_main's operand map; PT: per-tensor fp8), for the thread's two keys, whose
+   records are rw[0] (rows 16 w + g) and rw[1] (+ 8) and whose four block scales are sc (656):
+   groups 0..7 dequantize the thread's 16 bytes of half scale block grp (lane c4: bytes 32 c4 + 16
+   (grp & 1) of block grp / 2), group 8 is the RoPE (per-tensor: its fp8 bytes; 656: bf16 as
+   stored). a[q] feeds step 4 grp + q. */
+template <int PT>
+__device__ __forceinline__ void ak_sdr_s_frag(const uint8_t *const (&rw)[2], const float (&sc)[2][4], int grp, int c4,
+                                              uint32_t (&a)[4][4]) {
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        if (grp < 8) {
+            const uint4 x = *reinterpret_cast<const uint4 *>(rw[hr] + 128 * (grp >> 1) + 32 * c4 + 16 * (grp & 1));
+            const uint32_t wd[4] = {x.x, x.y, x.z, x.w};
+            const float sv = sc[hr][grp >> 1];
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                a[q][hr] = ak_sd_deq2<0>(wd[q], sv);
+                a[q][2 + hr] = ak_sd_deq2<1>(wd[q], sv);
+            }
+        } else if (PT) {
+            const uint4 x = *reinterpret_cast<const uint4 *>(rw[hr] + 512 + 16 * c4);
+            const uint32_t wd[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                a[q][hr] = ak_sd_deq2<0>(wd[q], 1.0f);
+                a[q][2 + hr] = ak_sd_deq2<1>(wd[q], 1.0f);
+            }
+        } else {
+            const uint4 x = *reinterpret_cast<const uint4 *>(rw[hr] + 528 + 32 * c4);
+            const uint4 y = *reinterpret_cast<const uint4 *>(rw[hr] + 528 + 32 * c4 + 16);
+            a[0][hr] = x.x, a[0][2 + hr] = x.y, a[1][hr] = x.z, a[1][2 + hr] = x.w;
+            a[2][hr] = y.x, a[2][2 + hr] = y.y, a[3][hr] = y.z, a[3][2 + hr] = y.w;
+        }
+    }
+}
+
 /* Per-tensor fp8 (MLA_FP8_PERTENSOR): the key is float(q) k_scale in fp32 (layouts.md 4), which
    bf16 cannot hold unless k_scale is a power of two. So the kernels put bf16(q), exact, in their K
    buffers and apply the scales outside: S times sl[l] (the softmax scale in log2 units times list

@@ -1835,32 +1835,7 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
 #pragma unroll
         for (int grp = 0; grp < 9; grp++) {
             uint32_t a[4][4];
-#pragma unroll
-            for (int hr = 0; hr < 2; hr++) {
-                if (grp < 8) {
-                    const uint4 x = *reinterpret_cast<const uint4 *>(rw[hr] + 128 * (grp >> 1) + 32 * c4 + 16 * (grp & 1));
-                    const uint32_t wd[4] = {x.x, x.y, x.z, x.w};
-                    const float sv = sc[hr][grp >> 1];
-#pragma unroll
-                    for (int q = 0; q < 4; q++) {
-                        a[q][hr] = ak_sd_deq2<0>(wd[q], sv);
-                        a[q][2 + hr] = ak_sd_deq2<1>(wd[q], sv);
-                    }
-                } else if (PT) {
-                    const uint4 x = *reinterpret_cast<const uint4 *>(rw[hr] + 512 + 16 * c4);
-                    const uint32_t wd[4] = {x.x, x.y, x.z, x.w};
-#pragma unroll
-                    for (int q = 0; q < 4; q++) {
-                        a[q][hr] = ak_sd_deq2<0>(wd[q], 1.0f);
-                        a[q][2 + hr] = ak_sd_deq2<1>(wd[q], 1.0f);
-                    }
-                } else { /* bf16 as stored */
-                    const uint4 x = *reinterpret_cast<const uint4 *>(rw[hr] + 528 + 32 * c4);
-                    const uint4 y = *reinterpret_cast<const uint4 *>(rw[hr] + 528 + 32 * c4 + 16);
-                    a[0][hr] = x.x, a[0][2 + hr] = x.y, a[1][hr] = x.z, a[1][2 + hr] = x.w;
-                    a[2][hr] = y.x, a[2][2 + hr] = y.y, a[3][hr] = y.z, a[3][2 + hr] = y.w;
-                }
-            }
+            ak_sdr_s_frag<PT>(rw, sc, grp, c4, a);
             ak_wgmma_fence();
 #pragma unroll
             for (int q = 0; q < 4; q++) {
