@@ -26,8 +26,6 @@ enum { REC = 656, KPW = 8, NST = 2, STEPS = 512, CW = 4,
        QB = 9 * 8192, KBY = 9 * 4096,             /* "Q" [9][64 rows][128 B], "K" [9][32 rows][128 B] */
        BARS = BGOFF + QB + KBY, SMEM = BARS + 64 + 1024 };
 
-
-
 template <int BG>
 __global__ void __launch_bounds__(256, 1) contend(const uint8_t *pool, uint32_t nslots, unsigned long long *out) {
     extern __shared__ uint8_t sm_raw[];
