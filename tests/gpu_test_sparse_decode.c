@@ -768,10 +768,11 @@ AK_TEST(sparse_decode_limits) {
    pipelined one (MLA_BF16 double-buffered and at 64 rows; V4 at 8 to 31 units runs on the
    warp-specialized kernel in the matrix and graph cases), with aligned output rows (stored by
    bulk copies) and padded ones. The small cases above run the mma.sync kernel below 5 (token,
-   16-head tile) units at h_q <= 32 (the matrix's s_q 2 and 4 cases at h_q <= 16 and its h_q 32
-   cases run the swap-AB kernel, h_q 32 at s_q 1 and 2 on two 16-head tiles) and below 4 (token,
-   64-head tile) units above (V4 and MLA_BF16: 8; the matrix's 656 and per-tensor cases at h_q 64
-   s_q 2 and h_q 128 run the warp-specialized kernel). */
+   16-head tile) units (the matrix's s_q 2 and 4 cases at h_q <= 16 and its h_q 32 cases run the
+   swap-AB kernel, h_q 32 at s_q 1 and 2 on two 16-head tiles); 656 and per-tensor above 32 heads
+   run the swap-AB kernel's 16-head tiles up to 4 (token, 64-head tile) units (the matrix's h_q 64
+   s_q 1 cases) and the warp-specialized kernel from 5 (its h_q 64 s_q 2 and 4 and h_q 128 cases);
+   V4 and MLA_BF16 above 32 heads run the mma.sync kernel below 8 such units. */
 AK_TEST(sparse_decode_wide) {
     ak_context *cpu = NULL, *gpu = NULL;
     if (!sd_contexts(&cpu, &gpu)) return;
@@ -808,6 +809,9 @@ AK_TEST(sparse_decode_wide) {
            window's runs of slots at 8 padded heads with a sink */
         {AK_LAYOUT_DSV4_FP8_UE8M0, 160, 1, 16, 128, 512}, {AK_LAYOUT_DSV4_FP8_UE8M0, 24, 2, 32, 128, 512},
         {AK_LAYOUT_DSV4_FP8_UE8M0, 5, 1, 20, 128, 512},   {AK_LAYOUT_DSV4_FP8_UE8M0, 96, 1, 8, 128, 256, 1},
+        /* the swap-AB kernel's 16-head tiles above 32 heads (x246): b 1 h_q 128 (8 tiles, 16 splits)
+           and 100 heads (7 tiles, the last 4 real heads) with an extra list */
+        {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 1, 1, 128, 2048, 0}, {AK_LAYOUT_MLA_FP8_PERTENSOR, 1, 1, 100, 256, 64},
     };
     ak_device_info di;
     CHECK_STATUS(ak_context_device_info(gpu, &di), AK_OK);

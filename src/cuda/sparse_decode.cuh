@@ -427,9 +427,10 @@ static inline size_t ak_sd_bal_ws_bytes(int64_t pieces, int64_t n, int64_t h_q) 
 
 /* The wgmma kernels (sparse_decode_wgmma.cu): ak_sdw_plan returns 1 and fills the plan when one
    of them serves the call (656 and per-tensor fp8: the swap-AB kernel at h_q <= 32 with 16- or
-   32-head tiles, or at 16 heads, 16 or more tiles per CTA and a copy ceiling of at least 28 GB/s
-   per SM the register-dequantizing one; the warp-specialized one at h_q > 32, as for V4;
-   MLA_BF16: the pipelined one at h_q > 32; 64-head tiles for both); ak_sdw_launch runs it (pl.mw:
+   32-head tiles, and above with 16-head tiles below 5 (token, 64-head tile) units, or at 16 heads,
+   16 or more tiles per CTA and a copy ceiling of at least 28 GB/s per SM the register-dequantizing
+   one; the warp-specialized one at h_q > 32 from 5 such units, as for V4 from 8; MLA_BF16: the
+   pipelined one at h_q > 32; 64-head tiles for both); ak_sdw_launch runs it (pl.mw:
    head tile / 16), and ak_sd_combine merges its partial rows like those of ak_sd_main. */
 int ak_sdw_plan(const ak_context *ctx, const ak_mla_decode_args *a, ak_sd_plan *pl);
 ak_status ak_sdw_launch(ak_context *ctx, const ak_sd_params &p, const ak_sd_plan &pl, int layout);

@@ -3,7 +3,8 @@
  * rule and partial-row format as sparse_decode.cu (see its header comment). Four kernels: the
  * pipelined ak_sdw_main below (MLA_BF16; h_q > 32, 64-head tiles), the warp-specialized
  * ak_sdx_main further down (656, per-tensor fp8 and V4; h_q > 32, 64-head tiles), the swap-AB
- * ak_sdt_main after it (656, per-tensor fp8 and V4; h_q <= 32, 16- or 32-head tiles) and the
+ * ak_sdt_main after it (656, per-tensor fp8 and V4; h_q <= 32, 16- or 32-head tiles; 656 and
+ * per-tensor also above 32 heads at few units, 16-head tiles) and the
  * register-dequantizing ak_sdr_main last (656 and per-tensor fp8, h_q <= 16 at 16 or more 64-key
  * tiles per CTA, on devices of high copy bandwidth per SM: ak_sdw_plan).
  *
@@ -1107,7 +1108,7 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
         ak_sdw_write_rows(p, o, m_run, l_run, kq.ref, r, i, h0, wg, wr, g, c4);
 }
 
-/* ---- swap-AB kernel for h_q <= 32 (656, per-tensor fp8, V4) ------------------------------------
+/* ---- swap-AB kernel for h_q <= 32 and small calls above (656, per-tensor fp8, V4) ---------------
  *
  * ak_sdt_main<LAYOUT, NH, ORD>: one CTA = (request r, query token i, NH-head tile (16 or 32), KV split);
  * 384 threads. Warpgroups 0 and 1 produce as in ak_sdx_main (a warp's records by bulk copy into its
@@ -2021,18 +2022,18 @@ template <int LAYOUT> static size_t ak_sdt_bytes(int nh) {
    kernel (kernel 3, 16- or 32-head tiles; at 16 heads with 16 or more tiles per CTA, on devices of
    at least 28 GB/s of copy per SM, the register-dequantizing kernel 4; at b 128 s_q 1 h_q 32 91 us
    against 135 for the 64-row warp-specialized kernel and 163 for the 32-row mma.sync tiles, h_q 16
-   79 against 108 on mma.sync: docs/perf.md runs x13, x15) from 5 (token, 16-head tile) units, h_q
-   > 32 on the warp-specialized kernel (kernel 2) from 4 (token, 64-head tile) units. V4 the same
-   way, the swap-AB kernel from 16 units and kernel 2 from 8. MLA_BF16 at h_q > 32 on the pipelined
-   kernel (kernel 1). Splits from shapes and the SM count only (one CTA per SM): the fewest splits
+   79 against 108 on mma.sync: docs/perf.md runs x13, x15) from 5 (token, 16-head tile) units; h_q
+   > 32 on the swap-AB kernel's 16-head tiles from 5 such units up to 4 (token, 64-head tile) units,
+   and on the warp-specialized kernel (kernel 2) from 5 of those. V4 on the swap-AB kernel at h_q
+   <= 32 from 16 units, above 32 on kernel 2 from 8. MLA_BF16 at h_q > 32 on the pipelined kernel
+   (kernel 1). Splits from shapes and the SM count only (one CTA per SM): the fewest splits
    minimising waves x (tiles per CTA + 2), the 2 standing for a CTA's fixed work (Q tile, row
    writes). Without it b 128 h_q 128 took 32 splits (63 waves of one tile each, then a combine of
    1 GB of partial rows: 1140 us in device run w1) over one split (2 waves of 32 tiles). Declines
-   fewer units (h_q <= 32: 5 (token, 16-head tile) units, V4 16; h_q > 32: 4 (token, 64-head tile)
-   units, V4 and MLA_BF16 8): there the mma.sync tiles fill the SMs with fewer splits and less
-   fixed work per CTA (b 1 h_q 128: 12.2 us against 12.9 on kernel 2 and 12.5 on kernel 3's
-   32-head tiles; at 1 to 4 units kernel 3 is within -3..+5% of mma.sync, from 5 units -3..-14%:
-   x228, x229). */
+   fewer units (656 and per-tensor: 5 (token, 16-head tile) units; V4: 16 such units at h_q <= 32,
+   8 (token, 64-head tile) units above; MLA_BF16: 8 of those): there the mma.sync tiles fill the SMs
+   with fewer splits and less fixed work per CTA (at 1 to 4 units kernel 3 is within -3..+5% of
+   mma.sync, from 5 units -3..-14%: x228, x229). */
 int ak_sdw_plan(const ak_context *ctx, const ak_mla_decode_args *a, ak_sd_plan *pl) {
     const int layout = (int)a->cache->layout;
     const int64_t b = a->q->shape[0], s_q = a->q->shape[1], h_q = a->q->shape[2];
@@ -2042,10 +2043,14 @@ int ak_sdw_plan(const ak_context *ctx, const ak_mla_decode_args *a, ak_sd_plan *
     /* 16 or 32 heads per CTA, nothing padded to 64 rows. 32-head tiles where they make 8 units or
        more; with fewer, a 32-head CTA's chain is longer than two 16-head CTAs' (x228: b 7 h_q 32
        -14%; from 8 units 16-head tiles lose 9-55%). V4 from 16 (token, 16-head tile) units: at 5
-       to 8 it lost 6-7% to the mma.sync kernel, at 16 level, beyond 6-41% faster (x231) */
-    if ((ws || v4) && h_q <= 32) {
-        if (b * s_q * ((h_q + 15) / 16) < (v4 ? 16 : 5)) return 0;
-        const int nh = h_q > 16 && b * s_q * ((h_q + 31) / 32) >= 8 ? 32 : 16;
+       to 8 it lost 6-7% to the mma.sync kernel, at 16 level, beyond 6-41% faster (x231). 656 and
+       per-tensor above 32 heads take 16-head tiles below 5 (token, 64-head tile) units (x246: b 1
+       h_q 128 -8%, b 3 h_q 64 -13%, b 2 h_q 128 -7% against the mma.sync kernel and kernel 2; at
+       6 and 7 units +16..28%, at 5 level); V4 there gained nothing (-1..+2%) */
+    const int64_t u16 = b * s_q * ((h_q + 15) / 16), u64 = b * s_q * ((h_q + AK_SDW_HEADS - 1) / AK_SDW_HEADS);
+    if ((ws || v4) && (h_q <= 32 || (ws && u64 < 5))) {
+        if (u16 < (v4 ? 16 : 5)) return 0;
+        const int nh = h_q > 16 && h_q <= 32 && b * s_q * ((h_q + 31) / 32) >= 8 ? 32 : 16;
         pl->mw = nh / 16;
         pl->htiles = (int)((h_q + nh - 1) / nh);
         pl->kernel = 3;
@@ -2055,13 +2060,12 @@ int ak_sdw_plan(const ak_context *ctx, const ak_mla_decode_args *a, ak_sd_plan *
                                 : ak_sdt_bytes<AK_LAYOUT_MLA_FP8_PERTENSOR>(nh));
     } else {
         if (h_q <= 32 || (!ws && !v4 && layout != AK_LAYOUT_MLA_BF16)) return 0;
+        /* the warp-specialized kernel: 656 and per-tensor fp8 from 5 units (the swap-AB kernel
+           below; x229: from 4 units 10-33% faster than the mma.sync kernel, at 1 and 2 units 3-18%
+           slower), V4 from 8 (x229, x230: 3-14% faster than the pipelined kernel at 8 to 24 units,
+           which had served V4 below 32); MLA_BF16 on the pipelined kernel from 8 */
+        if (!ws && u64 < 8) return 0;
         pl->htiles = (int)((h_q + AK_SDW_HEADS - 1) / AK_SDW_HEADS);
-        const int64_t units = b * s_q * pl->htiles;
-        /* the warp-specialized kernel: 656 and per-tensor fp8 from 4 units (x229: b 2 h_q 128 and b 4
-           h_q 64 -10%, b 5 h_q 64 -15..27%, b 7 h_q 64 -33% against the mma.sync kernel; at 1 and 2
-           units it loses 3-18%), V4 from 8 (x229, x230: 3-14% faster than the pipelined kernel at 8
-           to 24 units, which had served V4 below 32); MLA_BF16 on the pipelined kernel from 8 */
-        if (units < (ws ? 4 : 8)) return 0;
         pl->kernel = ws || v4 ? 2 : 1;
         pl->mw = 4;
         pl->smem = 1024 /* alignment slack */ +
