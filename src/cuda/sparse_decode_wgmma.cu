@@ -2046,7 +2046,7 @@ int ak_sdw_plan(const ak_context *ctx, const ak_mla_decode_args *a, ak_sd_plan *
        to 8 it lost 6-7% to the mma.sync kernel, at 16 level, beyond 6-41% faster (x231). 656 and
        per-tensor above 32 heads take 16-head tiles below 5 (token, 64-head tile) units (x246: b 1
        h_q 128 -8%, b 3 h_q 64 -13%, b 2 h_q 128 -7% against the mma.sync kernel and kernel 2; at
-       6 and 7 units +16..28%, at 5 level); V4 there gained nothing (-1..+2%) */
+       5 units +15..17%, at 6 and 7 +16..28%); V4 there gained nothing (-1..+2%) */
     const int64_t u16 = b * s_q * ((h_q + 15) / 16), u64 = b * s_q * ((h_q + AK_SDW_HEADS - 1) / AK_SDW_HEADS);
     if ((ws || v4) && (h_q <= 32 || (ws && u64 < 5))) {
         if (u16 < (v4 ? 16 : 5)) return 0;
