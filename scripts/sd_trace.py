@@ -443,7 +443,7 @@ rep('#include <stdint.h>\n', '''#include <stdint.h>
 #include <stdlib.h>
 #define AK_TM_CTAS 512
 #define AK_TM_S 25
-__device__ unsigned long long ak_tm[AK_TM_CTAS][AK_TM_S], ak_tc[AK_TM_CTAS][9];
+__device__ unsigned long long ak_tm[AK_TM_CTAS][AK_TM_S], ak_tc[AK_TM_CTAS][12];
 __device__ __forceinline__ unsigned long long ak_gt() { unsigned long long t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory"); return t; }
 #define TM(sx) do { if (threadIdx.x == 0 && blockIdx.x < AK_TM_CTAS && (sx) < AK_TM_S) ak_tm[blockIdx.x][sx] = ak_gt(); } while (0)
 #define TMV(sx, v) do { if (threadIdx.x == 0 && blockIdx.x < AK_TM_CTAS) { unsigned long long t_; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_) : "r"((unsigned)(v)) : "memory"); ak_tm[blockIdx.x][sx] = t_; } } while (0)
@@ -532,9 +532,18 @@ rep('''    float mx = li.x;
     for (int s = lane + 32; s < splits; s += 32)''')
 rep('''    mx = ak_warp_max(mx);
     float sum = 0.0f;
-''', '''    mx = ak_warp_max(mx);
+''', '''    TCV(10, mx);
+    mx = ak_warp_max(mx);
     TCV(3, mx);
     float sum = 0.0f;
+''')
+rep('''    ak_grid_dep_launch();
+    /* each lane's first (lse, factor) pair''', '''    ak_grid_dep_launch();
+    TC(9);
+    /* each lane's first (lse, factor) pair''')
+rep('''    const float lse2 = mx != -INFINITY ? mx + ak_lg2(sum) : -INFINITY; /* sum >= 1: the max's term */
+''', '''    TCV(11, sum);
+    const float lse2 = mx != -INFINITY ? mx + ak_lg2(sum) : -INFINITY; /* sum >= 1: the max's term */
 ''')
 rep('''    float w = ak_sd_combine_weight(li, lse2); /* split lane's, then lane + 32's from s0 = 32 on */
 ''', '''    float w = ak_sd_combine_weight(li, lse2); /* split lane's, then lane + 32's from s0 = 32 on */
@@ -562,10 +571,10 @@ static void ak_tm_line(const char *tag, const char *name, double *v, int n) {
     fprintf(stderr, "tmain %s: %-26s n %4d  min %7.0f  med %7.0f  max %7.0f ns\n", tag, name, n, v[0], v[n / 2], v[n - 1]);
 }
 extern "C" void ak_trace_dump_sdm(const char *tag) {
-    static unsigned long long h[AK_TM_CTAS][AK_TM_S], c[AK_TM_CTAS][9];
+    static unsigned long long h[AK_TM_CTAS][AK_TM_S], c[AK_TM_CTAS][12];
     if (cudaDeviceSynchronize() != cudaSuccess || cudaMemcpyFromSymbol(h, ak_tm, sizeof h) != cudaSuccess ||
         cudaMemcpyFromSymbol(c, ak_tc, sizeof c) != cudaSuccess) return;
-    static unsigned long long z[AK_TM_CTAS][AK_TM_S], zc[AK_TM_CTAS][9];
+    static unsigned long long z[AK_TM_CTAS][AK_TM_S], zc[AK_TM_CTAS][12];
     cudaMemcpyToSymbol(ak_tm, z, sizeof z);
     cudaMemcpyToSymbol(ak_tc, zc, sizeof zc);
     unsigned long long t0 = ~0ull;
@@ -593,10 +602,11 @@ extern "C" void ak_trace_dump_sdm(const char *tag) {
         for (int k = 0; k < AK_TM_CTAS; k++) if (h[k][sx] && h[k][1]) v[n++] = (double)(long long)(h[k][sx] - t0);
         ak_tm_line(tag, nm[sx], v, n);
     }
-    static const char *cn[9] = {"combine entry", "combine dep wait passed", "combine end", "combine: lse max known",
+    static const char *cn[12] = {"combine entry", "combine dep wait passed", "combine end", "combine: lse max known",
                                 "combine: weights known", "combine: first partials in", "combine: merged",
-                                "combine: all partials in", "combine: own lse pair in"};
-    for (int sx = 0; sx < 9; sx++) {
+                                "combine: all partials in", "combine: own lse pair in", "combine: dependents launched",
+                                "combine: before the max", "combine: sum known"};
+    for (int sx = 0; sx < 12; sx++) {
         int n = 0;
         for (int k = 0; k < AK_TM_CTAS; k++) if (c[k][sx] && c[k][1] >= t0) v[n++] = (double)(long long)(c[k][sx] - t0);
         ak_tm_line(tag, cn[sx], v, n);
