@@ -443,12 +443,12 @@ rep('#include <stdint.h>\n', '''#include <stdint.h>
 #include <stdlib.h>
 #define AK_TM_CTAS 512
 #define AK_TM_S 25
-__device__ unsigned long long ak_tm[AK_TM_CTAS][AK_TM_S], ak_tc[AK_TM_CTAS][12];
+__device__ unsigned long long ak_tm[AK_TM_CTAS][AK_TM_S], ak_tc[AK_TM_CTAS][12], ak_tcc[AK_TM_CTAS][12];
 __device__ __forceinline__ unsigned long long ak_gt() { unsigned long long t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory"); return t; }
 #define TM(sx) do { if (threadIdx.x == 0 && blockIdx.x < AK_TM_CTAS && (sx) < AK_TM_S) ak_tm[blockIdx.x][sx] = ak_gt(); } while (0)
 #define TMV(sx, v) do { if (threadIdx.x == 0 && blockIdx.x < AK_TM_CTAS) { unsigned long long t_; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_) : "r"((unsigned)(v)) : "memory"); ak_tm[blockIdx.x][sx] = t_; } } while (0)
-#define TCV(sx, v) do { if (threadIdx.x == 0 && blockIdx.x < AK_TM_CTAS) { unsigned long long t_; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_) : "f"(v) : "memory"); ak_tc[blockIdx.x][sx] = t_; } } while (0)
-#define TC(sx) do { if (threadIdx.x == 0 && blockIdx.x < AK_TM_CTAS) ak_tc[blockIdx.x][sx] = ak_gt(); } while (0)
+#define TCV(sx, v) do { if (threadIdx.x == 0 && blockIdx.x < AK_TM_CTAS) { unsigned long long t_, c_; asm volatile("mov.u64 %0, %%clock64;\\n\\tmov.u64 %1, %%globaltimer;" : "=l"(c_), "=l"(t_) : "f"(v) : "memory"); ak_tc[blockIdx.x][sx] = t_; ak_tcc[blockIdx.x][sx] = c_; } } while (0)
+#define TC(sx) do { if (threadIdx.x == 0 && blockIdx.x < AK_TM_CTAS) { unsigned long long t_, c_; asm volatile("mov.u64 %0, %%clock64;\\n\\tmov.u64 %1, %%globaltimer;" : "=l"(c_), "=l"(t_) :: "memory"); ak_tc[blockIdx.x][sx] = t_; ak_tcc[blockIdx.x][sx] = c_; } } while (0)
 ''')
 rep('''__global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_params p) {
 ''', '''__global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_params p) {
@@ -571,12 +571,13 @@ static void ak_tm_line(const char *tag, const char *name, double *v, int n) {
     fprintf(stderr, "tmain %s: %-26s n %4d  min %7.0f  med %7.0f  max %7.0f ns\n", tag, name, n, v[0], v[n / 2], v[n - 1]);
 }
 extern "C" void ak_trace_dump_sdm(const char *tag) {
-    static unsigned long long h[AK_TM_CTAS][AK_TM_S], c[AK_TM_CTAS][12];
+    static unsigned long long h[AK_TM_CTAS][AK_TM_S], c[AK_TM_CTAS][12], cc[AK_TM_CTAS][12];
     if (cudaDeviceSynchronize() != cudaSuccess || cudaMemcpyFromSymbol(h, ak_tm, sizeof h) != cudaSuccess ||
-        cudaMemcpyFromSymbol(c, ak_tc, sizeof c) != cudaSuccess) return;
+        cudaMemcpyFromSymbol(c, ak_tc, sizeof c) != cudaSuccess || cudaMemcpyFromSymbol(cc, ak_tcc, sizeof cc) != cudaSuccess) return;
     static unsigned long long z[AK_TM_CTAS][AK_TM_S], zc[AK_TM_CTAS][12];
     cudaMemcpyToSymbol(ak_tm, z, sizeof z);
     cudaMemcpyToSymbol(ak_tc, zc, sizeof zc);
+    cudaMemcpyToSymbol(ak_tcc, zc, sizeof zc);
     unsigned long long t0 = ~0ull;
     for (int k = 0; k < AK_TM_CTAS; k++) if (h[k][1] && h[k][1] < t0) t0 = h[k][1];
     /* a call whose main kernel is not ak_sd_main (the wgmma kernels): the combine alone, its times
@@ -610,6 +611,14 @@ extern "C" void ak_trace_dump_sdm(const char *tag) {
         int n = 0;
         for (int k = 0; k < AK_TM_CTAS; k++) if (c[k][sx] && c[k][1] >= t0) v[n++] = (double)(long long)(c[k][sx] - t0);
         ak_tm_line(tag, cn[sx], v, n);
+    }
+    /* the same points in SM cycles after each CTA's own dependency wait (clock64: exact within a CTA) */
+    for (int sx = 0; sx < 12; sx++) {
+        int n = 0;
+        for (int k = 0; k < AK_TM_CTAS; k++) if (cc[k][sx] && cc[k][1] && c[k][1] >= t0) v[n++] = (double)(long long)(cc[k][sx] - cc[k][1]);
+        if (n == 0) continue;
+        qsort(v, (size_t)n, sizeof(double), ak_tm_cmp);
+        fprintf(stderr, "tmain %s: %-26s n %4d  min %7.0f  med %7.0f  max %7.0f cycles after its own wait\n", tag, cn[sx], n, v[0], v[n / 2], v[n - 1]);
     }
 }
 '''
