@@ -446,8 +446,10 @@ rep('#include <stdint.h>\n', '''#include <stdint.h>
 __device__ unsigned long long ak_tm[AK_TM_CTAS][AK_TM_S], ak_tc[AK_TM_CTAS][12], ak_tcc[AK_TM_CTAS][12];
 __device__ __forceinline__ unsigned long long ak_gt() { unsigned long long t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory"); return t; }
 #define TM(sx) do { if (threadIdx.x == 0 && blockIdx.x < AK_TM_CTAS && (sx) < AK_TM_S) ak_tm[blockIdx.x][sx] = ak_gt(); } while (0)
-#define TMV(sx, v) do { if (threadIdx.x == 0 && blockIdx.x < AK_TM_CTAS) { unsigned long long t_; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_) : "r"((unsigned)(v)) : "memory"); ak_tm[blockIdx.x][sx] = t_; } } while (0)
-#define TCV(sx, v) do { if (threadIdx.x == 0 && blockIdx.x < AK_TM_CTAS) { unsigned long long t_, c_; asm volatile("mov.u64 %0, %%clock64;\\n\\tmov.u64 %1, %%globaltimer;" : "=l"(c_), "=l"(t_) : "f"(v) : "memory"); ak_tc[blockIdx.x][sx] = t_; ak_tcc[blockIdx.x][sx] = c_; } } while (0)
+/* A value stamp waits for its value: the timer reads are predicated on a test of it (an operand
+   the instructions do not read would not hold them, session 57) */
+#define TMV(sx, v) do { if (threadIdx.x == 0 && blockIdx.x < AK_TM_CTAS) { unsigned long long t_; asm volatile("{\\n\\t.reg .pred p;\\n\\tsetp.eq.u32 p, %1, 0x7fffffff;\\n\\t@!p mov.u64 %0, %%globaltimer;\\n\\t@p mov.u64 %0, 0;\\n\\t}" : "=l"(t_) : "r"((unsigned)(v)) : "memory"); ak_tm[blockIdx.x][sx] = t_; } } while (0)
+#define TCV(sx, v) do { if (threadIdx.x == 0 && blockIdx.x < AK_TM_CTAS) { unsigned long long t_, c_; asm volatile("{\\n\\t.reg .pred p;\\n\\tsetp.eq.u32 p, %2, 0x7fffffff;\\n\\t@!p mov.u64 %0, %%clock64;\\n\\t@p mov.u64 %0, 0;\\n\\t@!p mov.u64 %1, %%globaltimer;\\n\\t@p mov.u64 %1, 0;\\n\\t}" : "=l"(c_), "=l"(t_) : "r"(__float_as_uint(v)) : "memory"); ak_tc[blockIdx.x][sx] = t_; ak_tcc[blockIdx.x][sx] = c_; } } while (0)
 #define TC(sx) do { if (threadIdx.x == 0 && blockIdx.x < AK_TM_CTAS) { unsigned long long t_, c_; asm volatile("mov.u64 %0, %%clock64;\\n\\tmov.u64 %1, %%globaltimer;" : "=l"(c_), "=l"(t_) :: "memory"); ak_tc[blockIdx.x][sx] = t_; ak_tcc[blockIdx.x][sx] = c_; } } while (0)
 ''')
 rep('''__global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_params p) {
@@ -525,7 +527,7 @@ rep('''    ak_grid_dep_wait(); /* the main kernel's partial rows''', '''    ak_g
 rep('''    float mx = li.x;
     for (int s = lane + 32; s < splits; s += 32)''', '''    float mx = li.x;
     TCV(8, li.x);
-    { uint32_t x_ = 0u; /* every loaded split's row, waited for here (holds warp 0 until then) */
+    if (!BULK) { uint32_t x_ = 0u; /* every loaded split's row, waited for here (holds warp 0 until then) */
 #pragma unroll
       for (int k_ = 0; k_ < CH; k_++) if (k_ < splits) x_ ^= v[k_][0];
       TCV(7, __uint_as_float(x_)); }
@@ -548,6 +550,15 @@ rep('''    const float lse2 = mx != -INFINITY ? mx + ak_lg2(sum) : -INFINITY; /*
 rep('''    float w = ak_sd_combine_weight(li, lse2); /* split lane's, then lane + 32's from s0 = 32 on */
 ''', '''    float w = ak_sd_combine_weight(li, lse2); /* split lane's, then lane + 32's from s0 = 32 on */
     TCV(4, w);
+''')
+rep('''            if (k < nb) v[k][0] = *reinterpret_cast<const uint32_t *>(ak_sd_cmb_smem + k * (AK_SD_DV * 2) + 4 * tid);
+    }
+''', '''            if (k < nb) v[k][0] = *reinterpret_cast<const uint32_t *>(ak_sd_cmb_smem + k * (AK_SD_DV * 2) + 4 * tid);
+    }
+    if (BULK) { uint32_t x_ = 0u; /* the bulk-copied rows, read from shared memory after their wait */
+#pragma unroll
+      for (int k_ = 0; k_ < CH; k_++) if (k_ < nb) x_ ^= v[k_][0];
+      TCV(7, __uint_as_float(x_)); }
     TCV(5, __uint_as_float(v[0][0])); /* split 0's partial row (always loaded) */
 ''')
 rep('''        lse_e = lse2 * 0.69314718055994531f;

@@ -531,7 +531,10 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
    batches that split there are few rows per SM and the kernel is latency-bound, so the first CH
    partial rows are loaded right behind the split lse values, before the weights exist (one L2
    round trip for up to CH splits); further chunks are loaded after the previous one is summed, so
-   the registers stay those of one chunk. A thread's work is a chain of dependent instructions per
+   the registers stay those of one chunk. With 2 dims and at most 16 splits (BULK) the rows come
+   instead by the bulk copy engine into shared memory, 1 KB a copy (V4's 128-row and b 1 calls
+   -1..2.5%, x252); at 32 splits the copies' issue, serial within a warp, cost more than that
+   (+1..3%). A thread's work is a chain of dependent instructions per
    split (a weight, a conversion from fp16, a multiply-add per dim): with at most one row per SM the
    call waits for that chain, so 2 dims per thread over 256 threads (b 1 h_q 16 9.6 -> 9.3 us, b 1
    h_q 128 13.9 -> 13.3); with more rows the CTAs' fixed work dominates and 4 dims over 128 threads
@@ -594,6 +597,9 @@ static constexpr int ak_sd_combine_occ(int ch, int dpt) { return dpt == 4 ? (ch 
 
 template <int CH, int DPT>
 __global__ void __launch_bounds__(512 / DPT, ak_sd_combine_occ(CH, DPT)) ak_sd_combine(const ak_sd_params p) {
+    /* BULK: [CH splits][1 KB] the first chunk's partial rows, then the mbarrier of their copies */
+    enum { BULK = DPT == 2 && CH <= 16 };
+    extern __shared__ __align__(16) uint8_t ak_sd_cmb_smem[];
     const int64_t row = blockIdx.x;
     const int64_t rows = (int64_t)p.b * p.s_q * p.h_q;
     const int h = (int)(row % p.h_q);
@@ -603,15 +609,30 @@ __global__ void __launch_bounds__(512 / DPT, ak_sd_combine_occ(CH, DPT)) ak_sd_c
     const __half *src = p.oacc + row * AK_SD_DV + d;
     const int64_t step = rows * AK_SD_DV;
     const float2 *lacc = p.lacc + row; /* split s at lacc[s rows] */
+    const uint32_t rows_s = ak_smem_addr(ak_sd_cmb_smem), bar = rows_s + CH * AK_SD_DV * 2;
+    if (BULK) {
+        if (tid == 0) ak_mbar_init(bar, 1);
+        __syncthreads();
+    }
     ak_grid_dep_wait(); /* the main kernel's partial rows (the index math above overlaps its end) */
     ak_grid_dep_launch();
     /* each lane's first (lse, factor) pair is loaded ahead of the partial rows, so the weights are
        made while the rows arrive (b 1 h_q 128: the max known 1.4 us after the wait, not 1.9); the
        sink beside them, not after the merge */
     float2 li = lane < splits ? lacc[lane * rows] : make_float2(-INFINITY, 0.0f);
-    const float sink = ak_sd_sink(p, false, h);
     uint32_t v[CH][DPT / 2];
-    ak_sd_combine_load<CH, DPT>(v, src, 0, splits, step);
+    const int nb = splits < CH ? splits : CH;
+    if (BULK) {
+        /* With at most one row per SM the call waits for this CTA's loads: the first chunk's rows
+           (1 KB each) come by the bulk copy engine, split s issued by lane s / 8 of warp s % 8. */
+        if (tid == 0) ak_mbar_arrive_tx(bar, (uint32_t)nb * (AK_SD_DV * 2));
+        const int s = (tid >> 5) + 8 * lane;
+        if (lane < (CH + 7) / 8 && s < nb)
+            ak_bulk_g2s_hint(rows_s + (uint32_t)s * (AK_SD_DV * 2), p.oacc + row * AK_SD_DV + s * step, AK_SD_DV * 2,
+                             bar, ak_l2_policy(true));
+    }
+    const float sink = ak_sd_sink(p, false, h);
+    if (!BULK) ak_sd_combine_load<CH, DPT>(v, src, 0, splits, step);
     float mx = li.x;
     for (int s = lane + 32; s < splits; s += 32) mx = fmaxf(mx, lacc[s * rows].x);
     mx = ak_warp_max(mx);
@@ -624,6 +645,12 @@ __global__ void __launch_bounds__(512 / DPT, ak_sd_combine_occ(CH, DPT)) ak_sd_c
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
     const float lse2 = mx != -INFINITY ? mx + ak_lg2(sum) : -INFINITY; /* sum >= 1: the max's term */
     float w = ak_sd_combine_weight(li, lse2); /* split lane's, then lane + 32's from s0 = 32 on */
+    if (BULK) {
+        ak_mbar_wait(bar, 0); /* every path: no copy may still be writing when the CTA exits */
+#pragma unroll
+        for (int k = 0; k < CH; k++)
+            if (k < nb) v[k][0] = *reinterpret_cast<const uint32_t *>(ak_sd_cmb_smem + k * (AK_SD_DV * 2) + 4 * tid);
+    }
     float acc[DPT];
 #pragma unroll
     for (int e = 0; e < DPT; e++) acc[e] = 0.0f;
@@ -1121,17 +1148,28 @@ static ak_status ak_sd_combine_launch(ak_context *ctx, const ak_sd_params &p, co
                                             : (const void *)ak_sd_combine<32, 2>)
                               : (ch == 8 ? (const void *)ak_sd_combine<8, 4> : (const void *)ak_sd_combine<16, 4>);
     /* The CTAs spread evenly, at most k = ceil(rows / SMs) per SM, by asking for more than 1 / (k +
-       1) of an SM's shared memory (the kernel uses none). Dispatched as the main kernel's CTAs
+       1) of an SM's shared memory (beyond the 16 KB of rows that BULK instances use). Dispatched as the main kernel's CTAs
        leave, they otherwise filled the first SMs freed up to the launch bounds' occupancy and
        shared those SMs' loads: b 1 h_q 64 (64 rows of 32 splits) 20.0k -> 17.2k cycles, b 8 h_q
        16 -2..3%, 512-row calls -2..4% (x251, session 56). */
     size_t smem = 0;
-    const int64_t k = (pl.rows + sms - 1) / sms;
+    int64_t k = (pl.rows + sms - 1) / sms;
+    /* Two per SM where a wgmma kernel's grid (one CTA per SM) leaves at most sms / 16 SMs idle and
+       the rows are more than half the SMs: the combine's CTAs can then only land as main CTAs
+       leave, and two per SM have them all resident before the last leaves, with the SMs they do
+       not hold free for the next call's main kernel (656 and per-tensor 128-row calls -1..2.7%,
+       b 8 h_q 16 level: x252, session 57). Where the main grid leaves SMs idle (V4's, e.g. b 8
+       h_q 16: 80 CTAs), one per SM (two lost 1-2.5% there, session 56). */
+    const int64_t main_ctas = (int64_t)p.b * p.s_q * pl.htiles * pl.splits;
+    if (k == 1 && pl.kernel != 0 && 2 * pl.rows > sms && main_ctas >= sms - sms / 16) k = 2;
     if (ctx->cuda != NULL && k < ak_sd_combine_occ(ch, dpt)) {
         smem = (size_t)ctx->cuda->prop.sharedMemPerMultiprocessor / (size_t)(k + 1) + 1024;
         if (smem > (size_t)ctx->cuda->prop.sharedMemPerBlockOptin) smem = 0;
-        else AK_CUDA_TRY(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     }
+    /* BULK (2 dims, at most 16 splits): the rows and their mbarrier */
+    const size_t need = dpt == 2 && ch <= 16 ? (size_t)ch * AK_SD_DV * 2 + 16 : 0;
+    if (smem < need) smem = need;
+    if (smem > 48 * 1024) AK_CUDA_TRY(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     AK_CUDA_TRY(ak_launch_pdl(ctx, fn, (unsigned)pl.rows, 512 / dpt, smem, args));
     AK_CUDA_CHECK_LAUNCH("ak_sd_combine");
     return AK_OK;
