@@ -551,9 +551,11 @@ rep('''    float w = ak_sd_combine_weight(li, lse2); /* split lane's, then lane 
 ''', '''    float w = ak_sd_combine_weight(li, lse2); /* split lane's, then lane + 32's from s0 = 32 on */
     TCV(4, w);
 ''')
-rep('''            if (k < nb) v[k][0] = *reinterpret_cast<const uint32_t *>(ak_sd_cmb_smem + k * (AK_SD_DV * 2) + 4 * tid);
+rep('''            if (k < nb)
+                v[k][0] = *reinterpret_cast<const uint32_t *>(ak_sd_cmb_smem + k * (AK_SD_DV * 2) + 4 * tid);
     }
-''', '''            if (k < nb) v[k][0] = *reinterpret_cast<const uint32_t *>(ak_sd_cmb_smem + k * (AK_SD_DV * 2) + 4 * tid);
+''', '''            if (k < nb)
+                v[k][0] = *reinterpret_cast<const uint32_t *>(ak_sd_cmb_smem + k * (AK_SD_DV * 2) + 4 * tid);
     }
     if (BULK) { uint32_t x_ = 0u; /* the bulk-copied rows, read from shared memory after their wait */
 #pragma unroll

@@ -624,13 +624,13 @@ __global__ void __launch_bounds__(512 / DPT, ak_sd_combine_occ(CH, DPT)) ak_sd_c
     uint32_t v[CH][DPT / 2];
     const int nb = splits < CH ? splits : CH;
     if (BULK) {
-        /* With at most one row per SM the call waits for this CTA's loads: the first chunk's rows
-           (1 KB each) come by the bulk copy engine, split s issued by lane s / 8 of warp s % 8. */
+        /* With at most one row per SM the call waits for this CTA's loads: the rows (1 KB each,
+           splits <= CH) come by the bulk copy engine, split s issued by lane s / 8 of warp s % 8. */
         if (tid == 0) ak_mbar_arrive_tx(bar, (uint32_t)nb * (AK_SD_DV * 2));
         const int s = (tid >> 5) + 8 * lane;
         if (lane < (CH + 7) / 8 && s < nb)
-            ak_bulk_g2s_hint(rows_s + (uint32_t)s * (AK_SD_DV * 2), p.oacc + row * AK_SD_DV + s * step, AK_SD_DV * 2,
-                             bar, ak_l2_policy(true));
+            ak_bulk_g2s_hint(rows_s + (uint32_t)s * (AK_SD_DV * 2), p.oacc + row * AK_SD_DV + s * step,
+                             AK_SD_DV * 2, bar, ak_l2_policy(true));
     }
     const float sink = ak_sd_sink(p, false, h);
     if (!BULK) ak_sd_combine_load<CH, DPT>(v, src, 0, splits, step);
@@ -662,7 +662,8 @@ __global__ void __launch_bounds__(512 / DPT, ak_sd_combine_occ(CH, DPT)) ak_sd_c
         ak_mbar_wait(bar, 0); /* every path: no copy may still be writing when the CTA exits */
 #pragma unroll
         for (int k = 0; k < CH; k++)
-            if (k < nb) v[k][0] = *reinterpret_cast<const uint32_t *>(ak_sd_cmb_smem + k * (AK_SD_DV * 2) + 4 * tid);
+            if (k < nb)
+                v[k][0] = *reinterpret_cast<const uint32_t *>(ak_sd_cmb_smem + k * (AK_SD_DV * 2) + 4 * tid);
     }
     float acc[DPT];
 #pragma unroll
@@ -1173,8 +1174,8 @@ static ak_status ak_sd_combine_launch(ak_context *ctx, const ak_sd_params &p, co
                                             : (const void *)ak_sd_combine<32, 2>)
                               : (ch == 8 ? (const void *)ak_sd_combine<8, 4> : (const void *)ak_sd_combine<16, 4>);
     /* The CTAs spread evenly, at most k = ceil(rows / SMs) per SM, by asking for more than 1 / (k +
-       1) of an SM's shared memory (beyond the 16 KB of rows that BULK instances use). Dispatched as the main kernel's CTAs
-       leave, they otherwise filled the first SMs freed up to the launch bounds' occupancy and
+       1) of an SM's shared memory (more than the ~17 KB BULK instances use). Dispatched as the main
+       kernel's CTAs leave, they otherwise filled the first SMs freed up to the launch bounds' occupancy and
        shared those SMs' loads: b 1 h_q 64 (64 rows of 32 splits) 20.0k -> 17.2k cycles, b 8 h_q
        16 -2..3%, 512-row calls -2..4% (x251, session 56). */
     size_t smem = 0;
@@ -1191,10 +1192,11 @@ static ak_status ak_sd_combine_launch(ak_context *ctx, const ak_sd_params &p, co
         smem = (size_t)ctx->cuda->prop.sharedMemPerMultiprocessor / (size_t)(k + 1) + 1024;
         if (smem > (size_t)ctx->cuda->prop.sharedMemPerBlockOptin) smem = 0;
     }
-    /* BULK (2 dims, at most 16 splits): the rows and their mbarrier */
+    /* BULK (2 dims, at most 16 splits): the rows, their mbarrier and the warps' weights */
     const size_t need = dpt == 2 && ch <= 16 ? (size_t)ch * AK_SD_DV * 2 + 16 + 8 * (size_t)ch * 4 : 0;
     if (smem < need) smem = need;
-    if (smem > 48 * 1024) AK_CUDA_TRY(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    if (smem > 48 * 1024)
+        AK_CUDA_TRY(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     AK_CUDA_TRY(ak_launch_pdl(ctx, fn, (unsigned)pl.rows, 512 / dpt, smem, args));
     AK_CUDA_CHECK_LAUNCH("ak_sd_combine");
     return AK_OK;
