@@ -595,11 +595,19 @@ __device__ __forceinline__ float ak_sd_combine_weight(float2 li, float lse2) {
 /* CTAs per SM that ak_sd_combine<CH, DPT>'s launch bounds leave registers for. */
 static constexpr int ak_sd_combine_occ(int ch, int dpt) { return dpt == 4 ? (ch == 8 ? 8 : 5) : (ch == 8 ? 4 : 3); }
 
+/* ak_sd_combine<CH, DPT> takes its rows by bulk copy (BULK) at 2 dims and at most 16 splits. Its
+   dynamic shared memory then holds [CH splits][1 KB] the partial rows, at ak_sd_cmb_bar the
+   mbarrier of their copies (16 B), at ak_sd_cmb_wts [8 warps][CH] f32 the split weights. */
+static __host__ __device__ constexpr bool ak_sd_combine_bulk(int ch, int dpt) { return dpt == 2 && ch <= 16; }
+static __host__ __device__ constexpr int ak_sd_cmb_bar(int ch) { return ch * AK_SD_DV * 2; }
+static __host__ __device__ constexpr int ak_sd_cmb_wts(int ch) { return ak_sd_cmb_bar(ch) + 16; }
+static constexpr size_t ak_sd_combine_smem(int ch, int dpt) {
+    return ak_sd_combine_bulk(ch, dpt) ? (size_t)ak_sd_cmb_wts(ch) + 8 * (size_t)ch * 4 : 0;
+}
+
 template <int CH, int DPT>
 __global__ void __launch_bounds__(512 / DPT, ak_sd_combine_occ(CH, DPT)) ak_sd_combine(const ak_sd_params p) {
-    /* BULK: [CH splits][1 KB] the partial rows, the mbarrier of their copies (16 B), then [8 warps][CH]
-       f32 the split weights */
-    enum { BULK = DPT == 2 && CH <= 16 };
+    enum { BULK = ak_sd_combine_bulk(CH, DPT) }; /* the layout at ak_sd_combine_bulk */
     extern __shared__ __align__(16) uint8_t ak_sd_cmb_smem[];
     const int64_t row = blockIdx.x;
     const int64_t rows = (int64_t)p.b * p.s_q * p.h_q;
@@ -610,7 +618,7 @@ __global__ void __launch_bounds__(512 / DPT, ak_sd_combine_occ(CH, DPT)) ak_sd_c
     const __half *src = p.oacc + row * AK_SD_DV + d;
     const int64_t step = rows * AK_SD_DV;
     const float2 *lacc = p.lacc + row; /* split s at lacc[s rows] */
-    const uint32_t rows_s = ak_smem_addr(ak_sd_cmb_smem), bar = rows_s + CH * AK_SD_DV * 2;
+    const uint32_t rows_s = ak_smem_addr(ak_sd_cmb_smem), bar = rows_s + ak_sd_cmb_bar(CH);
     if (BULK) {
         if (tid == 0) ak_mbar_init(bar, 1);
         __syncthreads();
@@ -651,7 +659,7 @@ __global__ void __launch_bounds__(512 / DPT, ak_sd_combine_occ(CH, DPT)) ak_sd_c
         /* every split's weight to every lane through this warp's slot of shared memory: one store
            and CH / 4 broadcast loads instead of CH shuffles, whose throughput bound the merge of
            two CTAs per SM (~850 -> ~560 cycles; b 8 h_q 16, b 1 h_q 128 -1.8..2.3%, x253) */
-        float *ws = reinterpret_cast<float *>(ak_sd_cmb_smem + CH * AK_SD_DV * 2 + 16) + (tid >> 5) * CH;
+        float *ws = reinterpret_cast<float *>(ak_sd_cmb_smem + ak_sd_cmb_wts(CH)) + (tid >> 5) * CH;
         if (lane < CH) ws[lane] = w;
         __syncwarp();
 #pragma unroll
@@ -669,28 +677,28 @@ __global__ void __launch_bounds__(512 / DPT, ak_sd_combine_occ(CH, DPT)) ak_sd_c
 #pragma unroll
     for (int e = 0; e < DPT; e++) acc[e] = 0.0f;
     float lse_e = INFINITY, f = 1.0f;
-    if (mx != -INFINITY && BULK) {
-        /* one chunk (splits <= CH), in split order as ak_sd_combine_add: the same bits */
-#pragma unroll
-        for (int k = 0; k < CH; k++) {
-            if (k >= splits) break;
-            const bool used = wk[k] != 0.0f;
-            const float2 a = __half22float2(*reinterpret_cast<const __half2 *>(&v[k][0]));
-            acc[0] += wk[k] * (used ? a.x : 0.0f);
-            acc[1] += wk[k] * (used ? a.y : 0.0f);
-        }
-    } else if (mx != -INFINITY) {
-        for (int s0 = 0; s0 < splits; s0 += CH) {
-            if (s0 > 0) {
-                ak_sd_combine_load<CH, DPT>(v, src, s0, splits, step);
-                if ((s0 & 31) == 0)
-                    w = ak_sd_combine_weight(s0 + lane < splits ? lacc[(s0 + lane) * rows]
-                                                                : make_float2(-INFINITY, 0.0f), lse2);
-            }
-            ak_sd_combine_add<CH, DPT>(acc, v, w, s0, splits);
-        }
-    }
     if (mx != -INFINITY) {
+        if (BULK) {
+            /* one chunk (splits <= CH), in split order as ak_sd_combine_add: the same bits */
+#pragma unroll
+            for (int k = 0; k < CH; k++) {
+                if (k >= splits) break;
+                const bool used = wk[k] != 0.0f;
+                const float2 a = __half22float2(*reinterpret_cast<const __half2 *>(&v[k][0]));
+                acc[0] += wk[k] * (used ? a.x : 0.0f);
+                acc[1] += wk[k] * (used ? a.y : 0.0f);
+            }
+        } else {
+            for (int s0 = 0; s0 < splits; s0 += CH) {
+                if (s0 > 0) {
+                    ak_sd_combine_load<CH, DPT>(v, src, s0, splits, step);
+                    if ((s0 & 31) == 0)
+                        w = ak_sd_combine_weight(s0 + lane < splits ? lacc[(s0 + lane) * rows]
+                                                                    : make_float2(-INFINITY, 0.0f), lse2);
+                }
+                ak_sd_combine_add<CH, DPT>(acc, v, w, s0, splits);
+            }
+        }
         lse_e = lse2 * 0.69314718055994531f;
         if (sink != -INFINITY) f = 1.0f / (1.0f + expf(sink - lse_e));
     }
@@ -1146,7 +1154,7 @@ template <int LAYOUT, int MW>
 static ak_status ak_sd_launch(ak_context *ctx, const ak_sd_params &p, const ak_sd_plan &pl) {
     AK_CUDA_TRY(cudaFuncSetAttribute(ak_sd_main<LAYOUT, MW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      (int)pl.smem));
-    const int64_t grid = (int64_t)p.b * p.s_q * pl.htiles * pl.splits;
+    const int64_t grid = ak_sd_main_ctas(p, pl); /* never balanced (ak_sdw_plan's kernels only) */
     void *args[] = {(void *)&p};
     AK_CUDA_TRY(ak_launch_pdl(ctx, (const void *)ak_sd_main<LAYOUT, MW>, (unsigned)grid, AK_SD_THREADS, pl.smem, args));
     AK_CUDA_CHECK_LAUNCH("ak_sd_main");
@@ -1186,15 +1194,12 @@ static ak_status ak_sd_combine_launch(ak_context *ctx, const ak_sd_params &p, co
        not hold free for the next call's main kernel (656 and per-tensor 128-row calls -1..2.7%,
        b 8 h_q 16 level: x252, session 57). Where the main grid leaves SMs idle (V4's, e.g. b 8
        h_q 16: 80 CTAs), one per SM (two lost 1-2.5% there, session 56). */
-    const int64_t main_ctas = (int64_t)p.b * p.s_q * pl.htiles * pl.splits;
-    if (k == 1 && pl.kernel != 0 && 2 * pl.rows > sms && main_ctas >= sms - sms / 16) k = 2;
+    if (k == 1 && pl.kernel != 0 && 2 * pl.rows > sms && ak_sd_main_ctas(p, pl) >= sms - sms / 16) k = 2;
     if (ctx->cuda != NULL && k < ak_sd_combine_occ(ch, dpt)) {
         smem = (size_t)ctx->cuda->prop.sharedMemPerMultiprocessor / (size_t)(k + 1) + 1024;
         if (smem > (size_t)ctx->cuda->prop.sharedMemPerBlockOptin) smem = 0;
     }
-    /* BULK (2 dims, at most 16 splits): the rows, their mbarrier and the warps' weights */
-    const size_t need = dpt == 2 && ch <= 16 ? (size_t)ch * AK_SD_DV * 2 + 16 + 8 * (size_t)ch * 4 : 0;
-    if (smem < need) smem = need;
+    if (smem < ak_sd_combine_smem(ch, dpt)) smem = ak_sd_combine_smem(ch, dpt);
     if (smem > 48 * 1024)
         AK_CUDA_TRY(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     AK_CUDA_TRY(ak_launch_pdl(ctx, fn, (unsigned)pl.rows, 512 / dpt, smem, args));

@@ -408,6 +408,11 @@ struct ak_sd_plan {
     size_t smem, ws_bytes;
 };
 
+/* CTAs of a plan's main kernel: one per (token row, split), or per balanced piece, and head tile. */
+static inline int64_t ak_sd_main_ctas(const ak_sd_params &p, const ak_sd_plan &pl) {
+    return (pl.bal ? (int64_t)pl.bal_pieces : (int64_t)p.b * p.s_q * pl.splits) * pl.htiles;
+}
+
 /* Workspace bytes of a plan: fp16 partial rows, then one (lse, factor) pair per row. */
 static inline size_t ak_sd_ws_bytes(int splits, int64_t rows) {
     return splits > 1 ? (size_t)splits * (size_t)rows * (AK_SD_DV * sizeof(__half) + sizeof(float2)) : 0;

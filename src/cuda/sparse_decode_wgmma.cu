@@ -2117,7 +2117,7 @@ int ak_sdw_plan(const ak_context *ctx, const ak_mla_decode_args *a, ak_sd_plan *
 static ak_status ak_sdw_launch_fn(ak_context *ctx, const void *fn, const char *name, int threads,
                                   const ak_sd_params &p, const ak_sd_plan &pl) {
     AK_CUDA_TRY(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl.smem));
-    const int64_t grid = (pl.bal ? (int64_t)pl.bal_pieces : (int64_t)p.b * p.s_q * pl.splits) * pl.htiles;
+    const int64_t grid = ak_sd_main_ctas(p, pl);
     void *args[] = {(void *)&p};
     AK_CUDA_TRY(ak_launch_pdl(ctx, fn, (unsigned)grid, threads, pl.smem, args));
     AK_CUDA_CHECK_LAUNCH(name);
