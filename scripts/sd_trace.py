@@ -427,6 +427,22 @@ extern "C" void ak_trace_dump_sdt(const char *tag) {
             }
         }
     }
+    {   /* the chain to the first FULL: producer warp 0's first two half-steps, cycles after the
+           consumers' start (both start at the dependency wait's end) */
+        double f[2][5] = {{0}}, ff = 0;
+        int m = 0;
+        for (int c = 0; c < AK_TR_CTAS; c++) {
+            if (h[c][11][0] == 0 || h[c][4][1] == 0 || h[c][6][0] == 0) continue;
+            for (int j = 0; j < 2; j++)
+                for (int k = 0; k < 5; k++) f[j][k] += (double)((long long)h[c][k][j] - (long long)h[c][11][0]);
+            ff += (double)(h[c][6][0] - h[c][11][0]);
+            m++;
+        }
+        if (m > 0)
+            fprintf(stderr, "sdt %s: first half-steps (%d CTAs, cycles after the consumers' start): half 0 step start %.0f, next copies issued %.0f, records landed %.0f, EMPTY %.0f, converted %.0f; half 1 %.0f / %.0f / %.0f / %.0f / %.0f; first FULL seen %.0f\\n",
+                    tag, m, f[0][0] / m, f[0][1] / m, f[0][2] / m, f[0][3] / m, f[0][4] / m, f[1][0] / m, f[1][1] / m,
+                    f[1][2] / m, f[1][3] / m, f[1][4] / m, ff / m);
+    }
     fprintf(stderr, "sdt %s: %d CTAs, %.0f half-steps, %.0f tiles | producer per half-step: copy %.0f, slot+stage wait %.0f, EMPTY wait %.0f, convert+fence+arrive %.0f, loop %.0f | consumer per tile %.0f: FULL wait %.0f, S %.0f, column maxima %.0f, softmax+P+bar %.0f, PV %.0f, loop %.0f | Q %.0f, first FULL %.0f\\n",
             tag, nc, a[14], a[15], a[0], a[1], a[2], a[3], a[4], a[11], a[5], a[6], a[7], a[8], a[9], a[10], a[12], a[13]);
 }
