@@ -21,9 +21,15 @@
         if (mla_try_s_ != AK_OK) return mla_try_s_;                                                \
     } while (0)
 
+/* Index sets of a cold sparse decode case (AK_BENCH_COLD): one per call of the replayed graph (20
+   back-to-back calls, targets.md 5.0), so that one replay touches 20 sets' records. */
+#define MLA_COLD_SETS 20
+
 typedef struct mla_bench {
     void *q, *pool, *idx, *extra_pool, *extra_idx, *out, *lse, *ml, *bt, *seq, *kv, *len, *sink, *ws;
     ak_tensor tq, tidx, textra_idx, tout, tlse, tml, tbt, tseq, tkv, tlen, tsink;
+    ak_tensor tcold[MLA_COLD_SETS]; /* [b, s_q, topk] i32 each: call n takes set n % nset */
+    int nset, call;
     ak_cache cache, extra;
     ak_mla_decode_args dec;
     ak_sparse_prefill_args pre;
@@ -45,6 +51,7 @@ static ak_status run_decode(ak_context *ctx, void *state) {
     mla_bench *s = (mla_bench *)state;
     if (s->balance) s->dec.balance = s->balance == 2 && s->made ? AK_BALANCE_REUSE : AK_BALANCE_MAKE;
     s->made = 1;
+    if (s->nset > 1) s->dec.indices = &s->tcold[s->call++ % s->nset];
     return ak_mla_decode(ctx, &s->dec, s->ws, s->ws_bytes);
 }
 
@@ -135,6 +142,14 @@ static ak_status add_sparse_decode(ak_context *ctx, const ak_bench_opts *o, ak_b
        kernel would do on a card with more bandwidth per SM (a proxy, named in the shape). */
     const char *shared_env = getenv("AK_BENCH_SHARED_CTX");
     int shared = !v4 && shared_env != NULL && atoi(shared_env) != 0;
+    /* AK_BENCH_COLD=1 (V3.2 only, not with a shared context): each of the graph's 20 calls takes
+       its own index set, so that a replay's records do not fit L2 and come from DRAM, as a layer's
+       do in a server, where the other layers run between two of its calls (with one set, the
+       replays of a small call read the same few MB from L2). Up to b 16 every set also has its own
+       contexts (the pool 20 times larger), so that even b 1 touches more than L2 holds. */
+    const char *cold_env = getenv("AK_BENCH_COLD");
+    const int nset = !v4 && !shared && cold_env != NULL && atoi(cold_env) != 0 ? MLA_COLD_SETS : 1;
+    const int64_t cset = nset > 1 && b <= 16 ? nset : 1; /* context groups of b requests */
     /* AK_BENCH_INVALID=n (V3.2 only, 0..100): the last n% of every index row are -1, as an engine
        pads the top-k list of a request shorter than top-k when it passes no topk_length */
     const char *inv_env = getenv("AK_BENCH_INVALID");
@@ -181,18 +196,19 @@ static ak_status add_sparse_decode(ak_context *ctx, const ak_bench_opts *o, ak_b
     else
         snprintf(shape, sizeof shape,
                  "%s b %lld s_q %lld h_q %lld topk %d ctx 32k%s%s (P %d) %s%s", m->name, (long long)b,
-                 (long long)s_q, (long long)h_q, topk, shared ? " shared" : "", inv_note, P, lt.name,
-                 note);
+                 (long long)s_q, (long long)h_q, topk, shared ? " shared" : nset > 1 ? " cold" : "", inv_note,
+                 P, lt.name, note);
     if (ak_bench_skip(shape)) return AK_OK;
     mla_bench *s = calloc(1, sizeof *s);
     if (s == NULL) return AK_ERR_OUT_OF_MEMORY;
     s->balance = balance == 1 || balance == 2 ? balance : 0;
 
-    st = pool_make(ctx, m->layout, (int32_t)(b * ctx_tokens / P), P, seed, &s->pool, &s->cache);
+    s->nset = nset;
+    st = pool_make(ctx, m->layout, (int32_t)(cset * b * ctx_tokens / P), P, seed, &s->pool, &s->cache);
     if (st == AK_OK && v4)
         st = pool_make(ctx, m->extra_layout, (int32_t)(b * extra_ctx / m->extra_page_size),
                        m->extra_page_size, seed + 1, &s->extra_pool, &s->extra);
-    int32_t *idx = malloc((size_t)(rows * topk) * 4);
+    int32_t *idx = malloc((size_t)(nset * rows * topk) * 4); /* [nset][b, s_q, topk] */
     int32_t *eidx = malloc((size_t)(rows * (extra_topk > 0 ? extra_topk : 1)) * 4);
     int32_t *perm = malloc((size_t)32768 * 4);
     uint8_t *seen = calloc((size_t)32768, 1);
@@ -248,10 +264,20 @@ static ak_status add_sparse_decode(ak_context *ctx, const ak_bench_opts *o, ak_b
             }
         }
     }
+    /* the other sets of a cold case: the same lengths and invalid tail, new keys, set k's requests
+       in context group k % cset (set 0 above is group 0) */
+    for (int k = 1; k < nset && st == AK_OK; k++)
+        for (int64_t r = 0; r < b; r++)
+            for (int64_t i = 0; i < s_q; i++) {
+                int32_t *row = idx + ((int64_t)k * rows + r * s_q + i) * topk;
+                ak_mla_data_distinct(row, topk, ctx_tokens, perm, &rs);
+                for (int32_t j = 0; j < topk; j++)
+                    row[j] = j >= n_valid ? -1 : row[j] + (int32_t)(((k % cset) * b + r) * ctx_tokens);
+            }
     if (st == AK_OK) {
         ak_mla_data_bf16(q, rows * h_q * d_qk, seed + 2);
         s->q = upload(ctx, q, (size_t)(rows * h_q * d_qk) * 2, &st);
-        s->idx = upload(ctx, idx, (size_t)(rows * topk) * 4, &st);
+        s->idx = upload(ctx, idx, (size_t)(nset * rows * topk) * 4, &st);
         if (v4) s->extra_idx = upload(ctx, eidx, (size_t)(rows * extra_topk) * 4, &st);
         s->out = alloc_dev(ctx, (size_t)(rows * h_q * 512) * 2, &st);
         s->lse = alloc_dev(ctx, (size_t)(rows * h_q) * 4, &st);
@@ -279,6 +305,8 @@ static ak_status add_sparse_decode(ak_context *ctx, const ak_bench_opts *o, ak_b
     int64_t sho[4] = {b, s_q, h_q, 512};
     s->tq = ak_dev_tensor(ctx, s->q, AK_DTYPE_BF16, 4, shq);
     s->tidx = ak_dev_tensor(ctx, s->idx, AK_DTYPE_I32, 3, shi);
+    for (int k = 0; k < nset; k++)
+        s->tcold[k] = ak_dev_tensor(ctx, (int32_t *)s->idx + (int64_t)k * rows * topk, AK_DTYPE_I32, 3, shi);
     s->textra_idx = ak_dev_tensor(ctx, s->extra_idx, AK_DTYPE_I32, 3, she);
     s->tout = ak_dev_tensor(ctx, s->out, AK_DTYPE_BF16, 4, sho);
     s->tlse = ak_dev_tensor(ctx, s->lse, AK_DTYPE_F32, 3, sho);

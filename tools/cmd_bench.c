@@ -26,6 +26,8 @@ static void usage(FILE *f) {
             "Environment: AK_BENCH_FILTER=a,b times only the cases whose shape contains a or b;\n"
             "AK_BENCH_SHARED_CTX=1 puts every V3.2 sparse decode request's keys in one shared 32k\n"
             "context (records L2-resident: a proxy for more bandwidth per SM, marked 'shared');\n"
+            "AK_BENCH_COLD=1 gives each of the graph's 20 calls its own V3.2 index set (and up to b 16\n"
+            "its own contexts), so that the records come from DRAM as in a server (marked 'cold');\n"
             "AK_BENCH_INVALID=n sets the last n%% of every V3.2 sparse decode index row to -1 (an\n"
             "engine's padding of short requests with no topk_length; marked 'invalid n%%');\n"
             "AK_BENCH_RAGGED=1 passes a V3.2 topk_length per request, uniform in 1..top-k (marked\n"
