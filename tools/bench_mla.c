@@ -196,15 +196,16 @@ static ak_status add_sparse_decode(ak_context *ctx, const ak_bench_opts *o, ak_b
     else
         snprintf(shape, sizeof shape,
                  "%s b %lld s_q %lld h_q %lld topk %d ctx 32k%s%s (P %d) %s%s", m->name, (long long)b,
-                 (long long)s_q, (long long)h_q, topk, shared ? " shared" : nset > 1 ? " cold" : "", inv_note,
-                 P, lt.name, note);
+                 (long long)s_q, (long long)h_q, topk,
+                 shared ? " shared" : nset > 1 ? " cold" : "", inv_note, P, lt.name, note);
     if (ak_bench_skip(shape)) return AK_OK;
     mla_bench *s = calloc(1, sizeof *s);
     if (s == NULL) return AK_ERR_OUT_OF_MEMORY;
     s->balance = balance == 1 || balance == 2 ? balance : 0;
 
     s->nset = nset;
-    st = pool_make(ctx, m->layout, (int32_t)(cset * b * ctx_tokens / P), P, seed, &s->pool, &s->cache);
+    st = pool_make(ctx, m->layout, (int32_t)(cset * b * ctx_tokens / P), P, seed, &s->pool,
+                   &s->cache);
     if (st == AK_OK && v4)
         st = pool_make(ctx, m->extra_layout, (int32_t)(b * extra_ctx / m->extra_page_size),
                        m->extra_page_size, seed + 1, &s->extra_pool, &s->extra);
@@ -271,8 +272,8 @@ static ak_status add_sparse_decode(ak_context *ctx, const ak_bench_opts *o, ak_b
             for (int64_t i = 0; i < s_q; i++) {
                 int32_t *row = idx + ((int64_t)k * rows + r * s_q + i) * topk;
                 ak_mla_data_distinct(row, topk, ctx_tokens, perm, &rs);
-                for (int32_t j = 0; j < topk; j++)
-                    row[j] = j >= n_valid ? -1 : row[j] + (int32_t)(((k % cset) * b + r) * ctx_tokens);
+                const int32_t base = (int32_t)(((k % cset) * b + r) * ctx_tokens);
+                for (int32_t j = 0; j < topk; j++) row[j] = j >= n_valid ? -1 : row[j] + base;
             }
     if (st == AK_OK) {
         ak_mla_data_bf16(q, rows * h_q * d_qk, seed + 2);
@@ -306,7 +307,8 @@ static ak_status add_sparse_decode(ak_context *ctx, const ak_bench_opts *o, ak_b
     s->tq = ak_dev_tensor(ctx, s->q, AK_DTYPE_BF16, 4, shq);
     s->tidx = ak_dev_tensor(ctx, s->idx, AK_DTYPE_I32, 3, shi);
     for (int k = 0; k < nset; k++)
-        s->tcold[k] = ak_dev_tensor(ctx, (int32_t *)s->idx + (int64_t)k * rows * topk, AK_DTYPE_I32, 3, shi);
+        s->tcold[k] =
+            ak_dev_tensor(ctx, (int32_t *)s->idx + (int64_t)k * rows * topk, AK_DTYPE_I32, 3, shi);
     s->textra_idx = ak_dev_tensor(ctx, s->extra_idx, AK_DTYPE_I32, 3, she);
     s->tout = ak_dev_tensor(ctx, s->out, AK_DTYPE_BF16, 4, sho);
     s->tlse = ak_dev_tensor(ctx, s->lse, AK_DTYPE_F32, 3, sho);
