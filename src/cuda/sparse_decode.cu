@@ -1162,7 +1162,8 @@ static ak_status ak_sd_launch(ak_context *ctx, const ak_sd_params &p, const ak_s
 }
 
 /* The combine: one CTA per row (2 dims per thread when the rows are at most one per SM, else 4),
-   no shared memory; a programmatic dependent launch, like the main kernels. */
+   its dynamic shared memory the BULK instances' rows and weights or the CTAs' spread (below); a
+   programmatic dependent launch, like the main kernels. */
 static ak_status ak_sd_combine_launch(ak_context *ctx, const ak_sd_params &p, const ak_sd_plan &pl) {
     void *args[] = {(void *)&p};
     const int sms = ctx->cuda != NULL ? ctx->cuda->prop.multiProcessorCount : 132;
