@@ -764,7 +764,7 @@ AK_TEST(sparse_decode_limits) {
    with several, on every record path: the warp-specialized kernel (656, per-tensor fp8 and V4;
    h_q 40..128), the swap-AB kernel (656, per-tensor fp8 and V4; h_q <= 32 from 5 (token, 16-head
    tile) units, V4 from 16: 16- and 32-head tiles, padded columns at h_q 8 and 20), the
-   register-dequantizing one (656, per-tensor fp8; h_q <= 16 at 16 or more tiles per CTA), the
+   register-dequantizing one (per-tensor fp8; h_q <= 16 at 16 or more tiles per CTA), the
    pipelined one (MLA_BF16 double-buffered and at 64 rows; V4 at 8 to 31 units runs on the
    warp-specialized kernel in the matrix and graph cases), with aligned output rows (stored by
    bulk copies) and padded ones. The small cases above run the mma.sync kernel below 5 (token,
@@ -789,9 +789,9 @@ AK_TEST(sparse_decode_wide) {
         {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 4, 4, 8, 128, 0}, {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 32, 1, 16, 256, 64},
         /* V4 on the warp-specialized kernel with splits (64 units; the 128-unit case above has one) */
         {AK_LAYOUT_DSV4_FP8_UE8M0, 32, 1, 128, 128, 512},
-        /* the register-dequantizing kernel (h_q <= 16, 16 or more tiles per CTA: 67 or more units at
-           one split): one real head of sixteen, and per-tensor fp8 with an extra list at s_q 2 */
-        {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 68, 1, 1, 1024, 0}, {AK_LAYOUT_MLA_FP8_PERTENSOR, 36, 2, 4, 1024, 64},
+        /* the register-dequantizing kernel (per-tensor fp8, h_q <= 16, 16 or more tiles per CTA:
+           67 or more units at one split): one real head of sixteen, and with an extra list at s_q 2 */
+        {AK_LAYOUT_MLA_FP8_PERTENSOR, 68, 1, 1, 1024, 0}, {AK_LAYOUT_MLA_FP8_PERTENSOR, 36, 2, 4, 1024, 64},
         /* rows that are runs of consecutive slots (a sliding window's pattern): V4's window and
            per-tensor fp8 on the warp-specialized kernel, 656 on the swap-AB kernel */
         {AK_LAYOUT_DSV4_FP8_UE8M0, 64, 1, 64, 128, 512, 1}, {AK_LAYOUT_MLA_FP8_PERTENSOR, 64, 1, 128, 256, 0, 1},
@@ -818,7 +818,8 @@ AK_TEST(sparse_decode_wide) {
     for (size_t n = 0; n < sizeof k / sizeof k[0]; n++) {
         if (sd_quick() && n % 2 == 1) continue;
         /* the register-dequantizing kernel serves devices of high copy bandwidth per SM (H200):
-           claim one for its cases, so that it runs on any device */
+           claim one for its cases, so that it runs on any device (and the cases after them take
+           such a device's routes: 656 at 16 heads stays on the swap-AB kernel there) */
         if (n >= 12) CHECK_STATUS(ak_context_set_ceilings(gpu, 64e9 * di.sm_count, 0.0), AK_OK);
         sd_case c;
         memset(&c, 0, sizeof c);
@@ -855,7 +856,7 @@ AK_TEST(sparse_decode_lpt) {
         {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 1, 128, 512, 0}, {AK_LAYOUT_DSV4_FP8_UE8M0, 1, 64, 128, 256},
         {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 2, 16, 256, 0},  {AK_LAYOUT_MLA_FP8_PERTENSOR, 1, 32, 256, 0},
         {AK_LAYOUT_MLA_BF16, 1, 64, 256, 0},            {AK_LAYOUT_DSV4_FP8_UE8M0, 1, 16, 128, 256},
-        {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 1, 16, 1024, 0},
+        {AK_LAYOUT_MLA_FP8_PERTENSOR, 1, 16, 1024, 0},
     };
     const int n_k = (int)(sizeof k / sizeof k[0]);
     for (int n = 0; n < n_k; n++) {
@@ -899,7 +900,7 @@ AK_TEST(sparse_decode_balanced) {
         {AK_LAYOUT_MLA_BF16, 1, 64, 256, 0, 2, 0, 0},            {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 1, 64, 1024, 0, 1, 1, 0},
         {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 1, 128, 512, 0, 1, 1, 0}, {AK_LAYOUT_DSV4_FP8_UE8M0, 1, 64, 128, 512, 1, 0, 1},
         {AK_LAYOUT_DSV4_FP8_UE8M0, 1, 32, 128, 512, 2, 1, 0},
-        {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 1, 16, 1024, 0, 1, 1, 0}, {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 1, 16, 1024, 0, 2, 0, 0},
+        {AK_LAYOUT_MLA_FP8_PERTENSOR, 1, 16, 1024, 0, 1, 1, 0}, {AK_LAYOUT_MLA_FP8_PERTENSOR, 1, 16, 1024, 0, 2, 0, 0},
     };
     const int n_k = (int)(sizeof k / sizeof k[0]);
     for (int n = 0; n < n_k; n++) {
@@ -936,7 +937,7 @@ AK_TEST(sparse_decode_ring_load) {
     CHECK_STATUS(ak_context_set_ceilings(gpu, 64e9 * di.sm_count, 0.0), AK_OK); /* as sparse_decode_wide */
     sd_case c;
     memset(&c, 0, sizeof c);
-    c.layout = AK_LAYOUT_DSA_FP8_BLOCKSCALE, c.b = 128, c.s_q = 1, c.h_q = 16, c.topk = 2048;
+    c.layout = AK_LAYOUT_MLA_FP8_PERTENSOR, c.b = 128, c.s_q = 1, c.h_q = 16, c.topk = 2048;
     c.pool_copies = 512, c.launches = 1000;
     sd_run_case(cpu, gpu, &c, &r, 0);
     ak_context_destroy(cpu);
@@ -948,7 +949,7 @@ AK_TEST(sparse_decode_ring_load) {
    2^-24 times (~6e-9, under its smallest normal 6.1e-5) on every kernel family's split path: the
    mma.sync kernel (b 1), the swap-AB kernel (b 8 h_q 16), the warp-specialized one (656 b 8 h_q
    128, V4 b 8 and b 32), the pipelined one (MLA_BF16 at 8 units) and the register-dequantizing one
-   (b 40 h_q 16, top-k 4096: 3 splits of 22 tiles). Unscaled fp16 rows would read inf or 0 here;
+   (per-tensor b 40 h_q 16, top-k 4096: 3 splits of 22 tiles). Unscaled fp16 rows would read inf or 0 here;
    NMSE and cosine, which do not depend on the scale, catch any lost precision. */
 AK_TEST(sparse_decode_range) {
     ak_context *cpu = NULL, *gpu = NULL;
@@ -960,7 +961,7 @@ AK_TEST(sparse_decode_range) {
         {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 8, 16, 2048, 0}, {AK_LAYOUT_MLA_FP8_PERTENSOR, 8, 32, 1024, 64},
         {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 8, 128, 1024, 0}, {AK_LAYOUT_DSV4_FP8_UE8M0, 32, 64, 128, 512},
         {AK_LAYOUT_MLA_BF16, 8, 64, 512, 0},             {AK_LAYOUT_DSV4_FP8_UE8M0, 8, 64, 128, 512},
-        {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 40, 16, 4096, 0},
+        {AK_LAYOUT_MLA_FP8_PERTENSOR, 40, 16, 4096, 0},
     };
     const int n_k = (int)(sizeof k / sizeof k[0]);
     ak_device_info di;
@@ -1004,7 +1005,7 @@ AK_TEST(sparse_decode_sharp) {
         {AK_LAYOUT_MLA_FP8_PERTENSOR, 32, 64, 1024, 0},  /* 64-head kernel, one split */
         {AK_LAYOUT_MLA_BF16, 8, 32, 512, 0},
         {AK_LAYOUT_MLA_BF16, 8, 64, 512, 0},             /* the pipelined wgmma kernel */
-        {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 40, 16, 4096, 0}, /* the register-dequantizing kernel (below) */
+        {AK_LAYOUT_MLA_FP8_PERTENSOR, 40, 16, 4096, 0},  /* the register-dequantizing kernel (below) */
     };
     const int n_k = (int)(sizeof k / sizeof k[0]);
     ak_device_info di;
@@ -1057,10 +1058,11 @@ AK_TEST(sparse_decode_graph) {
    rows, a third of them balanced (AK_BALANCE_MAKE, then REUSE), every length form, invalid
    indices, sinks, f32 and padded outputs, and one case in six under graph replay. The cases above cover each path by
    design; these look for the combinations nobody listed. Outside the quick set one case in six is
-   drawn on the register-dequantizing kernel's route (656 or per-tensor, h_q <= 16, one split of 16
-   or more tiles, the context told an H200's copy bandwidth per SM), which the plan takes only on
-   such a device, so that every card draws it (its 656 P V rounded twice per term until x193, which
-   two fixed cases showed once in 10^6 elements). Each case's oracle work (b s_q h_q keys)
+   drawn on the register-dequantizing kernel's route (h_q <= 16, one split of 16 or more tiles, the
+   context told an H200's copy bandwidth per SM: per-tensor fp8 runs there, 656 on the swap-AB
+   kernel), which the plan takes only on such a device, so that every card draws it (656 on that
+   kernel rounded its P V twice per term until x193, which two fixed cases showed once in 10^6
+   elements). Each case's oracle work (b s_q h_q keys)
    stays under a budget, so a case takes about a second of CPU. AK_SD_FUZZ=n runs n cases (default
    24; 4 in the quick set); the harness prints the seed, and each failure names its case. */
 AK_TEST(sparse_decode_fuzz) {
@@ -1103,7 +1105,7 @@ AK_TEST(sparse_decode_fuzz) {
         c.balance = ak_rng_range(&r, 0, 3) == 0 ? AK_BALANCE_MAKE : AK_BALANCE_NONE;
         const int rd = !sd_quick() && ak_rng_range(&r, 0, 6) == 0;
         if (rd) { /* the register-dequantizing route: b s_q from one to two waves keeps one split */
-            c.layout = ak_rng_range(&r, 0, 3) ? AK_LAYOUT_DSA_FP8_BLOCKSCALE : AK_LAYOUT_MLA_FP8_PERTENSOR;
+            c.layout = ak_rng_range(&r, 0, 3) ? AK_LAYOUT_MLA_FP8_PERTENSOR : AK_LAYOUT_DSA_FP8_BLOCKSCALE;
             c.h_q = ak_rng_range(&r, 1, 17);
             c.s_q = ak_rng_range(&r, 1, 3);
             c.topk = 64 * ak_rng_range(&r, 16, 33);

@@ -81,18 +81,16 @@ __device__ __forceinline__ uint32_t ak_sd_pack_bf16(float lo, float hi) {
     return *reinterpret_cast<uint32_t *>(&v);
 }
 
-/* The e4m3 pair in half H of w (low byte first) -> bf16x2 of bf16_rn(float(v) s0), bf16_rn(float(v)
-   s1) (s 1: bf16(v), exact; e4m3 -> half is exact). The half is picked in the conversion's operand,
-   not by a shift: one instruction less per pair (x82, x109). Two scales: the register-dequantizing
-   kernel's V pairs two keys of one dim (x193). */
-template <int H> __device__ __forceinline__ uint32_t ak_sd_deq2s(uint32_t w, float s0, float s1) {
+/* The e4m3 pair in half H of w (low byte first) -> bf16x2 of bf16_rn(float(v) s) (s 1: bf16(v),
+   exact; e4m3 -> half is exact). The half is picked in the conversion's operand, not by a shift:
+   one instruction less per pair (x82, x109). */
+template <int H> __device__ __forceinline__ uint32_t ak_sd_deq2(uint32_t w, float s) {
     uint32_t h;
     if (H) asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %1;\ncvt.rn.f16x2.e4m3x2 %0, h;\n}\n" : "=r"(h) : "r"(w));
     else asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %1;\ncvt.rn.f16x2.e4m3x2 %0, l;\n}\n" : "=r"(h) : "r"(w));
     const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&h));
-    return ak_sd_pack_bf16(f.x * s0, f.y * s1);
+    return ak_sd_pack_bf16(f.x * s, f.y * s);
 }
-template <int H> __device__ __forceinline__ uint32_t ak_sd_deq2(uint32_t w, float s) { return ak_sd_deq2s<H>(w, s, s); }
 
 /* 16 e4m3 bytes -> 16 bf16 of bf16_rn(float(q) * s), as two uint4. */
 __device__ __forceinline__ void ak_sd_dequant16(uint4 raw, float s, uint4 &lo, uint4 &hi) {
@@ -101,38 +99,20 @@ __device__ __forceinline__ void ak_sd_dequant16(uint4 raw, float s, uint4 &lo, u
 }
 
 /* The wgmma A fragments of group grp (k16 steps 4 grp .. 4 grp + 3) of S^T = K Q^T with K from
-   registers (ak_sdr_main's operand map; PT: per-tensor fp8), for the thread's two keys, whose
-   records are rw[0] (rows 16 w + g) and rw[1] (+ 8) and whose four block scales are sc (656):
-   groups 0..7 dequantize the thread's 16 bytes of half scale block grp (lane c4: bytes 32 c4 + 16
-   (grp & 1) of block grp / 2), group 8 is the RoPE (per-tensor: its fp8 bytes; 656: bf16 as
-   stored). a[q] feeds step 4 grp + q. */
-template <int PT>
-__device__ __forceinline__ void ak_sdr_s_frag(const uint8_t *const (&rw)[2], const float (&sc)[2][4], int grp, int c4,
-                                              uint32_t (&a)[4][4]) {
+   registers (ak_sdr_main's operand map, per-tensor fp8: bf16(v), exact), for the thread's two keys,
+   whose records are rw[0] (rows 16 w + g) and rw[1] (+ 8): groups 0..7 convert the thread's 16
+   bytes of half 128-dim block grp (lane c4: bytes 32 c4 + 16 (grp & 1) of block grp / 2), group 8
+   those of the RoPE (bytes 512 + 16 c4). a[q] feeds step 4 grp + q. */
+__device__ __forceinline__ void ak_sdr_s_frag(const uint8_t *const (&rw)[2], int grp, int c4, uint32_t (&a)[4][4]) {
+    const int off = grp < 8 ? 128 * (grp >> 1) + 32 * c4 + 16 * (grp & 1) : 512 + 16 * c4;
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
-        if (grp < 8) {
-            const uint4 x = *reinterpret_cast<const uint4 *>(rw[hr] + 128 * (grp >> 1) + 32 * c4 + 16 * (grp & 1));
-            const uint32_t wd[4] = {x.x, x.y, x.z, x.w};
-            const float sv = sc[hr][grp >> 1];
+        const uint4 x = *reinterpret_cast<const uint4 *>(rw[hr] + off);
+        const uint32_t wd[4] = {x.x, x.y, x.z, x.w};
 #pragma unroll
-            for (int q = 0; q < 4; q++) {
-                a[q][hr] = ak_sd_deq2<0>(wd[q], sv);
-                a[q][2 + hr] = ak_sd_deq2<1>(wd[q], sv);
-            }
-        } else if (PT) {
-            const uint4 x = *reinterpret_cast<const uint4 *>(rw[hr] + 512 + 16 * c4);
-            const uint32_t wd[4] = {x.x, x.y, x.z, x.w};
-#pragma unroll
-            for (int q = 0; q < 4; q++) {
-                a[q][hr] = ak_sd_deq2<0>(wd[q], 1.0f);
-                a[q][2 + hr] = ak_sd_deq2<1>(wd[q], 1.0f);
-            }
-        } else {
-            const uint4 x = *reinterpret_cast<const uint4 *>(rw[hr] + 528 + 32 * c4);
-            const uint4 y = *reinterpret_cast<const uint4 *>(rw[hr] + 528 + 32 * c4 + 16);
-            a[0][hr] = x.x, a[0][2 + hr] = x.y, a[1][hr] = x.z, a[1][2 + hr] = x.w;
-            a[2][hr] = y.x, a[2][2 + hr] = y.y, a[3][hr] = y.z, a[3][2 + hr] = y.w;
+        for (int q = 0; q < 4; q++) {
+            a[q][hr] = ak_sd_deq2<0>(wd[q], 1.0f);
+            a[q][2 + hr] = ak_sd_deq2<1>(wd[q], 1.0f);
         }
     }
 }

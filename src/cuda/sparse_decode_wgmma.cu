@@ -5,8 +5,8 @@
  * ak_sdx_main further down (656, per-tensor fp8 and V4; h_q > 32, 64-head tiles), the swap-AB
  * ak_sdt_main after it (656, per-tensor fp8 and V4; h_q <= 32, 16- or 32-head tiles; 656 and
  * per-tensor also above 32 heads at few units, 16-head tiles) and the
- * register-dequantizing ak_sdr_main last (656 and per-tensor fp8, h_q <= 16 at 16 or more 64-key
- * tiles per CTA, on devices of high copy bandwidth per SM: ak_sdw_plan).
+ * register-dequantizing ak_sdr_main last (per-tensor fp8, h_q <= 16 at 16 or more 64-key tiles per
+ * CTA, on devices of high copy bandwidth per SM: ak_sdw_plan).
  *
  * ak_sdw_main: one CTA = (request r, query token i, 64-head tile, KV split), two warpgroups (256
  * threads).
@@ -1622,31 +1622,31 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
 }
 
 /*
- * ak_sdr_main: 656 and per-tensor fp8 at h_q <= 16, the keys dequantized in the consumers'
- * registers. One CTA = (token, 16-head tile, KV split): four producer warps that only issue bulk
- * copies (16 keys of each 64-key tile, into a ring of four raw tiles) and three consumer
- * warpgroups, warpgroup c serving the tiles n with n % 3 == c; their states merge at the end. Three
- * chains per SM (two left the consumers the bound: x174) at 152 registers, so the products issue in
- * groups of four k16 steps (ptxas checks them against the launch's 128).
+ * ak_sdr_main: per-tensor fp8 at h_q <= 16, the keys dequantized in the consumers' registers. One
+ * CTA = (token, 16-head tile, KV split): four producer warps that only issue bulk copies (16 keys
+ * of each 64-key tile, into a ring of four raw tiles) and three consumer warpgroups, warpgroup c
+ * serving the tiles n with n % 3 == c; their states merge at the end. Three chains per SM (two
+ * left the consumers the bound: x174) at 152 registers, so the products issue in groups of four
+ * k16 steps (ptxas checks them against the launch's 128).
  *
  * S^T = K Q^T with K as the wgmma A operand from registers: each thread loads the fp8 bytes of its
- * two keys (rows 16 w + g and + 8) and dequantizes them exactly as the layout defines (656:
- * bf16_rn(float(v) s), per-tensor: bf16(v)), B = Q from shared memory. The dims of each k16 step
- * are permuted, the same way in Q, so that a thread's A values of a key are adjacent bytes: in
- * scale block b lane c4 owns bytes 32 c4 .. + 31, its step q of the block bytes 4 q .. + 3; the
- * RoPE's step q is 16 c4 + 4 q.
- * O^T += V^T P'^T with V^T from registers too, each register two keys of one dim: for 656 the
- * layout's key bf16_rn(float(v) s), converted again with the two keys' scales (x193); for
- * per-tensor fp8 bf16 of v 2^-120 by moving its sign, exponent and mantissa bits (exact; e4m3
- * subnormals become bf16 subnormals) with P'^T = bf16(P prel 2^64), so O carries 2^-56, undone with
- * the row's factor (bf16 keeps fp32's range: P <= 2^8 under the lazy rescale). Until session 35
- * 656 took the bit moves too, its scales folded into one copy of P'^T per scale block: a term then
- * carried two roundings against the key (P s rounded, v s not rounded where the key is), up to
- * 2^-8 against the other kernels' 2^-9, and short rows put about one output element in 10^6 past
- * semantics.md 14.2's abs 1e-3 (sparse_decode_balanced, seeds 9420608700364341393 and 6383016270331786931).
- * An invalid key's stage bytes are zeros (ak_sdr_produce), so its V row is zero, not a conversion
- * of stale bytes. The rows of an O^T m-tile lie in one scale block: m-tile 2 b + e, row 16 w + g +
- * 8 hr is dim 128 b + 4 (8 w + g) + 2 e + hr.
+ * two keys (rows 16 w + g and + 8) and converts them to bf16(v), exact (the consumers apply
+ * k_scale: ak_sd_kscale), B = Q from shared memory. The dims of each k16 step are permuted, the
+ * same way in Q, so that a thread's A values of a key are adjacent bytes: in 128-dim block b lane
+ * c4 owns bytes 32 c4 .. + 31, its step q of the block bytes 4 q .. + 3; the RoPE's step q is
+ * 16 c4 + 4 q.
+ * O^T += V^T P'^T with V^T from registers too, each register two keys of one dim: bf16 of v 2^-120
+ * by moving its sign, exponent and mantissa bits (exact; e4m3 subnormals become bf16 subnormals)
+ * with P'^T = bf16(P prel 2^64), so O carries 2^-56, undone with the row's factor (bf16 keeps
+ * fp32's range: P <= 2^8 under the lazy rescale). An invalid key's stage bytes are zeros
+ * (ak_sdr_produce), so its V row is zero, not a conversion of stale bytes. The rows of an O^T
+ * m-tile lie in one 128-dim block: m-tile 2 b + e, row 16 w + g + 8 hr is dim 128 b + 4 (8 w + g)
+ * + 2 e + hr.
+ * 656 ran here too until session 61. Its V, the key bf16_rn(float(v) s) converted per key pair
+ * with the two keys' scales (x193, exact where bit moves with one P'^T per scale block had
+ * rounded each term twice), cost it 7.5% on the H200, and there the swap-AB kernel became the
+ * faster of the two for 656 (x264: b 128 h_q 16 -4%, b 64 -7.5%), while per-tensor fp8 stays 5-13%
+ * faster here.
  */
 #define AK_SDR_PW 4 /* producer warps: 16 keys of each tile */
 #define AK_SDR_NWG 3 /* consumer warpgroups: warpgroup c takes the tiles n with n % NWG == c */
@@ -1664,9 +1664,8 @@ static_assert(AK_SDR_NFULL % AK_SDR_NBUF == 0 && AK_SDR_NFULL % AK_SDR_NWG == 0,
 
 template <int LAYOUT> struct ak_sdr_map {
     enum {
-        PT = LAYOUT == AK_LAYOUT_MLA_FP8_PERTENSOR,
         CPY = ak_sd_geo<LAYOUT>::REC,
-        STR = PT ? 592 : 656,         /* stage row stride: 16 or 80 bytes mod 128 (conflict-free loads) */
+        STR = 592,                    /* stage row stride: 16 bytes mod 128 (conflict-free loads) */
         Q = 0,                        /* [9][16 heads][128 B] bf16, permuted columns, swizzled */
         P = Q + 9 * 16 * 128,         /* [NWG][16 heads][128 B] bf16 P'^T, swizzled */
         STAGE = P + AK_SDR_NWG * 2048, /* [NBUF][64 keys][STR] raw records */
@@ -1754,8 +1753,8 @@ __device__ __forceinline__ void ak_sdr_produce(const ak_sd_params &p, uint8_t *s
 
 template <int LAYOUT, int ORD>
 __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_params p) {
+    static_assert(LAYOUT == AK_LAYOUT_MLA_FP8_PERTENSOR, "656 and V4 run on ak_sdt_main");
     typedef ak_sdr_map<LAYOUT> M;
-    enum { PT = M::PT };
     extern __shared__ __align__(16) uint8_t smem_raw[];
     uint8_t *smem = smem_raw + ((1024u - (ak_smem_addr(smem_raw) & 1023u)) & 1023u);
     const uint32_t bar = ak_smem_addr(smem + M::BAR);
@@ -1818,17 +1817,7 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
         const uint16_t *vb = reinterpret_cast<const uint16_t *>(smem + M::VALID + 8 * b);
         const uint32_t kv[2] = {(uint32_t)(vb[k0 >> 4] >> (k0 & 15)) & 1u,
                                 (uint32_t)(vb[(k0 + 8) >> 4] >> ((k0 + 8) & 15)) & 1u};
-        float sc[2][4];
-#pragma unroll
-        for (int hr = 0; hr < 2; hr++) {
-            if (PT) {
-                sc[hr][0] = sc[hr][1] = sc[hr][2] = sc[hr][3] = 1.0f;
-            } else {
-                const float4 x = *reinterpret_cast<const float4 *>(rw[hr] + 512);
-                sc[hr][0] = x.x, sc[hr][1] = x.y, sc[hr][2] = x.z, sc[hr][3] = x.w;
-            }
-        }
-        /* S^T: per half scale block 4 k16 steps from the thread's 16 bytes of each key, then the
+        /* S^T: per half 128-dim block 4 k16 steps from the thread's 16 bytes of each key, then the
            RoPE; the groups alternate between two accumulators (half the dependent chain). Four steps
            per group keep the A fragments at 16 registers: at 512 threads ptxas checks the wgmma
            against the launch's 128 registers per thread and serializes them if they do not fit. */
@@ -1836,7 +1825,7 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
 #pragma unroll
         for (int grp = 0; grp < 9; grp++) {
             uint32_t a[4][4];
-            ak_sdr_s_frag<PT>(rw, sc, grp, c4, a);
+            ak_sdr_s_frag(rw, grp, c4, a);
             ak_wgmma_fence();
 #pragma unroll
             for (int q = 0; q < 4; q++) {
@@ -1862,11 +1851,10 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
         /* column max over the warpgroup's 64 keys; lazy rescale per head */
         float alpha[4], m_use[4];
         const bool rescale = ak_sdt_colmax<16>(s, m_run, m_use, alpha, red, w, g, c4, bar1);
-        /* P'^T [head][key] = bf16(P prel) (per-tensor: times 2^64, V's bit moves carry 2^-120);
-           invalid keys 0 */
+        /* P'^T [head][key] = bf16(P prel 2^64) (V's bit moves carry 2^-120); invalid keys 0 */
         float pw[2];
 #pragma unroll
-        for (int hr = 0; hr < 2; hr++) pw[hr] = kv[hr] ? prel * (PT ? 0x1p64f : 1.0f) : 0.0f;
+        for (int hr = 0; hr < 2; hr++) pw[hr] = kv[hr] ? prel * 0x1p64f : 0.0f;
         ak_sdt_pwrite<16>(s, m_use, alpha, pw, l_part, pt, w, g, c4);
         if (__any_sync(0xffffffffu, rescale)) {
 #pragma unroll
@@ -1882,37 +1870,26 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
 #pragma unroll
             for (int k = 0; k < 8; k++) ak_reg_fence(o[mb][k]);
 #pragma unroll
-        for (int kh = 0; kh < 8; kh++) { /* key step kc, scale blocks 2 hb and 2 hb + 1 (m-tiles 4 hb ..) */
+        for (int kh = 0; kh < 8; kh++) { /* key step kc, 128-dim blocks 2 hb and 2 hb + 1 (m-tiles 4 hb ..) */
             const int kc = kh >> 1, hb = kh & 1, kb = 16 * kc + 2 * c4;
             uint32_t a[4][4];
 #pragma unroll
             for (int bl = 0; bl < 2; bl++) {
                 const int blk = 2 * hb + bl;
                 uint32_t x[4];
-                float sk[4]; /* the four keys' scales of this block (656) */
 #pragma unroll
                 for (int j = 0; j < 4; j++) {
                     const uint8_t *rec = st + (kb + (j & 1) + 8 * (j >> 1)) * M::STR;
                     x[j] = *reinterpret_cast<const uint32_t *>(rec + 128 * blk + 4 * (8 * w + g));
-                    if (!PT) sk[j] = *reinterpret_cast<const float *>(rec + 512 + 4 * blk);
                 }
 #pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    if (PT) { /* bytes (key, dim) 01 of each key; the bit moves pair the keys */
-                        const uint32_t sel = e ? 0x7632u : 0x5410u;
-                        const uint32_t lo = __byte_perm(x[0], x[1], sel), hi = __byte_perm(x[2], x[3], sel);
-                        a[2 * bl + e][0] = ak_sdr_bf16_02(lo);
-                        a[2 * bl + e][1] = ak_sdr_bf16_13(lo);
-                        a[2 * bl + e][2] = ak_sdr_bf16_02(hi);
-                        a[2 * bl + e][3] = ak_sdr_bf16_13(hi);
-                    } else { /* the two keys' bytes of a dim adjacent, for one conversion */
-                        const uint32_t sel = e ? 0x7362u : 0x5140u;
-                        const uint32_t lo = __byte_perm(x[0], x[1], sel), hi = __byte_perm(x[2], x[3], sel);
-                        a[2 * bl + e][0] = ak_sd_deq2s<0>(lo, sk[0], sk[1]);
-                        a[2 * bl + e][1] = ak_sd_deq2s<1>(lo, sk[0], sk[1]);
-                        a[2 * bl + e][2] = ak_sd_deq2s<0>(hi, sk[2], sk[3]);
-                        a[2 * bl + e][3] = ak_sd_deq2s<1>(hi, sk[2], sk[3]);
-                    }
+                for (int e = 0; e < 2; e++) { /* bytes (key, dim) 01 of each key; the bit moves pair the keys */
+                    const uint32_t sel = e ? 0x7632u : 0x5410u;
+                    const uint32_t lo = __byte_perm(x[0], x[1], sel), hi = __byte_perm(x[2], x[3], sel);
+                    a[2 * bl + e][0] = ak_sdr_bf16_02(lo);
+                    a[2 * bl + e][1] = ak_sdr_bf16_13(lo);
+                    a[2 * bl + e][2] = ak_sdr_bf16_02(hi);
+                    a[2 * bl + e][3] = ak_sdr_bf16_13(hi);
                 }
             }
             if (kh == 7) ak_mbar_arrive(bar + 8 * (AK_SDR_NFULL + b)); /* EMPTY[b]: the tile's last raw bytes are read */
@@ -1951,8 +1928,8 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
     ak_mbar_arrive(mbar);
     ak_mbar_wait(mbar, 0);
     /* Per head: the merged max, sum and lse (the warpgroups' terms in order: the same bits every
-       run), each warpgroup's O^T column times its factor (ak_sd_row_scale; per-tensor fp8: times
-       ak_sd_kscale::ref and 2^56, which undoes P' and V's factors) -> shared [wg][head][dim] f32, then rows
+       run), each warpgroup's O^T column times its factor (ak_sd_row_scale, times ak_sd_kscale::ref
+       and 2^56, which undoes P' and V's factors) -> shared [wg][head][dim] f32, then rows
        out in 16-byte pieces, the NWG terms summed in a fixed order. */
     float *os = reinterpret_cast<float *>(smem + M::STAGE);
     float lse[4], am = 0.0f;
@@ -1967,7 +1944,7 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
 #pragma unroll
         for (int k = 0; k < AK_SDR_NWG; k++) lt += ml[(16 * k + hl) * 2 + 1] * ak_ex2(ml[(16 * k + hl) * 2] - mu);
         const float f = ak_sd_row_scale(pslot >= 0, mt, lt, ak_sd_sink(p, pslot >= 0, h), 1.0f, lse[c]) * kq.ref *
-                        (PT ? 0x1p56f : 1.0f) * ak_ex2(m_run[c] - mu);
+                        0x1p56f * ak_ex2(m_run[c] - mu);
         float a = 0.0f;
 #pragma unroll
         for (int mb = 0; mb < 8; mb++)
@@ -2019,8 +1996,8 @@ template <int LAYOUT> static size_t ak_sdt_bytes(int nh) {
 }
 
 /* Serves sparse decode on Hopper tensor cores. 656 and per-tensor fp8: h_q <= 32 on the swap-AB
-   kernel (kernel 3, 16- or 32-head tiles; at 16 heads with 16 or more tiles per CTA, on devices of
-   at least 28 GB/s of copy per SM, the register-dequantizing kernel 4; at b 128 s_q 1 h_q 32 91 us
+   kernel (kernel 3, 16- or 32-head tiles; per-tensor fp8 at 16 heads with 16 or more tiles per
+   CTA, on devices of at least 28 GB/s of copy per SM, the register-dequantizing kernel 4; at b 128 s_q 1 h_q 32 91 us
    against 135 for the 64-row warp-specialized kernel and 163 for the 32-row mma.sync tiles, h_q 16
    79 against 108 on mma.sync: docs/perf.md runs x13, x15) from 5 (token, 16-head tile) units; h_q
    > 32 on the swap-AB kernel's 16-head tiles from 5 such units up to 4 (token, 64-head tile) units,
@@ -2085,20 +2062,19 @@ int ak_sdw_plan(const ak_context *ctx, const ak_mla_decode_args *a, ak_sd_plan *
         if (waves * (per + 2) < best) best = waves * (per + 2), splits = sp;
     }
     pl->splits = (int)splits;
-    /* h_q <= 16 (one 16-head tile) with 16 or more 64-key tiles per CTA, on a device of at least 28
-       GB/s of copy bandwidth per SM (the context's ceiling: H200 ~32, H100 ~23): the
-       register-dequantizing kernel, whose tiles cost ~12% fewer cycles but whose CTAs ~4 us more
-       than the swap-AB kernel's (x82, H200: b 128 h_q 16, 32 tiles per CTA, 78.3 -> 74.0 us; b 32,
-       8 tiles, 27.6 -> 29.7). On an H100, where the same call is nearer its memory bound, it took
-       82 -> 86 us in graph replay, so there the swap-AB kernel stays. With three consumer
-       warpgroups (x175) it is 81.4 us there against 77.7, and 64.0 against 72.3 with L2-resident
-       records (the regime nearer the H200's). Since x193's exact V the margin on the H200 is small:
-       b 128 h_q 16 70.4-71.0 us against the swap-AB kernel's 71.7-72.8 (session 42). */
+    /* Per-tensor fp8 at h_q <= 16 (one 16-head tile) with 16 or more 64-key tiles per CTA, on a
+       device of at least 28 GB/s of copy bandwidth per SM (the context's ceiling: H200 ~32, H100
+       ~23): the register-dequantizing kernel, whose tiles cost fewer cycles but whose CTAs ~4 us
+       more than the swap-AB kernel's (x82). On an H100, where the same call is nearer its memory
+       bound, the swap-AB kernel stays (x175: 81.4 us against 77.7 for 656). On the H200 of
+       session 61 (x264) per-tensor b 128 / 64 h_q 16 took 57.6 / 36.8 us here against 65.2 /
+       37.8 on the swap-AB kernel, but 656, whose V costs two conversions per key pair here (x193),
+       70.5 / 42.2 against 67.5 / 39.1: 656 keeps the swap-AB kernel. */
     const double bw_per_sm = ctx->info.copy_bytes_per_s / (double)slots;
-    if (pl->kernel == 3 && !v4 && h_q <= 16 && (pl->n_tiles + splits - 1) / splits >= 16 && bw_per_sm >= 28e9) {
+    if (pl->kernel == 3 && layout == AK_LAYOUT_MLA_FP8_PERTENSOR && h_q <= 16 &&
+        (pl->n_tiles + splits - 1) / splits >= 16 && bw_per_sm >= 28e9) {
         pl->kernel = 4;
-        pl->smem = 1024 + (layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE ? (size_t)ak_sdr_map<AK_LAYOUT_DSA_FP8_BLOCKSCALE>::BYTES
-                                                                  : (size_t)ak_sdr_map<AK_LAYOUT_MLA_FP8_PERTENSOR>::BYTES);
+        pl->smem = 1024 + (size_t)ak_sdr_map<AK_LAYOUT_MLA_FP8_PERTENSOR>::BYTES;
     }
     pl->rows = b * s_q * h_q;
     pl->ws_bytes = ak_sd_ws_bytes((int)splits, pl->rows);
@@ -2150,9 +2126,7 @@ static ak_status ak_sdw_launch_t(ak_context *ctx, const ak_sd_params &p, const a
 }
 
 ak_status ak_sdw_launch(ak_context *ctx, const ak_sd_params &p, const ak_sd_plan &pl, int layout) {
-    if (pl.kernel == 4)
-        return layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE ? ak_sdr_launch_t<AK_LAYOUT_DSA_FP8_BLOCKSCALE>(ctx, p, pl)
-                                                      : ak_sdr_launch_t<AK_LAYOUT_MLA_FP8_PERTENSOR>(ctx, p, pl);
+    if (pl.kernel == 4) return ak_sdr_launch_t<AK_LAYOUT_MLA_FP8_PERTENSOR>(ctx, p, pl);
     if (pl.kernel == 3) {
         if (layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE)
             return pl.mw == 1 ? ak_sdt_launch_t<AK_LAYOUT_DSA_FP8_BLOCKSCALE, 16>(ctx, p, pl)
