@@ -790,8 +790,9 @@ AK_TEST(sparse_decode_wide) {
         /* V4 on the warp-specialized kernel with splits (64 units; the 128-unit case above has one) */
         {AK_LAYOUT_DSV4_FP8_UE8M0, 32, 1, 128, 128, 512},
         /* the register-dequantizing kernel (per-tensor fp8, h_q <= 16, 16 or more tiles per CTA:
-           67 or more units at one split): one real head of sixteen, and with an extra list at s_q 2 */
-        {AK_LAYOUT_MLA_FP8_PERTENSOR, 68, 1, 1, 1024, 0}, {AK_LAYOUT_MLA_FP8_PERTENSOR, 36, 2, 4, 1024, 64},
+           67 or more units at one split): one real head of sixteen, and an extra list at s_q 2 */
+        {AK_LAYOUT_MLA_FP8_PERTENSOR, 68, 1, 1, 1024, 0},
+        {AK_LAYOUT_MLA_FP8_PERTENSOR, 36, 2, 4, 1024, 64},
         /* rows that are runs of consecutive slots (a sliding window's pattern): V4's window and
            per-tensor fp8 on the warp-specialized kernel, 656 on the swap-AB kernel */
         {AK_LAYOUT_DSV4_FP8_UE8M0, 64, 1, 64, 128, 512, 1}, {AK_LAYOUT_MLA_FP8_PERTENSOR, 64, 1, 128, 256, 0, 1},
@@ -900,7 +901,8 @@ AK_TEST(sparse_decode_balanced) {
         {AK_LAYOUT_MLA_BF16, 1, 64, 256, 0, 2, 0, 0},            {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 1, 64, 1024, 0, 1, 1, 0},
         {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 1, 128, 512, 0, 1, 1, 0}, {AK_LAYOUT_DSV4_FP8_UE8M0, 1, 64, 128, 512, 1, 0, 1},
         {AK_LAYOUT_DSV4_FP8_UE8M0, 1, 32, 128, 512, 2, 1, 0},
-        {AK_LAYOUT_MLA_FP8_PERTENSOR, 1, 16, 1024, 0, 1, 1, 0}, {AK_LAYOUT_MLA_FP8_PERTENSOR, 1, 16, 1024, 0, 2, 0, 0},
+        {AK_LAYOUT_MLA_FP8_PERTENSOR, 1, 16, 1024, 0, 1, 1, 0},
+        {AK_LAYOUT_MLA_FP8_PERTENSOR, 1, 16, 1024, 0, 2, 0, 0},
     };
     const int n_k = (int)(sizeof k / sizeof k[0]);
     for (int n = 0; n < n_k; n++) {
@@ -949,8 +951,8 @@ AK_TEST(sparse_decode_ring_load) {
    2^-24 times (~6e-9, under its smallest normal 6.1e-5) on every kernel family's split path: the
    mma.sync kernel (b 1), the swap-AB kernel (b 8 h_q 16), the warp-specialized one (656 b 8 h_q
    128, V4 b 8 and b 32), the pipelined one (MLA_BF16 at 8 units) and the register-dequantizing one
-   (per-tensor b 40 h_q 16, top-k 4096: 3 splits of 22 tiles). Unscaled fp16 rows would read inf or 0 here;
-   NMSE and cosine, which do not depend on the scale, catch any lost precision. */
+   (per-tensor b 40 h_q 16, top-k 4096: 3 splits of 22 tiles). Unscaled fp16 rows would read inf
+   or 0 here; NMSE and cosine, which do not depend on the scale, catch any lost precision. */
 AK_TEST(sparse_decode_range) {
     ak_context *cpu = NULL, *gpu = NULL;
     if (!sd_contexts(&cpu, &gpu)) return;
@@ -1005,7 +1007,7 @@ AK_TEST(sparse_decode_sharp) {
         {AK_LAYOUT_MLA_FP8_PERTENSOR, 32, 64, 1024, 0},  /* 64-head kernel, one split */
         {AK_LAYOUT_MLA_BF16, 8, 32, 512, 0},
         {AK_LAYOUT_MLA_BF16, 8, 64, 512, 0},             /* the pipelined wgmma kernel */
-        {AK_LAYOUT_MLA_FP8_PERTENSOR, 40, 16, 4096, 0},  /* the register-dequantizing kernel (below) */
+        {AK_LAYOUT_MLA_FP8_PERTENSOR, 40, 16, 4096, 0},  /* register-dequantizing kernel (below) */
     };
     const int n_k = (int)(sizeof k / sizeof k[0]);
     ak_device_info di;

@@ -103,7 +103,8 @@ __device__ __forceinline__ void ak_sd_dequant16(uint4 raw, float s, uint4 &lo, u
    whose records are rw[0] (rows 16 w + g) and rw[1] (+ 8): groups 0..7 convert the thread's 16
    bytes of half 128-dim block grp (lane c4: bytes 32 c4 + 16 (grp & 1) of block grp / 2), group 8
    those of the RoPE (bytes 512 + 16 c4). a[q] feeds step 4 grp + q. */
-__device__ __forceinline__ void ak_sdr_s_frag(const uint8_t *const (&rw)[2], int grp, int c4, uint32_t (&a)[4][4]) {
+__device__ __forceinline__ void ak_sdr_s_frag(const uint8_t *const (&rw)[2], int grp, int c4,
+                                              uint32_t (&a)[4][4]) {
     const int off = grp < 8 ? 128 * (grp >> 1) + 32 * c4 + 16 * (grp & 1) : 512 + 16 * c4;
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {

@@ -1870,7 +1870,7 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
 #pragma unroll
             for (int k = 0; k < 8; k++) ak_reg_fence(o[mb][k]);
 #pragma unroll
-        for (int kh = 0; kh < 8; kh++) { /* key step kc, 128-dim blocks 2 hb and 2 hb + 1 (m-tiles 4 hb ..) */
+        for (int kh = 0; kh < 8; kh++) { /* key step kc, dim blocks 2 hb, 2 hb + 1 (m-tiles 4 hb) */
             const int kc = kh >> 1, hb = kh & 1, kb = 16 * kc + 2 * c4;
             uint32_t a[4][4];
 #pragma unroll
@@ -1882,10 +1882,12 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
                     const uint8_t *rec = st + (kb + (j & 1) + 8 * (j >> 1)) * M::STR;
                     x[j] = *reinterpret_cast<const uint32_t *>(rec + 128 * blk + 4 * (8 * w + g));
                 }
+                /* bytes (key, dim) 01 of each key; the bit moves pair the keys */
 #pragma unroll
-                for (int e = 0; e < 2; e++) { /* bytes (key, dim) 01 of each key; the bit moves pair the keys */
+                for (int e = 0; e < 2; e++) {
                     const uint32_t sel = e ? 0x7632u : 0x5410u;
-                    const uint32_t lo = __byte_perm(x[0], x[1], sel), hi = __byte_perm(x[2], x[3], sel);
+                    const uint32_t lo = __byte_perm(x[0], x[1], sel);
+                    const uint32_t hi = __byte_perm(x[2], x[3], sel);
                     a[2 * bl + e][0] = ak_sdr_bf16_02(lo);
                     a[2 * bl + e][1] = ak_sdr_bf16_13(lo);
                     a[2 * bl + e][2] = ak_sdr_bf16_02(hi);
@@ -1997,9 +1999,10 @@ template <int LAYOUT> static size_t ak_sdt_bytes(int nh) {
 
 /* Serves sparse decode on Hopper tensor cores. 656 and per-tensor fp8: h_q <= 32 on the swap-AB
    kernel (kernel 3, 16- or 32-head tiles; per-tensor fp8 at 16 heads with 16 or more tiles per
-   CTA, on devices of at least 28 GB/s of copy per SM, the register-dequantizing kernel 4; at b 128 s_q 1 h_q 32 91 us
-   against 135 for the 64-row warp-specialized kernel and 163 for the 32-row mma.sync tiles, h_q 16
-   79 against 108 on mma.sync: docs/perf.md runs x13, x15) from 5 (token, 16-head tile) units; h_q
+   CTA, on devices of at least 28 GB/s of copy per SM, the register-dequantizing kernel 4; at
+   b 128 s_q 1 h_q 32 91 us against 135 for the 64-row warp-specialized kernel and 163 for the
+   32-row mma.sync tiles, h_q 16 79 against 108 on mma.sync: docs/perf.md runs x13, x15) from 5
+   (token, 16-head tile) units; h_q
    > 32 on the swap-AB kernel's 16-head tiles from 5 such units up to 4 (token, 64-head tile) units,
    and on the warp-specialized kernel (kernel 2) from 5 of those. V4 on the swap-AB kernel at h_q
    <= 32 from 16 units, above 32 on kernel 2 from 8. MLA_BF16 at h_q > 32 on the pipelined kernel
