@@ -1107,7 +1107,8 @@ AK_TEST(sparse_decode_fuzz) {
         c.balance = ak_rng_range(&r, 0, 3) == 0 ? AK_BALANCE_MAKE : AK_BALANCE_NONE;
         const int rd = !sd_quick() && ak_rng_range(&r, 0, 6) == 0;
         if (rd) { /* the register-dequantizing route: b s_q from one to two waves keeps one split */
-            c.layout = ak_rng_range(&r, 0, 3) ? AK_LAYOUT_MLA_FP8_PERTENSOR : AK_LAYOUT_DSA_FP8_BLOCKSCALE;
+            c.layout =
+                ak_rng_range(&r, 0, 3) ? AK_LAYOUT_MLA_FP8_PERTENSOR : AK_LAYOUT_DSA_FP8_BLOCKSCALE;
             c.h_q = ak_rng_range(&r, 1, 17);
             c.s_q = ak_rng_range(&r, 1, 3);
             c.topk = 64 * ak_rng_range(&r, 16, 33);
