@@ -12,7 +12,8 @@
 # Environment: BASE="DIR ..." (each a `git archive` of a base commit or a variant tree, untracked
 # and not ignored, so that the device copies it); ROUNDS (default 3); AK_BENCH_SHAPES (BxSxH,...:
 # 656, V4 and per-tensor fp8 at each shape) and FILTER (AK_BENCH_FILTER) pick the cases; QUICK_ONLY=1
-# skips the full test and the check; SANITIZE=1.
+# skips the full test and the check; SANITIZE=1; TIME_ANYWAY=1 times the trees even when the quick
+# test fails (a variant whose results are known to be off, timed as a proxy).
 set -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}
@@ -38,7 +39,7 @@ rc=$?
 echo "quick rc $rc: $(tail -1 "$OUT/quick.txt")"
 [ $rc -eq 77 ] && { echo "no GPU: nothing to time"; exit 0; }
 # a failing run's seed and cases on stdout: the device returns only a few files from $OUT
-[ $rc -eq 0 ] || { grep -E "^seed|FAIL" "$OUT/quick.txt" | head -20; exit 1; }
+[ $rc -eq 0 ] || { grep -E "^seed|FAIL" "$OUT/quick.txt" | head -20; [ "${TIME_ANYWAY:-0}" = 1 ] || exit 1; }
 for round in $(seq "${ROUNDS:-3}"); do
   for v in $names gpu; do
     AK_BENCH_FILTER="${FILTER:-}" timeout 150 "./build-$v/attnkit" bench --backend cuda --op mla_decode_sparse --json \
