@@ -2002,11 +2002,10 @@ template <int LAYOUT> static size_t ak_sdt_bytes(int nh) {
    CTA, on devices of at least 28 GB/s of copy per SM, the register-dequantizing kernel 4; at
    b 128 s_q 1 h_q 32 91 us against 135 for the 64-row warp-specialized kernel and 163 for the
    32-row mma.sync tiles, h_q 16 79 against 108 on mma.sync: docs/perf.md runs x13, x15) from 5
-   (token, 16-head tile) units; h_q
-   > 32 on the swap-AB kernel's 16-head tiles from 5 such units up to 4 (token, 64-head tile) units,
-   and on the warp-specialized kernel (kernel 2) from 5 of those. V4 on the swap-AB kernel at h_q
-   <= 32 from 16 units, above 32 on kernel 2 from 8. MLA_BF16 at h_q > 32 on the pipelined kernel
-   (kernel 1). Splits from shapes and the SM count only (one CTA per SM): the fewest splits
+   (token, 16-head tile) units; h_q > 32 on the swap-AB kernel's 16-head tiles from 5 such units
+   up to 4 (token, 64-head tile) units, and on the warp-specialized kernel (kernel 2) from 5 of
+   those. V4 on the swap-AB kernel at h_q <= 32 from 16 units, above 32 on kernel 2 from 8.
+   MLA_BF16 at h_q > 32 on the pipelined kernel (kernel 1). Splits from shapes and the SM count only (one CTA per SM): the fewest splits
    minimising waves x (tiles per CTA + 2), the 2 standing for a CTA's fixed work (Q tile, row
    writes). Without it b 128 h_q 128 took 32 splits (63 waves of one tile each, then a combine of
    1 GB of partial rows: 1140 us in device run w1) over one split (2 waves of 32 tiles). Declines
