@@ -98,38 +98,6 @@ __device__ __forceinline__ void ak_sd_dequant16(uint4 raw, float s, uint4 &lo, u
     hi = make_uint4(ak_sd_deq2<0>(raw.z, s), ak_sd_deq2<1>(raw.z, s), ak_sd_deq2<0>(raw.w, s), ak_sd_deq2<1>(raw.w, s));
 }
 
-/* The e4m3 pair in half H of w -> bf16x2 of q 2^(e - 127) for a ue8m0 byte e in [10, 134], with no
-   conversion: a permute places each byte with its sign replicated into the next byte, so that the
-   shift by 4 and the mask leave the bf16 bits of q 2^-120 (exact for every finite e4m3, subnormals
-   included), and one bf16x2 multiply by m2 = 2^(e - 7) gives q 2^(e - 127), exact and normal in that
-   range: 4 instructions per pair against ak_sd_deq2's 6 (x267). An e4m3 NaN byte (0x7f, 0xff)
-   decodes as +-480 here; no attnkit writer emits one (layouts.md 3, rule F1). */
-template <int H> __device__ __forceinline__ uint32_t ak_sd_deq2e(uint32_t w, uint32_t m2) {
-    uint32_t t, y;
-    asm("prmt.b32 %0, %1, 0, %2;" : "=r"(t) : "r"(w), "n"(H ? 0xB3A2 : 0x9180));
-    t = (t << 4) & 0x87f087f0u;
-    asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(y) : "r"(t), "r"(m2));
-    return y;
-}
-
-/* 16 e4m3 bytes -> 16 bf16 of q 2^(e - 127) by ak_sd_deq2e (e in [10, 134]). */
-__device__ __forceinline__ void ak_sd_dequant16_e8(uint4 raw, uint32_t e, uint4 &lo, uint4 &hi) {
-    const uint32_t mb = (e + 120u) << 7, m2 = mb | (mb << 16);
-    lo = make_uint4(ak_sd_deq2e<0>(raw.x, m2), ak_sd_deq2e<1>(raw.x, m2), ak_sd_deq2e<0>(raw.y, m2),
-                    ak_sd_deq2e<1>(raw.y, m2));
-    hi = make_uint4(ak_sd_deq2e<0>(raw.z, m2), ak_sd_deq2e<1>(raw.z, m2), ak_sd_deq2e<0>(raw.w, m2),
-                    ak_sd_deq2e<1>(raw.w, m2));
-}
-
-/* Whether all seven ue8m0 bytes of a V4 key's scale row (sc: tile t in byte t) lie in [10, 134],
-   ak_sd_dequant16_e8's range. */
-__device__ __forceinline__ bool ak_sd_e8_fast(uint2 sc) {
-    bool ok = true;
-#pragma unroll
-    for (int t = 0; t < 7; t++) ok &= ((__byte_perm(sc.x, sc.y, (unsigned)t) & 0xffu) - 10u) <= 124u;
-    return ok;
-}
-
 /* The wgmma A fragments of group grp (k16 steps 4 grp .. 4 grp + 3) of S^T = K Q^T with K from
    registers (ak_sdr_main's operand map, per-tensor fp8: bf16(v), exact), for the thread's two keys,
    whose records are rw[0] (rows 16 w + g) and rw[1] (+ 8): groups 0..7 convert the thread's 16

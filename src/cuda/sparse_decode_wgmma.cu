@@ -1176,8 +1176,7 @@ __device__ __forceinline__ int ak_sdt_nextu(const ak_sd_params &p, int u, int t_
    bytes; of its stores, lanes j and j + 4 fall in the same swizzle position of two column blocks
    (8 KB apart, the same banks), so lanes 4.. store their chunk's upper half first (a one-warp
    micro-benchmark, session 50, timed both orders alike; this order is the one measured in x231). */
-template <bool FAST>
-__device__ __forceinline__ void ak_sdt_convert_v4_t(const uint8_t *stg, const uint8_t *scl, uint8_t *kb, int n0, int lane) {
+__device__ __forceinline__ void ak_sdt_convert_v4(const uint8_t *stg, const uint8_t *scl, uint8_t *kb, int n0, int lane) {
     enum { STG = ak_sd_geo<AK_LAYOUT_DSV4_FP8_UE8M0>::REC };
     const int k = lane >> 3, j = lane & 7, n = n0 + k, up = j >> 2;
     const uint8_t *rec = stg + k * STG;
@@ -1192,24 +1191,11 @@ __device__ __forceinline__ void ak_sdt_convert_v4_t(const uint8_t *stg, const ui
         if (i == 3 && j >= 4) break;
         const int c = 8 * i + j;
         uint4 lo, hi;
-        const uint32_t e = __byte_perm(sc.x, sc.y, (unsigned)(c >> 2)) & 0xffu;
-        if (FAST) ak_sd_dequant16_e8(f[i], e, lo, hi);
-        else ak_sd_dequant16(f[i], ak_ue8m0_to_f32((uint8_t)e), lo, hi);
+        ak_sd_dequant16(f[i], ak_ue8m0_to_f32((uint8_t)__byte_perm(sc.x, sc.y, (unsigned)(c >> 2))), lo, hi);
         *reinterpret_cast<uint4 *>(kb + ak_sdx_off<AK_SD_KEYS>(n, 16 * c + 8 * up)) = up ? hi : lo;
         *reinterpret_cast<uint4 *>(kb + ak_sdx_off<AK_SD_KEYS>(n, 16 * c + 8 - 8 * up)) = up ? lo : hi;
     }
     *reinterpret_cast<uint4 *>(kb + ak_sdx_off<AK_SD_KEYS>(n, 448 + 8 * j)) = rp;
-}
-
-/* The warp takes ak_sd_dequant16_e8 when every scale byte of its keys allows it (x267), else the
-   general conversion: one vote per call, so that neither form has a branch among its chunks (a
-   branch per chunk cost 2.5-5%). Only here: in ak_sdx_convert_v4 the two forms make the 64-head
-   kernel's producers spill. */
-__device__ __forceinline__ void ak_sdt_convert_v4(const uint8_t *stg, const uint8_t *scl, uint8_t *kb, int n0, int lane) {
-    if (__all_sync(0xffffffffu, ak_sd_e8_fast(*reinterpret_cast<const uint2 *>(scl + 8 * (lane >> 3)))))
-        ak_sdt_convert_v4_t<true>(stg, scl, kb, n0, lane);
-    else
-        ak_sdt_convert_v4_t<false>(stg, scl, kb, n0, lane);
 }
 
 template <int LAYOUT, int NH>
