@@ -1064,9 +1064,9 @@ AK_TEST(sparse_decode_graph) {
    context told an H200's copy bandwidth per SM: per-tensor fp8 runs there, 656 on the swap-AB
    kernel), which the plan takes only on such a device, so that every card draws it (656 on that
    kernel rounded its P V twice per term until x193, which two fixed cases showed once in 10^6
-   elements). Each case's oracle work (b s_q h_q keys)
-   stays under a budget, so a case takes about a second of CPU. AK_SD_FUZZ=n runs n cases (default
-   24; 4 in the quick set); the harness prints the seed, and each failure names its case. */
+   elements). Each case's oracle work (b s_q h_q keys) stays under a budget, so a case takes about
+   a second of CPU. AK_SD_FUZZ=n runs n cases (default 24; 4 in the quick set); the harness prints
+   the seed, and each failure names its case. */
 AK_TEST(sparse_decode_fuzz) {
     ak_context *cpu = NULL, *gpu = NULL;
     if (!sd_contexts(&cpu, &gpu)) return;

@@ -1185,8 +1185,8 @@ static ak_status ak_sd_combine_launch(ak_context *ctx, const ak_sd_params &p, co
     /* The CTAs spread evenly, at most k = ceil(rows / SMs) per SM, by asking for more than 1 / (k +
        1) of an SM's shared memory (more than the ~17 KB BULK instances use). Dispatched as the main
        kernel's CTAs leave, they otherwise filled the first SMs freed up to the launch bounds'
-       occupancy and shared those SMs' loads: b 1 h_q 64 (64 rows of 32 splits) 20.0k -> 17.2k cycles, b 8 h_q
-       16 -2..3%, 512-row calls -2..4% (x251, session 56). */
+       occupancy and shared those SMs' loads: b 1 h_q 64 (64 rows of 32 splits) 20.0k -> 17.2k
+       cycles, b 8 h_q 16 -2..3%, 512-row calls -2..4% (x251, session 56). */
     size_t smem = 0;
     int64_t k = (pl.rows + sms - 1) / sms;
     /* Two per SM where a wgmma kernel's grid (one CTA per SM) leaves at most sms / 16 SMs idle and

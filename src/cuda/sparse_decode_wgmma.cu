@@ -2005,14 +2005,14 @@ template <int LAYOUT> static size_t ak_sdt_bytes(int nh) {
    (token, 16-head tile) units; h_q > 32 on the swap-AB kernel's 16-head tiles from 5 such units
    up to 4 (token, 64-head tile) units, and on the warp-specialized kernel (kernel 2) from 5 of
    those. V4 on the swap-AB kernel at h_q <= 32 from 16 units, above 32 on kernel 2 from 8.
-   MLA_BF16 at h_q > 32 on the pipelined kernel (kernel 1). Splits from shapes and the SM count only (one CTA per SM): the fewest splits
-   minimising waves x (tiles per CTA + 2), the 2 standing for a CTA's fixed work (Q tile, row
-   writes). Without it b 128 h_q 128 took 32 splits (63 waves of one tile each, then a combine of
-   1 GB of partial rows: 1140 us in device run w1) over one split (2 waves of 32 tiles). Declines
-   fewer units (656 and per-tensor: 5 (token, 16-head tile) units; V4: 16 such units at h_q <= 32,
-   8 (token, 64-head tile) units above; MLA_BF16: 8 of those): there the mma.sync tiles fill the SMs
-   with fewer splits and less fixed work per CTA (at 1 to 4 units kernel 3 is within -3..+5% of
-   mma.sync, from 5 units -3..-14%: x228, x229). */
+   MLA_BF16 at h_q > 32 on the pipelined kernel (kernel 1). Splits from shapes and the SM count only
+   (one CTA per SM): the fewest splits minimising waves x (tiles per CTA + 2), the 2 standing for a
+   CTA's fixed work (Q tile, row writes). Without it b 128 h_q 128 took 32 splits (63 waves of one
+   tile each, then a combine of 1 GB of partial rows: 1140 us in device run w1) over one split (2
+   waves of 32 tiles). Declines fewer units (656 and per-tensor: 5 (token, 16-head tile) units; V4:
+   16 such units at h_q <= 32, 8 (token, 64-head tile) units above; MLA_BF16: 8 of those): there the
+   mma.sync tiles fill the SMs with fewer splits and less fixed work per CTA (at 1 to 4 units kernel
+   3 is within -3..+5% of mma.sync, from 5 units -3..-14%: x228, x229). */
 int ak_sdw_plan(const ak_context *ctx, const ak_mla_decode_args *a, ak_sd_plan *pl) {
     const int layout = (int)a->cache->layout;
     const int64_t b = a->q->shape[0], s_q = a->q->shape[1], h_q = a->q->shape[2];
