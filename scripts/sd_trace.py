@@ -326,14 +326,13 @@ rep('''    ak_sdw_load_q<DQK, NH, 128>(p, qs, r, i, h0, ct);
     ak_bar_sync(1, 128);
     if (ct == 0) TR2(11, 1);''')
 rep('''        const int b = n & 1;
-        ak_mbar_wait(bar + 8 * b, (n >> 1) & 1); /* FULL[b] */
-        float s[NS];
-        ak_sdt_qk<NH, KSTEPS>(s, dk0 + b * KBUF, dq0);
-        ak_wgmma_wait0();''','''        const int b = n & 1;
+        ak_mbar_wait(bar + 8 * b, (n >> 1) & 1); /* FULL[b] */''','''        const int b = n & 1;
         if (ct == 0) TR2(5, n);
         ak_mbar_wait(bar + 8 * b, (n >> 1) & 1); /* FULL[b] */
-        if (ct == 0) TR2(6, n);
-        float s[NS];
+        if (ct == 0) TR2(6, n);''')
+rep('''        float s[NS];
+        ak_sdt_qk<NH, KSTEPS>(s, dk0 + b * KBUF, dq0);
+        ak_wgmma_wait0();''','''        float s[NS];
         ak_sdt_qk<NH, KSTEPS>(s, dk0 + b * KBUF, dq0);
         ak_wgmma_wait0();
         if (ct == 0) TR2(7, n);''')

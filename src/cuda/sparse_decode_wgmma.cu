@@ -1242,13 +1242,14 @@ __device__ __forceinline__ void ak_sdt_produce(const ak_sd_params &p, uint8_t *s
         if (M::V4) ak_sdt_convert_v4(stage_p + (j % NST) * SB, scl_p + (j % NST) * KPW * 8, kb, 32 * half + KPW * w, lane);
         else ak_sdx_convert<LAYOUT, AK_SD_KEYS, KPW, M::STG>(stage_p + (j % NST) * SB, kb, 32 * half + KPW * w, lane);
         if (lane == 0) smem[M::VALID + M::VF * b + (32 / KPW) * half + w] = (uint8_t)va;
-        /* The consumer needs both halves of a tile, so the K buffer writes of both are fenced and
-           released once, after the second (one fence per tile, not per half: x131). The first
-           half's stage is refilled in the next step without a fence of its own: its lanes' shared
-           reads have been consumed by their conversion before the warp synchronizes, as a TMA
-           pipeline's consumer releases a buffer by an arrival alone. */
+        /* The consumer needs both halves of a tile, so the K buffer writes of both are released
+           once, after the second (x131). Their proxy fence is the consumers', after their FULL
+           wait (ak_sdt_main): here it held each producer warp's chain beside the consumer's
+           products (moved, b 128 h_q 16 / 32 -2.4 / -2.6%: x273). The first half's stage is
+           refilled in the next step without a fence of its own: its lanes' shared reads have been
+           consumed by their conversion before the warp synchronizes, as a TMA pipeline's consumer
+           releases a buffer by an arrival alone. */
         if (half) {
-            ak_fence_proxy_async(); /* K buffer writes -> the consumer's wgmma reads */
             ak_mbar_arrive(bar + 8 * b); /* FULL[b] */
         }
         __syncwarp();
@@ -1500,6 +1501,11 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
     for (int t = ak_sdw_next(p, t_begin, t_end, len0, len1); t < t_end; t = ak_sdw_next(p, t + 1, t_end, len0, len1), n++) {
         const int b = n & 1;
         ak_mbar_wait(bar + 8 * b, (n >> 1) & 1); /* FULL[b] */
+        /* the producers' generic K buffer writes -> this thread's wgmma reads: the writes precede
+           the fence through FULL's release and acquire, the fence precedes the products in program
+           order (the PTX model's cross-proxy causality; a fence on the reading side also holds
+           where the writers are in another CTA) */
+        ak_fence_proxy_async();
         float s[NS];
         ak_sdt_qk<NH, KSTEPS>(s, dk0 + b * KBUF, dq0);
         ak_wgmma_wait0();
