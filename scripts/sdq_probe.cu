@@ -73,6 +73,31 @@ __global__ void fill_pool(uint32_t *pool, int64_t words) {
 
 /* O^T += V^T P^T over this warpgroup's dims (blocks 2 wg, 2 wg + 1) for the tile in st; P^T's
    key order: logical key 2 (8 w + g) + hr is record 16 w + g + 8 hr, as the softmax stores it. */
+/* The S^T A fragments of group grp (k16 steps 4 grp .. + 3) for the thread's two 656 keys rw[0]
+   (row 16 w + g) and rw[1] (+ 8), in ak_sdr_main's operand map (ak_sdr_s_frag, which is per-tensor
+   fp8 since session 61): groups 0..7 the thread's 16 bytes of half scale block grp as
+   bf16_rn(float(v) s), group 8 the bf16 RoPE as stored. */
+__device__ __forceinline__ void s_frag(const uint8_t *const (&rw)[2], const float (&sc)[2][4], int grp, int c4,
+                                       uint32_t (&a)[4][4]) {
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        if (grp < 8) {
+            const uint4 x = *reinterpret_cast<const uint4 *>(rw[hr] + 128 * (grp >> 1) + 32 * c4 + 16 * (grp & 1));
+            const uint32_t wd[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                a[q][hr] = ak_sd_deq2<0>(wd[q], sc[hr][grp >> 1]);
+                a[q][2 + hr] = ak_sd_deq2<1>(wd[q], sc[hr][grp >> 1]);
+            }
+        } else {
+            const uint4 x = *reinterpret_cast<const uint4 *>(rw[hr] + 528 + 32 * c4);
+            const uint4 y = *reinterpret_cast<const uint4 *>(rw[hr] + 528 + 32 * c4 + 16);
+            a[0][hr] = x.x, a[0][2 + hr] = x.y, a[1][hr] = x.z, a[1][2 + hr] = x.w;
+            a[2][hr] = y.x, a[2][2 + hr] = y.y, a[3][hr] = y.z, a[3][2 + hr] = y.w;
+        }
+    }
+}
+
 template <int MODE>
 __device__ __forceinline__ void pv(float (*o)[32], const uint8_t *st, uint64_t dp, int wg, int w, int g, int c4) {
 #pragma unroll
@@ -210,7 +235,7 @@ __global__ void __launch_bounds__(COPY == 2 ? 384 : 256, 1) sdq(long long *out, 
 #pragma unroll
         for (int grp = 0; grp < 9; grp++) {
             uint32_t a[4][4];
-            ak_sdr_s_frag<0>(rw, sc, grp, c4, a);
+            s_frag(rw, sc, grp, c4, a);
             if ((MODE & 1) && grp < 8) { /* proxy: the raw words as the A values, no conversion */
 #pragma unroll
                 for (int hr = 0; hr < 2; hr++) {

@@ -81,16 +81,18 @@ __device__ __forceinline__ uint32_t ak_sd_pack_bf16(float lo, float hi) {
     return *reinterpret_cast<uint32_t *>(&v);
 }
 
-/* The e4m3 pair in half H of w (low byte first) -> bf16x2 of bf16_rn(float(v) s) (s 1: bf16(v),
-   exact; e4m3 -> half is exact). The half is picked in the conversion's operand, not by a shift:
-   one instruction less per pair (x82, x109). */
-template <int H> __device__ __forceinline__ uint32_t ak_sd_deq2(uint32_t w, float s) {
+/* The e4m3 pair in half H of w (low byte first) -> bf16x2 of bf16_rn(float(v) s0), bf16_rn(float(v)
+   s1) (s 1: bf16(v), exact; e4m3 -> half is exact). The half is picked in the conversion's operand,
+   not by a shift: one instruction less per pair (x82, x109). Two scales pair two keys of one dim
+   (scripts/sdq_probe.cu's V). */
+template <int H> __device__ __forceinline__ uint32_t ak_sd_deq2s(uint32_t w, float s0, float s1) {
     uint32_t h;
     if (H) asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %1;\ncvt.rn.f16x2.e4m3x2 %0, h;\n}\n" : "=r"(h) : "r"(w));
     else asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %1;\ncvt.rn.f16x2.e4m3x2 %0, l;\n}\n" : "=r"(h) : "r"(w));
     const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&h));
-    return ak_sd_pack_bf16(f.x * s, f.y * s);
+    return ak_sd_pack_bf16(f.x * s0, f.y * s1);
 }
+template <int H> __device__ __forceinline__ uint32_t ak_sd_deq2(uint32_t w, float s) { return ak_sd_deq2s<H>(w, s, s); }
 
 /* 16 e4m3 bytes -> 16 bf16 of bf16_rn(float(q) * s), as two uint4. */
 __device__ __forceinline__ void ak_sd_dequant16(uint4 raw, float s, uint4 &lo, uint4 &hi) {
