@@ -60,11 +60,11 @@ rep('''    ak_fence_proxy_async(); /* Q tile writes -> the wgmma (async proxy) r
 # consumer wg1: first wait
 rep('''        if (u < u_end) {
             ak_mbar_wait(bar, 0);
-            kv = *reinterpret_cast<const uint32_t *>(smem + M::VALID);''','''        if (u < u_end) {
+''','''        if (u < u_end) {
             if (ctid == 0) TR(0, 0);
             ak_mbar_wait(bar, 0);
             if (ctid == 0) TR(1, 0);
-            kv = *reinterpret_cast<const uint32_t *>(smem + M::VALID);''')
+''')
 rep('''            ak_sdx_softmax(ex ? kq.sl[1] : kq.sl[0], ex ? kq.rel[1] : kq.rel[0], s, kv, c4, m_run, l_run, pa, o, alpha);''','''            ak_sdx_softmax(ex ? kq.sl[1] : kq.sl[0], ex ? kq.rel[1] : kq.rel[0], s, kv, c4, m_run, l_run, pa, o, alpha);
             if (ctid == 0) TR(2, j);''')
 rep('''                ak_mbar_wait(bar + 8 * ((j + 1) % NBUF), ((j + 1) / NBUF) & 1); /* FULL */''','''                if (ctid == 0) TR(0, j + 1);

@@ -917,7 +917,8 @@ __device__ __forceinline__ void ak_sdx_produce(const ak_sd_params &p, uint8_t *s
         else
             ak_sdx_convert<LAYOUT, AK_SDX_UNIT, KPW, M::STG>(stage_p + (j % NST) * 8 * M::STG, kb, 8 * w, lane);
         if (lane == 0) smem[M::VALID + 4 * b + w] = (uint8_t)va; /* byte w of the unit's mask */
-        ak_fence_proxy_async(); /* K buffer writes -> the consumers' wgmma reads; stage reads -> refill */
+        /* no proxy fence: the consumers fence after their FULL wait (x273's form, x274), and the
+           stage's reads are consumed by the conversion before its refill is issued (x131) */
         ak_mbar_arrive(bar + 8 * b); /* FULL[b] */
         __syncwarp(); /* every lane has read stage j % NST before it is refilled */
         if (NST == 3) {
@@ -1007,6 +1008,7 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
         uint32_t kv = 0u; /* the unit's validity mask, read as soon as its FULL completes */
         if (u < u_end) {
             ak_mbar_wait(bar, 0);
+            ak_fence_proxy_async(); /* the producers' K buffer writes -> this thread's wgmma reads */
             kv = *reinterpret_cast<const uint32_t *>(smem + M::VALID);
             ak_sdx_qk<KSTEPS>(s, dq0, dk0);
             ak_wgmma_wait0();
@@ -1040,6 +1042,7 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
             ak_wgmma_commit();
             if (un < u_end) {
                 ak_mbar_wait(bar + 8 * ((j + 1) % NBUF), ((j + 1) / NBUF) & 1); /* FULL */
+                ak_fence_proxy_async();
                 kv = *reinterpret_cast<const uint32_t *>(smem + M::VALID + 4 * ((j + 1) % NBUF));
                 ak_sdx_qk<KSTEPS>(s, dq0, ak_wgmma_desc_add(dk0, ((j + 1) % NBUF) * KBUF));
                 if (NBUF == 3) ak_bar_arrive(3, 256); /* S of the next unit is queued: warpgroup 2's P V may follow */
@@ -1064,6 +1067,9 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
         for (int j = 0; u < u_end; j++) {
             const int b = j % NBUF;
             ak_bar_sync(2, 256); /* P and alpha of unit j */
+            /* the K buffer's writes reach this warpgroup through warpgroup 1's FULL wait and this
+               barrier: its own fence, before its V^T reads */
+            ak_fence_proxy_async();
             uint32_t pa[8];
 #pragma unroll
             for (int kk = 0; kk < 2; kk++) {
