@@ -538,7 +538,8 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
  * bulk copy each (the copy engine moves the bytes and counts them on the stage's mbarrier, so no
  * copy sits in the warp's scoreboard), NST - 1 units ahead of the one being converted; the warp then
  * dequantizes its 8 keys into one of NBUF bf16 K buffers (32 keys, 128-byte swizzle) and arrives on
- * FULL. It keeps 120 registers, V4's 136 (at 104 a spilled slot id made every step wait for its
+ * FULL (the proxy fence for those writes is the consumers', after their FULL wait: x274). It keeps
+ * 120 registers, V4's 136 (at 104 a spilled slot id made every step wait for its
  * load; V4's converter beside three K buffers spills at 120). V4's
  * 8 scale bytes per key live in their own page region: each lane brings its key's with an 8-byte
  * cp.async that arrives on the stage's mbarrier (a second bulk copy per key, x52, or a register
