@@ -71,8 +71,6 @@ __global__ void fill_pool(uint32_t *pool, int64_t words) {
         pool[k] = rec_word((uint32_t)k, 7u);
 }
 
-/* O^T += V^T P^T over this warpgroup's dims (blocks 2 wg, 2 wg + 1) for the tile in st; P^T's
-   key order: logical key 2 (8 w + g) + hr is record 16 w + g + 8 hr, as the softmax stores it. */
 /* The S^T A fragments of group grp (k16 steps 4 grp .. + 3) for the thread's two 656 keys rw[0]
    (row 16 w + g) and rw[1] (+ 8), in ak_sdr_main's operand map (ak_sdr_s_frag, which is per-tensor
    fp8 since session 61): groups 0..7 the thread's 16 bytes of half scale block grp as
@@ -98,6 +96,8 @@ __device__ __forceinline__ void s_frag(const uint8_t *const (&rw)[2], const floa
     }
 }
 
+/* O^T += V^T P^T over this warpgroup's dims (blocks 2 wg, 2 wg + 1) for the tile in st; P^T's
+   key order: logical key 2 (8 w + g) + hr is record 16 w + g + 8 hr, as the softmax stores it. */
 template <int MODE>
 __device__ __forceinline__ void pv(float (*o)[32], const uint8_t *st, uint64_t dp, int wg, int w, int g, int c4) {
 #pragma unroll
