@@ -620,14 +620,31 @@ __device__ __forceinline__ int ak_sdx_next(const ak_sd_params &p, int u, int u_e
     return u;
 }
 
+/* A producer's view of token row (r, i)'s slot ids: where the row starts in each list, its last
+   position and its length, taken once per CTA, so that a step's slot-id address is a select and
+   an add (it was recomputed from the parameters in every step). An absent extra list (tiles 0) is
+   never selected, and its row stays the main one's (no arithmetic on its NULL pointer). */
+struct ak_sdx_rows {
+    const int32_t *row[2];
+    int32_t last[2], len[2], tiles0;
+};
+
+__device__ __forceinline__ ak_sdx_rows ak_sdx_rows_of(const ak_sd_params &p, int64_t r, int64_t i, int32_t len0,
+                                                      int32_t len1) {
+    ak_sdx_rows w;
+    w.row[0] = p.list[0].idx + r * p.list[0].idx_s0 + i * p.list[0].idx_s1;
+    w.row[1] = p.list[1].tiles > 0 ? p.list[1].idx + r * p.list[1].idx_s0 + i * p.list[1].idx_s1 : w.row[0];
+    w.last[0] = p.list[0].topk - 1, w.last[1] = p.list[1].topk - 1;
+    w.len[0] = len0, w.len[1] = len1, w.tiles0 = p.list[0].tiles;
+    return w;
+}
+
 /* Index value of key k of unit u as stored (checked at use); ok: the position is inside the length. */
-__device__ __forceinline__ int32_t ak_sdx_slot(const ak_sd_params &p, int64_t r, int64_t i, int u, int k,
-                                               int32_t len0, int32_t len1, bool &ok) {
-    const int t = u >> 1, ex = t >= p.list[0].tiles;
-    const ak_sd_list &l = p.list[ex];
-    const int pos = (ex ? t - p.list[0].tiles : t) * AK_SD_KEYS + (u & 1) * AK_SDX_UNIT + k;
-    ok = pos < (ex ? len1 : len0);
-    return l.idx[r * l.idx_s0 + i * l.idx_s1 + min(pos, l.topk - 1)];
+__device__ __forceinline__ int32_t ak_sdx_slot(const ak_sdx_rows &w, int u, int k, bool &ok) {
+    const int t = u >> 1, ex = t >= w.tiles0;
+    const int pos = (ex ? t - w.tiles0 : t) * AK_SD_KEYS + (u & 1) * AK_SDX_UNIT + k;
+    ok = pos < (ex ? w.len[1] : w.len[0]);
+    return (ex ? w.row[1] : w.row[0])[min(pos, ex ? w.last[1] : w.last[0])];
 }
 
 /* Zero bytes in global memory, the source of an invalid key's record copy: 256 blocks of 1 KB, so
@@ -885,9 +902,10 @@ __device__ __forceinline__ void ak_sdx_produce(const ak_sd_params &p, uint8_t *s
        waits one index round trip and one record round trip */
     const int u_slot = NST == 3 ? uc : ub; /* the unit whose slot ids cslot holds */
     bool oka, okb = false, cok = false;
-    const int32_t sla = ak_sdx_slot(p, r, i, ua, key, len0, len1, oka);
-    const int32_t slb = ak_sdx_slot(p, r, i, NST == 3 && ub < u_end ? ub : ua, key, len0, len1, okb);
-    int32_t cslot = ak_sdx_slot(p, r, i, u_slot < u_end ? u_slot : ua, key, len0, len1, cok);
+    const ak_sdx_rows rw = ak_sdx_rows_of(p, r, i, len0, len1);
+    const int32_t sla = ak_sdx_slot(rw, ua, key, oka);
+    const int32_t slb = ak_sdx_slot(rw, NST == 3 && ub < u_end ? ub : ua, key, okb);
+    int32_t cslot = ak_sdx_slot(rw, u_slot < u_end ? u_slot : ua, key, cok);
     cok = cok && u_slot < u_end;
     const uint64_t pol = ak_l2_policy(p.rec_once != 0);
     va = ak_sdx_copy<LAYOUT, KPW, M::STG>(p.list[(ua >> 1) >= p.list[0].tiles], oka ? sla : -1, lane, stage, scl,
@@ -907,7 +925,7 @@ __device__ __forceinline__ void ak_sdx_produce(const ak_sd_params &p, uint8_t *s
                                                   sbar + 8 * st, pol);
         }
         const int ud = un < u_end ? ak_sdx_next(p, un + 1, u_end, len0, len1) : u_end;
-        cslot = ak_sdx_slot(p, r, i, ud < u_end ? ud : ua, key, len0, len1, cok);
+        cslot = ak_sdx_slot(rw, ud < u_end ? ud : ua, key, cok);
         cok = cok && ud < u_end;
         ak_mbar_wait(sbar + 8 * (j % NST), (j / NST) & 1); /* unit a's records landed */
         const int b = j % NBUF;
@@ -1226,8 +1244,9 @@ __device__ __forceinline__ void ak_sdt_produce(const ak_sd_params &p, uint8_t *s
     int ub = ak_sdt_nextu(p, ua, t_end, len0, len1);
     /* both half-units' slot ids before the first copy (as in ak_sdx_produce) */
     bool ok, cok = false;
-    const int32_t sl = ak_sdx_slot(p, r, i, ua, key, len0, len1, ok);
-    int32_t cslot = ak_sdx_slot(p, r, i, ub < u_end ? ub : ua, key, len0, len1, cok);
+    const ak_sdx_rows rw = ak_sdx_rows_of(p, r, i, len0, len1);
+    const int32_t sl = ak_sdx_slot(rw, ua, key, ok);
+    int32_t cslot = ak_sdx_slot(rw, ub < u_end ? ub : ua, key, cok);
     cok = cok && ub < u_end;
     const uint64_t pol = ak_l2_policy(p.rec_once != 0);
     uint32_t va = ak_sdx_copy<LAYOUT, KPW, M::STG>(p.list[(ua >> 1) >= p.list[0].tiles], ok ? sl : -1, lane, stage, scl,
@@ -1240,7 +1259,7 @@ __device__ __forceinline__ void ak_sdt_produce(const ak_sd_params &p, uint8_t *s
                                                   scl + (uint32_t)(((j + 1) % NST) * KPW * 8), sbar + 8 * ((j + 1) % NST),
                                                   pol);
         const int ud = ub < u_end ? ak_sdt_nextu(p, ub, t_end, len0, len1) : u_end;
-        cslot = ak_sdx_slot(p, r, i, ud < u_end ? ud : ua, key, len0, len1, cok);
+        cslot = ak_sdx_slot(rw, ud < u_end ? ud : ua, key, cok);
         cok = cok && ud < u_end;
         ak_mbar_wait(sbar + 8 * (j % NST), (j / NST) & 1); /* unit a's records landed */
         const int n = j >> 1, b = n & 1, half = j & 1;   /* tile n of this CTA, its buffer, this half */
