@@ -581,6 +581,24 @@ static void sd_run_case(ak_context *cpu, ak_context *gpu, const sd_case *cs, ak_
             CHECK_MSG(written == 0, "%s: misaligned workspace: %zu output bytes written", what, written);
             cudaFree(dws2);
         }
+        /* and a pool off the 16-byte grid, which the record copies could not read (each list's) */
+        for (int e = 0; e < (ga.extra_cache != NULL ? 2 : 1); e++) {
+            ak_cache bc = e ? *ga.extra_cache : *ga.cache;
+            bc.data = (uint8_t *)bc.data + 8;
+            ak_mla_decode_args pa = ga;
+            if (e) pa.extra_cache = &bc;
+            else pa.cache = &bc;
+            CHECK(cudaMemset(dout, 0xff, obytes) == cudaSuccess);
+            CHECK_STATUS(ak_mla_decode(gpu, &pa, dws, ws), AK_ERR_INVALID_ARGUMENT);
+            CHECK_MSG(strstr(ak_last_error(), e ? "extra_cache.data" : "cache.data") != NULL,
+                      "%s: misaligned pool %d: detail '%s'", what, e, ak_last_error());
+            CHECK_STATUS(ak_context_synchronize(gpu), AK_OK);
+            CHECK(cudaMemcpy(hpad, dout, obytes, cudaMemcpyDeviceToHost) == cudaSuccess);
+            size_t written = 0;
+            for (size_t k = 0; k < obytes; k++) written += hpad[k] != 0xff;
+            CHECK_MSG(written == 0, "%s: misaligned pool %d: %zu output bytes written", what, e,
+                      written);
+        }
     }
 
     if (graph) {

@@ -1231,6 +1231,15 @@ extern "C" ak_status ak_cuda_mla_decode(ak_context *ctx, const ak_mla_decode_arg
         return ak_fail(AK_ERR_INVALID_ARGUMENT,
                        "ak_mla_decode: workspace: the CUDA kernels need a 16-byte aligned workspace; got base %% 16 = %zu",
                        (size_t)((uintptr_t)workspace % 16));
+    /* every kernel reads records by bulk copies or 16-byte cp.async: a pool off the 16-byte grid
+       would fault on the device (a sticky error for the caller's context), so it is refused here */
+    const ak_cache *pools[2] = {a->cache, a->extra_indices != NULL ? a->extra_cache : NULL};
+    for (int e = 0; e < 2; e++)
+        if (pools[e] != NULL && (uintptr_t)pools[e]->data % 16 != 0)
+            return ak_fail(AK_ERR_INVALID_ARGUMENT,
+                           "ak_mla_decode: %s.data: the CUDA kernels need a 16-byte aligned "
+                           "pool; got base %% 16 = %zu",
+                           e ? "extra_cache" : "cache", (size_t)((uintptr_t)pools[e]->data % 16));
     if (pl.rows == 0) return AK_OK;
     if (pl.n_tiles == 0) pl.splits = 1; /* every row is empty: the main kernel writes 0 / +inf */
     ak_sd_params p;
