@@ -478,7 +478,8 @@ typedef struct ak_mla_decode_args {
 AK_API ak_status ak_mla_decode_workspace_size(ak_context *ctx, const ak_mla_decode_args *args,
                                               size_t *bytes);
 /* Capturable in a CUDA graph on the CUDA backend: no allocation, no host synchronisation; all
-   per-step metadata is rebuilt on the device from the lengths and indices. */
+   per-step metadata is rebuilt on the device from the lengths and indices. There the cache pools
+   (cache, extra_cache) must start on a 16-byte boundary, else AK_ERR_INVALID_ARGUMENT. */
 AK_API ak_status ak_mla_decode(ak_context *ctx, const ak_mla_decode_args *args, void *workspace,
                                size_t workspace_bytes);
 
