@@ -590,7 +590,7 @@ static void sd_run_case(ak_context *cpu, ak_context *gpu, const sd_case *cs, ak_
             else pa.cache = &bc;
             CHECK(cudaMemset(dout, 0xff, obytes) == cudaSuccess);
             CHECK_STATUS(ak_mla_decode(gpu, &pa, dws, ws), AK_ERR_INVALID_ARGUMENT);
-            CHECK_MSG(strstr(ak_last_error(), e ? "extra_cache.data" : "cache.data") != NULL,
+            CHECK_MSG(strstr(ak_last_error(), e ? ": extra_cache.data" : ": cache.data") != NULL,
                       "%s: misaligned pool %d: detail '%s'", what, e, ak_last_error());
             CHECK_STATUS(ak_context_synchronize(gpu), AK_OK);
             CHECK(cudaMemcpy(hpad, dout, obytes, cudaMemcpyDeviceToHost) == cudaSuccess);
