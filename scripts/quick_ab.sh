@@ -26,7 +26,7 @@ n=$(( $(echo $names | wc -w) + 1 ))
 jobs=$(( $(nproc) / n )); [ "$jobs" -ge 1 ] || jobs=1
 build() { # source dir, build dir
   cmake -S "$1" -B "$2" -DAK_REQUIRE_CUDA=ON -DCMAKE_BUILD_TYPE=Release >/dev/null &&
-    cmake --build "$2" -j"$jobs" --target attnkit_cli gpu_test_sparse_decode 2>&1 | grep -E " error|C75[0-9][0-9]" | head -5
+    cmake --build "$2" -j"$jobs" --target attnkit_cli gpu_test_sparse_decode 2>&1 | grep -E " error|C75[0-9][0-9]" | sed -n 1,5p
 }
 build . build-gpu > "$OUT/build_gpu.txt" 2>&1 &
 for d in ${BASE:-}; do build "$d" "build-$(basename "$d")" > "$OUT/build_$(basename "$d").txt" 2>&1 & done
