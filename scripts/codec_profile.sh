@@ -10,7 +10,7 @@ export OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 export PATH="$PATH:/usr/local/cuda/bin"
 cmake -S . -B build-gpu -DAK_REQUIRE_CUDA=ON -DCMAKE_BUILD_TYPE=Release >/dev/null &&
-  cmake --build build-gpu -j16 --target attnkit_cli 2>&1 | grep -E " error" | head
+  cmake --build build-gpu -j16 --target attnkit_cli 2>&1 | grep -E " error" | sed -n 1,10p
 if [ "${BENCH:-1}" = 1 ]; then
   timeout 120 ./build-gpu/attnkit bench --backend cuda --op write,gather,convert 2>&1 | tee "$OUT/bench.txt" |
     grep -E "ceil|write|gather|C5"

@@ -12,7 +12,7 @@ set -u -o pipefail
 export PATH="$PATH:/usr/local/cuda/bin"
 . "$(dirname "$0")/ncu_env.sh"
 cmake -S . -B "$BUILD" -DAK_REQUIRE_CUDA=ON -DCMAKE_BUILD_TYPE=Release >/dev/null &&
-  cmake --build "$BUILD" -j16 --target attnkit_cli 2>&1 | grep -E " error" | head
+  cmake --build "$BUILD" -j16 --target attnkit_cli 2>&1 | grep -E " error" | sed -n 1,10p
 M=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sectors_op_read.sum,lts__t_sectors_op_write.sum,lts__t_sector_hit_rate.pct
 CASES=(
   "convert|C2 BF16->656 "

@@ -17,10 +17,10 @@ nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem,power.limit,driver_vers
 t0=$(date +%s)
 cmake -S . -B build-gpu -DAK_REQUIRE_CUDA=ON -DCMAKE_BUILD_TYPE=Release >/dev/null &&
   cmake --build build-gpu -j16 --target attnkit_cli gpu_test_sparse_decode gpu_test_wgmma 2>&1 |
-  grep -E "error|warning|C75[0-9][0-9]" | grep -v "ak_sd_main" | head -20 | tee -a $OUT/log.txt
+  grep -E "error|warning|C75[0-9][0-9]" | grep -v "ak_sd_main" | sed -n 1,20p | tee -a $OUT/log.txt
 for d in ${BASE:-}; do
   cmake -S "$d" -B "build-$(basename "$d")" -DAK_REQUIRE_CUDA=ON -DCMAKE_BUILD_TYPE=Release >/dev/null &&
-    cmake --build "build-$(basename "$d")" -j16 --target attnkit_cli 2>&1 | grep -E " error" | head -5 | tee -a $OUT/log.txt
+    cmake --build "build-$(basename "$d")" -j16 --target attnkit_cli 2>&1 | grep -E " error" | sed -n 1,5p | tee -a $OUT/log.txt
 done
 echo "build $(( $(date +%s) - t0 )) s" | tee -a $OUT/log.txt
 for t in gpu_test_wgmma gpu_test_sparse_decode; do

@@ -12,7 +12,7 @@ mkdir -p "$OUT"
 export PATH="$PATH:/usr/local/cuda/bin"
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv,noheader
 cmake -S . -B "$BUILD" -DAK_REQUIRE_CUDA=ON -DCMAKE_BUILD_TYPE=Release >/dev/null &&
-  cmake --build "$BUILD" -j16 --target attnkit_cli 2>&1 | grep -E " error|C7520" | head
+  cmake --build "$BUILD" -j16 --target attnkit_cli 2>&1 | grep -E " error|C7520" | sed -n 1,10p
 nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 scripts/launch_gap.cu -o "$BUILD/launch_gap" && "./$BUILD/launch_gap"
 SHAPES=${SHAPES:-"b 1 s_q 1 h_q 16 |b 1 s_q 1 h_q 128 |b 8 s_q 1 h_q 16 |b 8 s_q 1 h_q 128 |dsv4-flash b 1 s_q 1 "}
 IFS='|' read -r -a list <<<"$SHAPES"
