@@ -373,6 +373,22 @@ static void sd_lse_read(const char *what, float *lse, float *hl, const void *dls
     free(in_view);
 }
 
+/* A call that must be refused before anything runs: AK_ERR_INVALID_ARGUMENT with `detail` in its
+   detail line, and not one byte of the poisoned output dout [obytes] written (hpad: host copy). */
+static void sd_check_refused(ak_context *gpu, const ak_mla_decode_args *a, void *dws, size_t ws,
+                             void *dout, uint8_t *hpad, size_t obytes, const char *detail,
+                             const char *what, const char *label) {
+    CHECK(cudaMemset(dout, 0xff, obytes) == cudaSuccess);
+    CHECK_STATUS(ak_mla_decode(gpu, a, dws, ws), AK_ERR_INVALID_ARGUMENT);
+    CHECK_MSG(strstr(ak_last_error(), detail) != NULL, "%s: %s: detail '%s'", what, label,
+              ak_last_error());
+    CHECK_STATUS(ak_context_synchronize(gpu), AK_OK);
+    CHECK(cudaMemcpy(hpad, dout, obytes, cudaMemcpyDeviceToHost) == cudaSuccess);
+    size_t written = 0;
+    for (size_t k = 0; k < obytes; k++) written += hpad[k] != 0xff;
+    CHECK_MSG(written == 0, "%s: %s: %zu output bytes written", what, label, written);
+}
+
 /* One case; graph = 1 also captures the GPU call in a CUDA graph and replays it with new indices
    and lengths written into the captured buffers. */
 static void sd_run_case(ak_context *cpu, ak_context *gpu, const sd_case *cs, ak_rng *r, int graph) {
@@ -570,15 +586,8 @@ static void sd_run_case(ak_context *cpu, ak_context *gpu, const sd_case *cs, ak_
         if (ws > 0) { /* so is a workspace off the 16-byte grid */
             uint8_t *dws2 = NULL;
             CHECK(cudaMalloc((void **)&dws2, ws + 16) == cudaSuccess);
-            CHECK(cudaMemset(dout, 0xff, obytes) == cudaSuccess);
-            CHECK_STATUS(ak_mla_decode(gpu, &ga, dws2 + 8, ws), AK_ERR_INVALID_ARGUMENT);
-            CHECK_MSG(strstr(ak_last_error(), "workspace") != NULL, "%s: misaligned workspace: detail '%s'", what,
-                      ak_last_error());
-            CHECK_STATUS(ak_context_synchronize(gpu), AK_OK);
-            CHECK(cudaMemcpy(hpad, dout, obytes, cudaMemcpyDeviceToHost) == cudaSuccess);
-            size_t written = 0;
-            for (size_t e = 0; e < obytes; e++) written += hpad[e] != 0xff;
-            CHECK_MSG(written == 0, "%s: misaligned workspace: %zu output bytes written", what, written);
+            sd_check_refused(gpu, &ga, dws2 + 8, ws, dout, hpad, obytes, "workspace", what,
+                             "misaligned workspace");
             cudaFree(dws2);
         }
         /* and a pool off the 16-byte grid, which the record copies could not read (each list's) */
@@ -588,16 +597,9 @@ static void sd_run_case(ak_context *cpu, ak_context *gpu, const sd_case *cs, ak_
             ak_mla_decode_args pa = ga;
             if (e) pa.extra_cache = &bc;
             else pa.cache = &bc;
-            CHECK(cudaMemset(dout, 0xff, obytes) == cudaSuccess);
-            CHECK_STATUS(ak_mla_decode(gpu, &pa, dws, ws), AK_ERR_INVALID_ARGUMENT);
-            CHECK_MSG(strstr(ak_last_error(), e ? ": extra_cache.data" : ": cache.data") != NULL,
-                      "%s: misaligned pool %d: detail '%s'", what, e, ak_last_error());
-            CHECK_STATUS(ak_context_synchronize(gpu), AK_OK);
-            CHECK(cudaMemcpy(hpad, dout, obytes, cudaMemcpyDeviceToHost) == cudaSuccess);
-            size_t written = 0;
-            for (size_t k = 0; k < obytes; k++) written += hpad[k] != 0xff;
-            CHECK_MSG(written == 0, "%s: misaligned pool %d: %zu output bytes written", what, e,
-                      written);
+            sd_check_refused(gpu, &pa, dws, ws, dout, hpad, obytes,
+                             e ? ": extra_cache.data" : ": cache.data", what,
+                             e ? "misaligned extra_cache" : "misaligned cache");
         }
     }
 
