@@ -239,26 +239,59 @@ __global__ void bench_hold(unsigned long long ns) {
     while (bench_now_ns() - t0 < ns);
 }
 
+/* NVML's side of a case: the instant power and the clock event reasons read after each sample. */
+typedef struct power_track {
+    ak_bench_power *pw;
+    double w[64];
+    int nw;
+    uint64_t reasons;
+    int have_reasons;
+} power_track;
+
+static void power_sample(power_track *p) {
+    uint64_t r;
+    double w;
+    if (p->nw < 64 && ak_bench_power_now(p->pw, &w)) p->w[p->nw++] = w;
+    if (ak_bench_power_reasons(p->pw, &r)) {
+        p->reasons |= r;
+        p->have_reasons = 1;
+    }
+}
+
+/* The median instant power of the case, < 0 if unknown. */
+static double power_median(power_track *p) {
+    double med, mn, rsd;
+    if (p->nw == 0) return -1.0;
+    ak_bench_stats(p->w, p->nw, &med, &mn, &rsd);
+    return med;
+}
+
 /* reps replays of the graph ge after three warm-ups: each one's time per call into t[*n], then a
    clock probe into clk. */
 static ak_status replay_samples(cudaStream_t s, cudaGraphExec_t ge, int reps, cudaEvent_t a,
-                                cudaEvent_t b, unsigned long long *clk, double *t, int *n) {
+                                cudaEvent_t b, unsigned long long *clk, double *t, int *n,
+                                power_track *pt) {
     for (int w = 0; w < 3; w++) BENCH_CU(cudaGraphLaunch(ge, s));
     for (*n = 0; *n < reps; (*n)++) {
         BENCH_CU(cudaEventRecord(a, s));
         BENCH_CU(cudaGraphLaunch(ge, s));
         AK_TRY(end_sample(s, a, b, clk + 2 * *n, GRAPH_CALLS, &t[*n]));
+        power_sample(pt);
     }
     BENCH_CU(cudaStreamSynchronize(s));
     return AK_OK;
 }
 
-/* The timed samples of one case into t[0..*n) and, after each, a clock probe into clk. */
-static ak_status time_samples(ak_context *ctx, ak_bench_case *c, int32_t quick, cudaEvent_t a,
-                              cudaEvent_t b, unsigned long long *clk, double *t, int *n) {
+/* The timed samples of one case into t[0..*n) and, after each, a clock probe into clk. The GPU
+   idles cool_ms first (targets.md 6.2: the anchors' harness cools down 0.3 s between cases), so
+   that a case does not start at the clock a power-capped predecessor left. */
+static ak_status time_samples(ak_context *ctx, ak_bench_case *c, int32_t quick, int32_t cool_ms,
+                              cudaEvent_t a, cudaEvent_t b, unsigned long long *clk, double *t, int *n,
+                              power_track *pt) {
     cudaStream_t s = (cudaStream_t)ctx->stream;
     /* the case's uploads ran on the legacy stream, which the non-blocking s does not wait for */
     BENCH_CU(cudaDeviceSynchronize());
+    if (cool_ms > 0) ak_bench_sleep_ms(cool_ms);
     for (int w = 0; w < 5; w++) AK_TRY(c->run(ctx, c->state));
     BENCH_CU(cudaStreamSynchronize(s));
     if (!c->graph) {
@@ -269,6 +302,7 @@ static ak_status time_samples(ak_context *ctx, ak_bench_case *c, int32_t quick, 
             BENCH_CU(cudaEventRecord(a, s));
             AK_TRY(c->run(ctx, c->state));
             AK_TRY(end_sample(s, a, b, clk + 2 * *n, 1, &t[*n]));
+            power_sample(pt);
         }
         BENCH_CU(cudaStreamSynchronize(s));
         return AK_OK;
@@ -284,33 +318,46 @@ static ak_status time_samples(ak_context *ctx, ak_bench_case *c, int32_t quick, 
         st = ak_fail(AK_ERR_CUDA, "bench: %s: capture failed: %s", c->op, cudaGetErrorString(ce));
     if (st == AK_OK && (ce = cudaGraphInstantiate(&ge, g, 0)) != cudaSuccess)
         st = ak_fail(AK_ERR_CUDA, "bench: %s: cudaGraphInstantiate: %s", c->op, cudaGetErrorString(ce));
-    if (st == AK_OK) st = replay_samples(s, ge, quick ? 10 : 50, a, b, clk, t, n);
+    if (st == AK_OK) st = replay_samples(s, ge, quick ? 10 : 50, a, b, clk, t, n, pt);
     if (ge != NULL) cudaGraphExecDestroy(ge);
     if (g != NULL) cudaGraphDestroy(g);
     return st;
 }
 
-extern "C" ak_status ak_bench_cuda_time(ak_context *ctx, ak_bench_case *c, int32_t quick,
-                                        double *median_s, double *min_s, double *rsd,
-                                        int32_t *samples, double *sm_mhz) {
+extern "C" ak_status ak_bench_cuda_time(ak_context *ctx, ak_bench_case *c, int32_t quick, int32_t cool_ms,
+                                        ak_bench_power *pw, ak_bench_cuda_result *r) {
     cudaEvent_t a = NULL, b = NULL;
     unsigned long long *clk = NULL; /* [50][2] clock probes, one after each sample */
     double t[50];
     int n = 0;
+    power_track pt;
+    memset(&pt, 0, sizeof pt);
+    pt.pw = pw;
     ak_status st = AK_OK;
     cudaError_t ce;
+    memset(r, 0, sizeof *r);
+    r->watts = -1.0;
     if ((ce = cudaEventCreate(&a)) != cudaSuccess || (ce = cudaEventCreate(&b)) != cudaSuccess ||
         (ce = cudaMalloc(&clk, sizeof(unsigned long long) * 2 * 50)) != cudaSuccess)
         st = ak_fail(AK_ERR_CUDA, "bench: %s: events and clock probes: %s", c->op, cudaGetErrorString(ce));
-    if (st == AK_OK) st = time_samples(ctx, c, quick, a, b, clk, t, &n);
-    if (st == AK_OK) st = sm_clock_median(clk, n, sm_mhz);
+    if (st == AK_OK) st = time_samples(ctx, c, quick, cool_ms, a, b, clk, t, &n, &pt);
+    if (st == AK_OK) r->watts = power_median(&pt);
+    if (st == AK_OK) st = sm_clock_median(clk, n, &r->sm_mhz);
     if (a != NULL) cudaEventDestroy(a);
     if (b != NULL) cudaEventDestroy(b);
     if (clk != NULL) cudaFree(clk);
     AK_TRY(st);
-    ak_bench_stats(t, n, median_s, min_s, rsd);
-    *samples = n;
+    ak_bench_stats(t, n, &r->median_s, &r->min_s, &r->rsd);
+    r->samples = n;
+    r->reasons = pt.reasons;
+    r->have_reasons = pt.have_reasons;
     return AK_OK;
+}
+
+extern "C" void ak_bench_cuda_pci_bus_id(ak_context *ctx, char *buf, size_t size) {
+    if (size == 0) return;
+    buf[0] = '\0';
+    if (cudaDeviceGetPCIBusId(buf, (int)size, ak_context_device(ctx).id) != cudaSuccess) buf[0] = '\0';
 }
 
 extern "C" void ak_bench_cuda_describe(ak_context *ctx, char *buf, size_t size) {

@@ -2,6 +2,8 @@
 #ifndef AK_TOOLS_BENCH_INTERNAL_H
 #define AK_TOOLS_BENCH_INTERNAL_H
 
+#include <stddef.h>
+
 #include "bench.h"
 
 #ifdef __cplusplus
@@ -16,21 +18,47 @@ ak_bench_case *ak_bench_list_at(ak_bench_list *l, int32_t i);
 void ak_bench_list_destroy(ak_bench_list *l);
 
 double ak_bench_now(void);
+void ak_bench_sleep_ms(int32_t ms); /* the host sleeps ms milliseconds */
 void ak_bench_stats(double *s, int32_t n, double *median, double *min, double *rsd);
 ak_status ak_bench_cpu_time(ak_context *ctx, ak_bench_case *c, double budget_s, double *median_s,
                             double *min_s, double *rsd, int32_t *samples);
 ak_status ak_bench_cpu_ceilings(ak_context *ctx, int32_t quick, double *copy_Bps,
                                 double *gemm_flops);
 
+/* NVML beside the CUDA timings (bench_nvml.c; loaded at run time, NULL where it is absent). The
+   readers return 1 on success, 0 where the value is unknown. */
+typedef struct ak_bench_power ak_bench_power;
+ak_bench_power *ak_bench_power_open(const char *pci_bus_id);
+void ak_bench_power_close(ak_bench_power *p);
+int ak_bench_power_limit(ak_bench_power *p, double *watts);    /* the enforced power limit */
+int ak_bench_power_now(ak_bench_power *p, double *watts);      /* the instant power draw */
+int ak_bench_power_reasons(ak_bench_power *p, uint64_t *reasons); /* clock event reason bits */
+/* The limiting reasons among `reasons` as "power+sw-thermal"..., "-" for none. */
+void ak_bench_power_reason_names(uint64_t reasons, char *buf, size_t size);
+
+/* What one CUDA case measured: medians, the SM clock, and from NVML (if present) the median of the
+   instant power read right after each timed sample and the OR of the clock event reasons read
+   there. */
+typedef struct ak_bench_cuda_result {
+    double median_s, min_s, rsd, sm_mhz;
+    int32_t samples;
+    double watts;     /* < 0: unknown */
+    uint64_t reasons; /* valid where have_reasons */
+    int32_t have_reasons;
+} ak_bench_cuda_result;
+
 /* CUDA side (bench_cuda.cu; only in CUDA builds). */
 ak_status ak_bench_cuda_setup(ak_context *ctx, void **stream);  /* a non-default stream */
 void ak_bench_cuda_teardown(ak_context *ctx, void *stream);
 ak_status ak_bench_cuda_ceilings(ak_context *ctx, int32_t quick, double *copy_Bps,
                                  double *gemm_flops, double *gemm_mhz); /* gemm_mhz: SM clock */
-/* Events around one call (graph = 0) or replay of a captured graph of 20 calls (graph = 1);
-   sm_mhz: the median SM clock measured right after each sample. */
-ak_status ak_bench_cuda_time(ak_context *ctx, ak_bench_case *c, int32_t quick, double *median_s,
-                             double *min_s, double *rsd, int32_t *samples, double *sm_mhz);
+/* Events around one call (graph = 0) or replay of a captured graph of 20 calls (graph = 1),
+   after cool_ms of an idle GPU (targets.md 6.2); sm_mhz: the median SM clock measured right after
+   each sample. pw may be NULL. */
+ak_status ak_bench_cuda_time(ak_context *ctx, ak_bench_case *c, int32_t quick, int32_t cool_ms,
+                             ak_bench_power *pw, ak_bench_cuda_result *r);
+/* The device's PCI bus id ("0000:18:00.0"), NVML's key for it; "" if unknown. */
+void ak_bench_cuda_pci_bus_id(ak_context *ctx, char *buf, size_t size);
 /* Random normal bf16 (sigma, clamped) into n elements of device memory, on ctx's stream. */
 ak_status ak_bench_cuda_fill_normal_bf16(ak_context *ctx, void *dst, int64_t n, double sigma,
                                          double clamp, uint64_t seed);

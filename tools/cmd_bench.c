@@ -13,15 +13,19 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: attnkit bench [--backend auto|cpu|cuda] [--op NAMES] [--model M] [--threads N]\n"
-            "                     [--quick] [--seed S] [--json]\n\n"
+            "                     [--quick] [--seed S] [--cool MS] [--json]\n\n"
             "Times each op case: median of >= 30 calls after warm-up (CPU: wall clock; CUDA: events\n"
             "around one call, decode-path ops by replaying a CUDA graph of 20 calls), on random data\n"
             "larger than L2. Reports us, TFLOPS, GB/s (KV bytes and total bytes) and %% of the copy\n"
             "bandwidth and GEMM rate measured at start-up in the same run; on CUDA also the SM clock\n"
-            "measured right after each sample (median), which a card above its power limit lowers.\n"
+            "measured right after each sample (median), which a card above its power limit lowers,\n"
+            "and where NVML is present the median power draw read right after each sample (W) and\n"
+            "the clock event reasons seen there ('power': the software power cap held the clock).\n"
             "  --op NAMES   comma list of op names (default: all)\n"
             "  --model M    dsv3, dsv32, dsv4-flash, dsv4-pro, llama3-8b (default: each family's shapes)\n"
             "  --quick      smaller shapes and fewer samples (smoke runs)\n"
+            "  --cool MS    CUDA: the GPU idles MS ms before each case (default 300, as the\n"
+            "               anchors' harness: targets.md 6.2); 0 runs the cases back to back\n"
             "  --json       one JSON document on stdout instead of the table\n"
             "Environment: AK_BENCH_FILTER=a,b times only the cases whose shape contains a or b;\n"
             "AK_BENCH_SHARED_CTX=1 puts every V3.2 sparse decode request's keys in one shared 32k\n"
@@ -54,6 +58,7 @@ int ak_cmd_bench(int argc, char **argv) {
     const char *model = ak_cli_option(argc, argv, "--model");
     const char *threads = ak_cli_option(argc, argv, "--threads");
     const char *seed = ak_cli_option(argc, argv, "--seed");
+    const char *cool = ak_cli_option(argc, argv, "--cool");
     int json = ak_cli_has_flag(argc, argv, "--json");
     o.quick = ak_cli_has_flag(argc, argv, "--quick");
     o.seed = seed ? strtoull(seed, NULL, 0) : 20261122ull;
@@ -67,6 +72,12 @@ int ak_cmd_bench(int argc, char **argv) {
     }
     if (model != NULL && (o.model = ak_model_find(model)) == NULL) {
         fprintf(stderr, "attnkit bench: --model %s: expected dsv3, dsv32, dsv4-flash, dsv4-pro or llama3-8b\n", model);
+        return 2;
+    }
+    char *cool_end = NULL;
+    const long cool_ms = cool ? strtol(cool, &cool_end, 10) : 300;
+    if (cool && (cool_end == cool || *cool_end != '\0' || cool_ms < 0 || cool_ms > 60000)) {
+        fprintf(stderr, "attnkit bench: --cool %s: expected 0..60000 ms\n", cool);
         return 2;
     }
     if (o.threads < 0) {
@@ -84,17 +95,32 @@ int ak_cmd_bench(int argc, char **argv) {
     (void)stream;
     double copy = 0, gemm = 0, gemm_mhz = 0;
     ak_status st = AK_OK;
-    char extra[256] = "";
+    char extra[320] = "";
+    ak_bench_power *pw = NULL; /* NVML, CUDA only */
+    double plimit = 0;
+    int have_plimit = 0;
 #ifdef AK_HAVE_CUDA
     if (cuda) {
+        char bus[32];
         st = ak_bench_cuda_setup(ctx, &stream);
         if (st == AK_OK) st = ak_bench_cuda_ceilings(ctx, o.quick, &copy, &gemm, &gemm_mhz);
         ak_bench_cuda_describe(ctx, extra, sizeof extra);
+        ak_bench_cuda_pci_bus_id(ctx, bus, sizeof bus);
+        pw = ak_bench_power_open(bus);
+        have_plimit = ak_bench_power_limit(pw, &plimit);
+        size_t used = strlen(extra);
+        if (have_plimit)
+            snprintf(extra + used, sizeof extra - used, ", power limit %.0f W", plimit);
+        else
+            snprintf(extra + used, sizeof extra - used, ", power limit unknown (no NVML)");
+        used = strlen(extra);
+        snprintf(extra + used, sizeof extra - used, ", %ld ms idle before each case", cool_ms);
     } else
 #endif
         st = ak_bench_cpu_ceilings(ctx, o.quick, &copy, &gemm);
     if (st != AK_OK) {
         fprintf(stderr, "attnkit bench: measuring ceilings: %s\n", ak_last_error());
+        ak_bench_power_close(pw);
         ak_context_destroy(ctx);
         return 1;
     }
@@ -115,6 +141,8 @@ int ak_cmd_bench(int argc, char **argv) {
         ak_json_num(&j, "gemm_TFLOPS", gemm * 1e-12);
         ak_json_str(&j, "gemm_kind", gemm_kind);
         if (cuda) ak_json_num(&j, "gemm_sm_MHz", gemm_mhz);
+        if (have_plimit) ak_json_num(&j, "power_limit_W", plimit);
+        if (cuda) ak_json_int(&j, "cool_ms", (int64_t)cool_ms);
         ak_json_array_begin(&j, "cases");
     } else {
         printf("attnkit %s bench on %s (%s)%s%s\n", ak_version_string(), info.name,
@@ -124,10 +152,11 @@ int ak_cmd_bench(int argc, char **argv) {
         if (cuda) printf(" at SM %.0f MHz", gemm_mhz);
         printf("\n");
         printf("timing: %s; median of samples\n\n",
-               cuda ? "CUDA events per call (queued behind a 100 us hold kernel: GPU time, not host enqueue); decode ops (*) by graph replay of 20 calls; SM MHz: median SM clock right after each sample (a card held above its power limit runs slower)"
+               cuda ? "CUDA events per call (queued behind a 100 us hold kernel: GPU time, not host enqueue); decode ops (*) by graph replay of 20 calls; SM MHz: median SM clock right after each sample (a card held above its power limit runs slower); W: median power draw right after each sample; limit: clock event reasons seen there"
                     : "wall clock per call");
         printf("%-20s %-58s %10s %7s %9s %9s %9s %7s %7s%s\n", "op", "shape", "us", "rsd%",
-               "TFLOPS", "GB/s kv", "GB/s tot", "%copy", "%gemm", cuda ? "  SM MHz" : "");
+               "TFLOPS", "GB/s kv", "GB/s tot", "%copy", "%gemm",
+               cuda ? "  SM MHz      W  limit" : "");
     }
     int failures = 0, cases = 0;
     for (int32_t f = 0; f < ak_bench_family_count(); f++) {
@@ -141,12 +170,18 @@ int ak_cmd_bench(int argc, char **argv) {
         for (int32_t i = 0; list != NULL && i < ak_bench_list_size(list); i++) {
             ak_bench_case *c = ak_bench_list_at(list, i);
             if (ak_bench_skip(c->shape)) continue;
-            double med = 0, mn = 0, rsd = 0, mhz = 0;
+            double med = 0, mn = 0, rsd = 0, mhz = 0, watts = -1;
             int32_t n = 0;
+            char why[64] = "";
             if (isatty(2)) fprintf(stderr, "\r%-20s %-58.58s ...", c->op, c->shape);
 #ifdef AK_HAVE_CUDA
-            if (cuda) st = ak_bench_cuda_time(ctx, c, o.quick, &med, &mn, &rsd, &n, &mhz);
-            else
+            if (cuda) {
+                ak_bench_cuda_result r;
+                st = ak_bench_cuda_time(ctx, c, o.quick, (int32_t)cool_ms, pw, &r);
+                med = r.median_s, mn = r.min_s, rsd = r.rsd, n = r.samples, mhz = r.sm_mhz;
+                watts = r.watts;
+                if (r.have_reasons) ak_bench_power_reason_names(r.reasons, why, sizeof why);
+            } else
 #endif
                 st = ak_bench_cpu_time(ctx, c, o.quick ? 1.0 : 5.0, &med, &mn, &rsd, &n);
             if (isatty(2)) fprintf(stderr, "\r%90s\r", "");
@@ -170,6 +205,8 @@ int ak_cmd_bench(int argc, char **argv) {
                     ak_json_num(&j, "frac_copy", tot / copy);
                     ak_json_num(&j, "frac_gemm", tf / gemm);
                     if (cuda) ak_json_num(&j, "sm_MHz", mhz);
+                    if (watts >= 0) ak_json_num(&j, "power_W", watts);
+                    if (why[0]) ak_json_str(&j, "clock_limit", why);
                 } else {
                     ak_json_str(&j, "error", ak_last_error());
                 }
@@ -178,7 +215,12 @@ int ak_cmd_bench(int argc, char **argv) {
                 printf("%-20s %-58s %9.1f%s %6.1f%% %9.3f %9.1f %9.1f %6.1f%% %6.1f%%", c->op,
                        c->shape, med * 1e6, cuda && c->graph ? "*" : " ", 100 * rsd, tf * 1e-12,
                        kv * 1e-9, tot * 1e-9, 100 * tot / copy, 100 * tf / gemm);
-                if (cuda) printf(" %8.0f", mhz);
+                if (cuda) {
+                    printf(" %8.0f", mhz);
+                    if (watts >= 0) printf(" %6.0f", watts);
+                    else printf(" %6s", "?");
+                    printf("  %s", why[0] ? why : "?");
+                }
                 printf("\n");
             } else {
                 printf("%-20s %-58s FAILED: %s\n", c->op, c->shape, ak_last_error());
@@ -199,6 +241,7 @@ int ak_cmd_bench(int argc, char **argv) {
 #ifdef AK_HAVE_CUDA
     if (stream != NULL) ak_bench_cuda_teardown(ctx, stream);
 #endif
+    ak_bench_power_close(pw);
     ak_context_destroy(ctx);
     return failures ? 1 : 0;
 }
