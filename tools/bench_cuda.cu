@@ -239,44 +239,17 @@ __global__ void bench_hold(unsigned long long ns) {
     while (bench_now_ns() - t0 < ns);
 }
 
-/* NVML's side of a case: the instant power and the clock event reasons read after each sample. */
-typedef struct power_track {
-    ak_bench_power *pw;
-    double w[64];
-    int nw;
-    uint64_t reasons;
-    int have_reasons;
-} power_track;
-
-static void power_sample(power_track *p) {
-    uint64_t r;
-    double w;
-    if (p->nw < 64 && ak_bench_power_now(p->pw, &w)) p->w[p->nw++] = w;
-    if (ak_bench_power_reasons(p->pw, &r)) {
-        p->reasons |= r;
-        p->have_reasons = 1;
-    }
-}
-
-/* The median instant power of the case, < 0 if unknown. */
-static double power_median(power_track *p) {
-    double med, mn, rsd;
-    if (p->nw == 0) return -1.0;
-    ak_bench_stats(p->w, p->nw, &med, &mn, &rsd);
-    return med;
-}
-
 /* reps replays of the graph ge after three warm-ups: each one's time per call into t[*n], then a
    clock probe into clk. */
 static ak_status replay_samples(cudaStream_t s, cudaGraphExec_t ge, int reps, cudaEvent_t a,
                                 cudaEvent_t b, unsigned long long *clk, double *t, int *n,
-                                power_track *pt) {
+                                ak_bench_power *pw) {
     for (int w = 0; w < 3; w++) BENCH_CU(cudaGraphLaunch(ge, s));
+    ak_bench_power_watch_start(pw);
     for (*n = 0; *n < reps; (*n)++) {
         BENCH_CU(cudaEventRecord(a, s));
         BENCH_CU(cudaGraphLaunch(ge, s));
         AK_TRY(end_sample(s, a, b, clk + 2 * *n, GRAPH_CALLS, &t[*n]));
-        power_sample(pt);
     }
     BENCH_CU(cudaStreamSynchronize(s));
     return AK_OK;
@@ -287,7 +260,7 @@ static ak_status replay_samples(cudaStream_t s, cudaGraphExec_t ge, int reps, cu
    that a case does not start at the clock a power-capped predecessor left. */
 static ak_status time_samples(ak_context *ctx, ak_bench_case *c, int32_t quick, int32_t cool_ms,
                               cudaEvent_t a, cudaEvent_t b, unsigned long long *clk, double *t, int *n,
-                              power_track *pt) {
+                              ak_bench_power *pw) {
     cudaStream_t s = (cudaStream_t)ctx->stream;
     /* the case's uploads ran on the legacy stream, which the non-blocking s does not wait for */
     BENCH_CU(cudaDeviceSynchronize());
@@ -296,13 +269,13 @@ static ak_status time_samples(ak_context *ctx, ak_bench_case *c, int32_t quick, 
     BENCH_CU(cudaStreamSynchronize(s));
     if (!c->graph) {
         int reps = quick ? 10 : 30;
+        ak_bench_power_watch_start(pw);
         for (*n = 0; *n < reps; (*n)++) {
             bench_hold<<<1, 1, 0, s>>>(HOLD_NS);
             BENCH_CU(cudaGetLastError());
             BENCH_CU(cudaEventRecord(a, s));
             AK_TRY(c->run(ctx, c->state));
             AK_TRY(end_sample(s, a, b, clk + 2 * *n, 1, &t[*n]));
-            power_sample(pt);
         }
         BENCH_CU(cudaStreamSynchronize(s));
         return AK_OK;
@@ -318,7 +291,7 @@ static ak_status time_samples(ak_context *ctx, ak_bench_case *c, int32_t quick, 
         st = ak_fail(AK_ERR_CUDA, "bench: %s: capture failed: %s", c->op, cudaGetErrorString(ce));
     if (st == AK_OK && (ce = cudaGraphInstantiate(&ge, g, 0)) != cudaSuccess)
         st = ak_fail(AK_ERR_CUDA, "bench: %s: cudaGraphInstantiate: %s", c->op, cudaGetErrorString(ce));
-    if (st == AK_OK) st = replay_samples(s, ge, quick ? 10 : 50, a, b, clk, t, n, pt);
+    if (st == AK_OK) st = replay_samples(s, ge, quick ? 10 : 50, a, b, clk, t, n, pw);
     if (ge != NULL) cudaGraphExecDestroy(ge);
     if (g != NULL) cudaGraphDestroy(g);
     return st;
@@ -330,9 +303,6 @@ extern "C" ak_status ak_bench_cuda_time(ak_context *ctx, ak_bench_case *c, int32
     unsigned long long *clk = NULL; /* [50][2] clock probes, one after each sample */
     double t[50];
     int n = 0;
-    power_track pt;
-    memset(&pt, 0, sizeof pt);
-    pt.pw = pw;
     ak_status st = AK_OK;
     cudaError_t ce;
     memset(r, 0, sizeof *r);
@@ -340,8 +310,10 @@ extern "C" ak_status ak_bench_cuda_time(ak_context *ctx, ak_bench_case *c, int32
     if ((ce = cudaEventCreate(&a)) != cudaSuccess || (ce = cudaEventCreate(&b)) != cudaSuccess ||
         (ce = cudaMalloc(&clk, sizeof(unsigned long long) * 2 * 50)) != cudaSuccess)
         st = ak_fail(AK_ERR_CUDA, "bench: %s: events and clock probes: %s", c->op, cudaGetErrorString(ce));
-    if (st == AK_OK) st = time_samples(ctx, c, quick, cool_ms, a, b, clk, t, &n, &pt);
-    if (st == AK_OK) r->watts = power_median(&pt);
+    /* the watcher (NVML) runs over the timed samples only: started in time_samples, stopped here
+       whatever happened */
+    if (st == AK_OK) st = time_samples(ctx, c, quick, cool_ms, a, b, clk, t, &n, pw);
+    ak_bench_power_watch_stop(pw, &r->watts, &r->reasons, &r->have_reasons);
     if (st == AK_OK) st = sm_clock_median(clk, n, &r->sm_mhz);
     if (a != NULL) cudaEventDestroy(a);
     if (b != NULL) cudaEventDestroy(b);
@@ -349,8 +321,6 @@ extern "C" ak_status ak_bench_cuda_time(ak_context *ctx, ak_bench_case *c, int32
     AK_TRY(st);
     ak_bench_stats(t, n, &r->median_s, &r->min_s, &r->rsd);
     r->samples = n;
-    r->reasons = pt.reasons;
-    r->have_reasons = pt.have_reasons;
     return AK_OK;
 }
 

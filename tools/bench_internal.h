@@ -33,12 +33,15 @@ void ak_bench_power_close(ak_bench_power *p);
 int ak_bench_power_limit(ak_bench_power *p, double *watts);    /* the enforced power limit */
 int ak_bench_power_now(ak_bench_power *p, double *watts);      /* the instant power draw */
 int ak_bench_power_reasons(ak_bench_power *p, uint64_t *reasons); /* clock event reason bits */
+/* A watcher thread reads both every 2 ms from start to stop; stop gives the median power (< 0:
+   none read) and the OR of the reasons. */
+int ak_bench_power_watch_start(ak_bench_power *p);
+int ak_bench_power_watch_stop(ak_bench_power *p, double *watts, uint64_t *reasons, int *have_reasons);
 /* The limiting reasons among `reasons` as "power+sw-thermal"..., "-" for none. */
 void ak_bench_power_reason_names(uint64_t reasons, char *buf, size_t size);
 
-/* What one CUDA case measured: medians, the SM clock, and from NVML (if present) the median of the
-   instant power read right after each timed sample and the OR of the clock event reasons read
-   there. */
+/* What one CUDA case measured: medians, the SM clock, and from NVML (if present) the median power
+   draw and the OR of the clock event reasons read while the timed samples ran. */
 typedef struct ak_bench_cuda_result {
     double median_s, min_s, rsd, sm_mhz;
     int32_t samples;
