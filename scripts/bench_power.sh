@@ -34,7 +34,7 @@ for round in $(seq "${ROUNDS:-1}"); do
    AK_BENCH_FILTER="$f" "./$b/attnkit" bench --backend cuda --op mla_decode_sparse 2>&1 |
      grep -E "^mla_decode_sparse " | head -1 | sed -E 's/ +/ /g' |
      awk -v b="$(basename "$b")" '{ us = $0; sub(/\*.*/, "", us); n = split(us, a, " ");
-       printf "%s: %s (%.1fk cycles)\n", b, $0, a[n] * $(NF - 2) / 1000 }'
+       printf "%s: %s (%.1fk cycles)\n", b, $0, a[n] * $NF / 1000 }'
    end=$(date +%s.%N)
    sleep 0.2
    kill $sp

@@ -264,7 +264,7 @@ open(f, 'w').write(s)
 # bench hook: after each mla_decode_sparse case is timed (the stamps hold its last replay)
 cb = d + '/tools/cmd_bench.c'
 t = open(cb).read()
-old = '                st = ak_bench_cuda_time(ctx, c, o.quick, (int32_t)cool_ms, pw, &r);'
+old = '                st = ak_bench_cuda_time(ctx, c, o.quick, (int32_t)cool_ms, &r);'
 assert t.count(old) == 1
 t = t.replace(old, old + '\n                if (strncmp(c->op, "mla_decode_sparse", 17) == 0) { void ak_trace_dump(const char *); ak_trace_dump(c->shape); }')
 open(cb, 'w').write(t)

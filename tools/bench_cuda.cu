@@ -242,10 +242,8 @@ __global__ void bench_hold(unsigned long long ns) {
 /* reps replays of the graph ge after three warm-ups: each one's time per call into t[*n], then a
    clock probe into clk. */
 static ak_status replay_samples(cudaStream_t s, cudaGraphExec_t ge, int reps, cudaEvent_t a,
-                                cudaEvent_t b, unsigned long long *clk, double *t, int *n,
-                                ak_bench_power *pw) {
+                                cudaEvent_t b, unsigned long long *clk, double *t, int *n) {
     for (int w = 0; w < 3; w++) BENCH_CU(cudaGraphLaunch(ge, s));
-    ak_bench_power_watch_start(pw);
     for (*n = 0; *n < reps; (*n)++) {
         BENCH_CU(cudaEventRecord(a, s));
         BENCH_CU(cudaGraphLaunch(ge, s));
@@ -259,8 +257,7 @@ static ak_status replay_samples(cudaStream_t s, cudaGraphExec_t ge, int reps, cu
    idles cool_ms first (targets.md 6.2: the anchors' harness cools down 0.3 s between cases), so
    that a case does not start at the clock a power-capped predecessor left. */
 static ak_status time_samples(ak_context *ctx, ak_bench_case *c, int32_t quick, int32_t cool_ms,
-                              cudaEvent_t a, cudaEvent_t b, unsigned long long *clk, double *t, int *n,
-                              ak_bench_power *pw) {
+                              cudaEvent_t a, cudaEvent_t b, unsigned long long *clk, double *t, int *n) {
     cudaStream_t s = (cudaStream_t)ctx->stream;
     /* the case's uploads ran on the legacy stream, which the non-blocking s does not wait for */
     BENCH_CU(cudaDeviceSynchronize());
@@ -269,7 +266,6 @@ static ak_status time_samples(ak_context *ctx, ak_bench_case *c, int32_t quick, 
     BENCH_CU(cudaStreamSynchronize(s));
     if (!c->graph) {
         int reps = quick ? 10 : 30;
-        ak_bench_power_watch_start(pw);
         for (*n = 0; *n < reps; (*n)++) {
             bench_hold<<<1, 1, 0, s>>>(HOLD_NS);
             BENCH_CU(cudaGetLastError());
@@ -291,14 +287,14 @@ static ak_status time_samples(ak_context *ctx, ak_bench_case *c, int32_t quick, 
         st = ak_fail(AK_ERR_CUDA, "bench: %s: capture failed: %s", c->op, cudaGetErrorString(ce));
     if (st == AK_OK && (ce = cudaGraphInstantiate(&ge, g, 0)) != cudaSuccess)
         st = ak_fail(AK_ERR_CUDA, "bench: %s: cudaGraphInstantiate: %s", c->op, cudaGetErrorString(ce));
-    if (st == AK_OK) st = replay_samples(s, ge, quick ? 10 : 50, a, b, clk, t, n, pw);
+    if (st == AK_OK) st = replay_samples(s, ge, quick ? 10 : 50, a, b, clk, t, n);
     if (ge != NULL) cudaGraphExecDestroy(ge);
     if (g != NULL) cudaGraphDestroy(g);
     return st;
 }
 
 extern "C" ak_status ak_bench_cuda_time(ak_context *ctx, ak_bench_case *c, int32_t quick, int32_t cool_ms,
-                                        ak_bench_power *pw, ak_bench_cuda_result *r) {
+                                        ak_bench_cuda_result *r) {
     cudaEvent_t a = NULL, b = NULL;
     unsigned long long *clk = NULL; /* [50][2] clock probes, one after each sample */
     double t[50];
@@ -306,14 +302,10 @@ extern "C" ak_status ak_bench_cuda_time(ak_context *ctx, ak_bench_case *c, int32
     ak_status st = AK_OK;
     cudaError_t ce;
     memset(r, 0, sizeof *r);
-    r->watts = -1.0;
     if ((ce = cudaEventCreate(&a)) != cudaSuccess || (ce = cudaEventCreate(&b)) != cudaSuccess ||
         (ce = cudaMalloc(&clk, sizeof(unsigned long long) * 2 * 50)) != cudaSuccess)
         st = ak_fail(AK_ERR_CUDA, "bench: %s: events and clock probes: %s", c->op, cudaGetErrorString(ce));
-    /* the watcher (NVML) runs over the timed samples only: started in time_samples, stopped here
-       whatever happened */
-    if (st == AK_OK) st = time_samples(ctx, c, quick, cool_ms, a, b, clk, t, &n, pw);
-    ak_bench_power_watch_stop(pw, &r->watts, &r->reasons, &r->have_reasons);
+    if (st == AK_OK) st = time_samples(ctx, c, quick, cool_ms, a, b, clk, t, &n);
     if (st == AK_OK) st = sm_clock_median(clk, n, &r->sm_mhz);
     if (a != NULL) cudaEventDestroy(a);
     if (b != NULL) cudaEventDestroy(b);

@@ -25,29 +25,17 @@ ak_status ak_bench_cpu_time(ak_context *ctx, ak_bench_case *c, double budget_s, 
 ak_status ak_bench_cpu_ceilings(ak_context *ctx, int32_t quick, double *copy_Bps,
                                 double *gemm_flops);
 
-/* NVML beside the CUDA timings (bench_nvml.c; loaded at run time, NULL where it is absent). The
-   readers return 1 on success, 0 where the value is unknown. */
+/* NVML (bench_nvml.c; loaded at run time, NULL where it is absent): the enforced power limit of
+   the device with that PCI bus id; ak_bench_power_limit returns 0 where it is unknown. */
 typedef struct ak_bench_power ak_bench_power;
 ak_bench_power *ak_bench_power_open(const char *pci_bus_id);
 void ak_bench_power_close(ak_bench_power *p);
-int ak_bench_power_limit(ak_bench_power *p, double *watts);    /* the enforced power limit */
-int ak_bench_power_now(ak_bench_power *p, double *watts);      /* the instant power draw */
-int ak_bench_power_reasons(ak_bench_power *p, uint64_t *reasons); /* clock event reason bits */
-/* A watcher thread reads both every 2 ms from start to stop; stop gives the median power (< 0:
-   none read) and the OR of the reasons. */
-int ak_bench_power_watch_start(ak_bench_power *p);
-int ak_bench_power_watch_stop(ak_bench_power *p, double *watts, uint64_t *reasons, int *have_reasons);
-/* The limiting reasons among `reasons` as "power+sw-thermal"..., "-" for none. */
-void ak_bench_power_reason_names(uint64_t reasons, char *buf, size_t size);
+int ak_bench_power_limit(ak_bench_power *p, double *watts);
 
-/* What one CUDA case measured: medians, the SM clock, and from NVML (if present) the median power
-   draw and the OR of the clock event reasons read while the timed samples ran. */
+/* What one CUDA case measured: medians and the SM clock. */
 typedef struct ak_bench_cuda_result {
     double median_s, min_s, rsd, sm_mhz;
     int32_t samples;
-    double watts;     /* < 0: unknown */
-    uint64_t reasons; /* valid where have_reasons */
-    int32_t have_reasons;
 } ak_bench_cuda_result;
 
 /* CUDA side (bench_cuda.cu; only in CUDA builds). */
@@ -57,9 +45,9 @@ ak_status ak_bench_cuda_ceilings(ak_context *ctx, int32_t quick, double *copy_Bp
                                  double *gemm_flops, double *gemm_mhz); /* gemm_mhz: SM clock */
 /* Events around one call (graph = 0) or replay of a captured graph of 20 calls (graph = 1),
    after cool_ms of an idle GPU (targets.md 6.2); sm_mhz: the median SM clock measured right after
-   each sample. pw may be NULL. */
+   each sample. */
 ak_status ak_bench_cuda_time(ak_context *ctx, ak_bench_case *c, int32_t quick, int32_t cool_ms,
-                             ak_bench_power *pw, ak_bench_cuda_result *r);
+                             ak_bench_cuda_result *r);
 /* The device's PCI bus id ("0000:18:00.0"), NVML's key for it; "" if unknown. */
 void ak_bench_cuda_pci_bus_id(ak_context *ctx, char *buf, size_t size);
 /* Random normal bf16 (sigma, clamped) into n elements of device memory, on ctx's stream. */

@@ -18,9 +18,8 @@ static void usage(FILE *f) {
             "around one call, decode-path ops by replaying a CUDA graph of 20 calls), on random data\n"
             "larger than L2. Reports us, TFLOPS, GB/s (KV bytes and total bytes) and %% of the copy\n"
             "bandwidth and GEMM rate measured at start-up in the same run; on CUDA also the SM clock\n"
-            "measured right after each sample (median), which a card above its power limit lowers,\n"
-            "and where NVML is present the median power draw read right after each sample (W) and\n"
-            "the clock event reasons seen there ('power': the software power cap held the clock).\n"
+            "measured right after each sample (median), which a card above its power limit lowers\n"
+            "(the header gives the limit where NVML is present).\n"
             "  --op NAMES   comma list of op names (default: all)\n"
             "  --model M    dsv3, dsv32, dsv4-flash, dsv4-pro, llama3-8b (default: each family's shapes)\n"
             "  --quick      smaller shapes and fewer samples (smoke runs)\n"
@@ -96,7 +95,6 @@ int ak_cmd_bench(int argc, char **argv) {
     double copy = 0, gemm = 0, gemm_mhz = 0;
     ak_status st = AK_OK;
     char extra[320] = "";
-    ak_bench_power *pw = NULL; /* NVML, CUDA only */
     double plimit = 0;
     int have_plimit = 0;
 #ifdef AK_HAVE_CUDA
@@ -106,8 +104,9 @@ int ak_cmd_bench(int argc, char **argv) {
         if (st == AK_OK) st = ak_bench_cuda_ceilings(ctx, o.quick, &copy, &gemm, &gemm_mhz);
         ak_bench_cuda_describe(ctx, extra, sizeof extra);
         ak_bench_cuda_pci_bus_id(ctx, bus, sizeof bus);
-        pw = ak_bench_power_open(bus);
+        ak_bench_power *pw = ak_bench_power_open(bus);
         have_plimit = ak_bench_power_limit(pw, &plimit);
+        ak_bench_power_close(pw);
         size_t used = strlen(extra);
         if (have_plimit)
             snprintf(extra + used, sizeof extra - used, ", power limit %.0f W", plimit);
@@ -120,7 +119,6 @@ int ak_cmd_bench(int argc, char **argv) {
         st = ak_bench_cpu_ceilings(ctx, o.quick, &copy, &gemm);
     if (st != AK_OK) {
         fprintf(stderr, "attnkit bench: measuring ceilings: %s\n", ak_last_error());
-        ak_bench_power_close(pw);
         ak_context_destroy(ctx);
         return 1;
     }
@@ -152,11 +150,11 @@ int ak_cmd_bench(int argc, char **argv) {
         if (cuda) printf(" at SM %.0f MHz", gemm_mhz);
         printf("\n");
         printf("timing: %s; median of samples\n\n",
-               cuda ? "CUDA events per call (queued behind a 100 us hold kernel: GPU time, not host enqueue); decode ops (*) by graph replay of 20 calls; SM MHz: median SM clock right after each sample (a card held above its power limit runs slower); W: median power draw right after each sample; limit: clock event reasons seen there"
+               cuda ? "CUDA events per call (queued behind a 100 us hold kernel: GPU time, not host enqueue); decode ops (*) by graph replay of 20 calls; SM MHz: median SM clock right after each sample (a card held above its power limit runs slower)"
                     : "wall clock per call");
         printf("%-20s %-58s %10s %7s %9s %9s %9s %7s %7s%s\n", "op", "shape", "us", "rsd%",
                "TFLOPS", "GB/s kv", "GB/s tot", "%copy", "%gemm",
-               cuda ? "  SM MHz      W  limit" : "");
+               cuda ? "  SM MHz" : "");
     }
     int failures = 0, cases = 0;
     for (int32_t f = 0; f < ak_bench_family_count(); f++) {
@@ -170,17 +168,14 @@ int ak_cmd_bench(int argc, char **argv) {
         for (int32_t i = 0; list != NULL && i < ak_bench_list_size(list); i++) {
             ak_bench_case *c = ak_bench_list_at(list, i);
             if (ak_bench_skip(c->shape)) continue;
-            double med = 0, mn = 0, rsd = 0, mhz = 0, watts = -1;
+            double med = 0, mn = 0, rsd = 0, mhz = 0;
             int32_t n = 0;
-            char why[64] = "";
             if (isatty(2)) fprintf(stderr, "\r%-20s %-58.58s ...", c->op, c->shape);
 #ifdef AK_HAVE_CUDA
             if (cuda) {
                 ak_bench_cuda_result r;
-                st = ak_bench_cuda_time(ctx, c, o.quick, (int32_t)cool_ms, pw, &r);
+                st = ak_bench_cuda_time(ctx, c, o.quick, (int32_t)cool_ms, &r);
                 med = r.median_s, mn = r.min_s, rsd = r.rsd, n = r.samples, mhz = r.sm_mhz;
-                watts = r.watts;
-                if (r.have_reasons) ak_bench_power_reason_names(r.reasons, why, sizeof why);
             } else
 #endif
                 st = ak_bench_cpu_time(ctx, c, o.quick ? 1.0 : 5.0, &med, &mn, &rsd, &n);
@@ -205,8 +200,6 @@ int ak_cmd_bench(int argc, char **argv) {
                     ak_json_num(&j, "frac_copy", tot / copy);
                     ak_json_num(&j, "frac_gemm", tf / gemm);
                     if (cuda) ak_json_num(&j, "sm_MHz", mhz);
-                    if (watts >= 0) ak_json_num(&j, "power_W", watts);
-                    if (why[0]) ak_json_str(&j, "clock_limit", why);
                 } else {
                     ak_json_str(&j, "error", ak_last_error());
                 }
@@ -215,12 +208,7 @@ int ak_cmd_bench(int argc, char **argv) {
                 printf("%-20s %-58s %9.1f%s %6.1f%% %9.3f %9.1f %9.1f %6.1f%% %6.1f%%", c->op,
                        c->shape, med * 1e6, cuda && c->graph ? "*" : " ", 100 * rsd, tf * 1e-12,
                        kv * 1e-9, tot * 1e-9, 100 * tot / copy, 100 * tf / gemm);
-                if (cuda) {
-                    printf(" %8.0f", mhz);
-                    if (watts >= 0) printf(" %6.0f", watts);
-                    else printf(" %6s", "?");
-                    printf("  %s", why[0] ? why : "?");
-                }
+                if (cuda) printf(" %8.0f", mhz);
                 printf("\n");
             } else {
                 printf("%-20s %-58s FAILED: %s\n", c->op, c->shape, ak_last_error());
@@ -241,7 +229,6 @@ int ak_cmd_bench(int argc, char **argv) {
 #ifdef AK_HAVE_CUDA
     if (stream != NULL) ak_bench_cuda_teardown(ctx, stream);
 #endif
-    ak_bench_power_close(pw);
     ak_context_destroy(ctx);
     return failures ? 1 : 0;
 }
