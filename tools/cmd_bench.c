@@ -153,8 +153,7 @@ int ak_cmd_bench(int argc, char **argv) {
                cuda ? "CUDA events per call (queued behind a 100 us hold kernel: GPU time, not host enqueue); decode ops (*) by graph replay of 20 calls; SM MHz: median SM clock right after each sample (a card held above its power limit runs slower)"
                     : "wall clock per call");
         printf("%-20s %-58s %10s %7s %9s %9s %9s %7s %7s%s\n", "op", "shape", "us", "rsd%",
-               "TFLOPS", "GB/s kv", "GB/s tot", "%copy", "%gemm",
-               cuda ? "  SM MHz" : "");
+               "TFLOPS", "GB/s kv", "GB/s tot", "%copy", "%gemm", cuda ? "  SM MHz" : "");
     }
     int failures = 0, cases = 0;
     for (int32_t f = 0; f < ak_bench_family_count(); f++) {
