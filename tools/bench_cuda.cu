@@ -2,6 +2,7 @@
    ceilings measured in the same run, event timing and CUDA-graph replay timing. */
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -316,18 +317,43 @@ extern "C" ak_status ak_bench_cuda_time(ak_context *ctx, ak_bench_case *c, int32
     return AK_OK;
 }
 
-extern "C" void ak_bench_cuda_pci_bus_id(ak_context *ctx, char *buf, size_t size) {
-    if (size == 0) return;
-    buf[0] = '\0';
-    if (cudaDeviceGetPCIBusId(buf, (int)size, ak_context_device(ctx).id) != cudaSuccess) buf[0] = '\0';
+/* The enforced power limit of CUDA device dev from NVML, in W; < 0 where unknown. NVML ships with
+   the driver, not the toolkit's build, so it is loaded at run time and nothing links against it.
+   Per-case power and clock event reasons were read too in session 70 and dropped: on an H200 both
+   lag a case of ~100 ms, so the SM clock probe stays the per-case record. */
+static double nvml_power_limit(int dev) {
+    typedef int (*init_fn)(void);
+    typedef int (*by_pci_fn)(const char *bus_id, void **device);
+    typedef int (*limit_fn)(void *device, unsigned int *mw);
+    char bus[32];
+    if (cudaDeviceGetPCIBusId(bus, (int)sizeof bus, dev) != cudaSuccess) return -1.0;
+    void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (lib == NULL) return -1.0;
+    init_fn init = (init_fn)dlsym(lib, "nvmlInit_v2");
+    init_fn shutdown = (init_fn)dlsym(lib, "nvmlShutdown");
+    by_pci_fn by_pci = (by_pci_fn)dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2");
+    limit_fn limit = (limit_fn)dlsym(lib, "nvmlDeviceGetEnforcedPowerLimit");
+    double w = -1.0;
+    if (init != NULL && init() == 0) { /* 0: NVML_SUCCESS */
+        void *device = NULL;
+        unsigned int mw = 0;
+        if (by_pci != NULL && limit != NULL && by_pci(bus, &device) == 0 && limit(device, &mw) == 0)
+            w = 1e-3 * mw;
+        if (shutdown != NULL) shutdown();
+    }
+    dlclose(lib);
+    return w;
 }
 
-extern "C" void ak_bench_cuda_describe(ak_context *ctx, char *buf, size_t size) {
+extern "C" void ak_bench_cuda_describe(ak_context *ctx, char *buf, size_t size, double *power_limit_w) {
     int dev = ak_context_device(ctx).id, sm = 0, mem = 0, drv = 0, rt = 0;
     cudaDeviceGetAttribute(&sm, cudaDevAttrClockRate, dev);
     cudaDeviceGetAttribute(&mem, cudaDevAttrMemoryClockRate, dev);
     cudaDriverGetVersion(&drv);
     cudaRuntimeGetVersion(&rt);
-    snprintf(buf, size, "max SM clock %d MHz, memory clock %d MHz, driver %d.%d, runtime %d.%d",
-             sm / 1000, mem / 1000, drv / 1000, (drv % 1000) / 10, rt / 1000, (rt % 1000) / 10);
+    *power_limit_w = nvml_power_limit(dev);
+    char limit[48] = "power limit unknown (no NVML)";
+    if (*power_limit_w >= 0) snprintf(limit, sizeof limit, "power limit %.0f W", *power_limit_w);
+    snprintf(buf, size, "max SM clock %d MHz, memory clock %d MHz, driver %d.%d, runtime %d.%d, %s",
+             sm / 1000, mem / 1000, drv / 1000, (drv % 1000) / 10, rt / 1000, (rt % 1000) / 10, limit);
 }

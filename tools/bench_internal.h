@@ -25,13 +25,6 @@ ak_status ak_bench_cpu_time(ak_context *ctx, ak_bench_case *c, double budget_s, 
 ak_status ak_bench_cpu_ceilings(ak_context *ctx, int32_t quick, double *copy_Bps,
                                 double *gemm_flops);
 
-/* NVML (bench_nvml.c; loaded at run time, NULL where it is absent): the enforced power limit of
-   the device with that PCI bus id; ak_bench_power_limit returns 0 where it is unknown. */
-typedef struct ak_bench_power ak_bench_power;
-ak_bench_power *ak_bench_power_open(const char *pci_bus_id);
-void ak_bench_power_close(ak_bench_power *p);
-int ak_bench_power_limit(ak_bench_power *p, double *watts);
-
 /* What one CUDA case measured: medians and the SM clock. */
 typedef struct ak_bench_cuda_result {
     double median_s, min_s, rsd, sm_mhz;
@@ -48,13 +41,12 @@ ak_status ak_bench_cuda_ceilings(ak_context *ctx, int32_t quick, double *copy_Bp
    each sample. */
 ak_status ak_bench_cuda_time(ak_context *ctx, ak_bench_case *c, int32_t quick, int32_t cool_ms,
                              ak_bench_cuda_result *r);
-/* The device's PCI bus id ("0000:18:00.0"), NVML's key for it; "" if unknown. */
-void ak_bench_cuda_pci_bus_id(ak_context *ctx, char *buf, size_t size);
 /* Random normal bf16 (sigma, clamped) into n elements of device memory, on ctx's stream. */
 ak_status ak_bench_cuda_fill_normal_bf16(ak_context *ctx, void *dst, int64_t n, double sigma,
                                          double clamp, uint64_t seed);
-/* Device facts for the report header: clocks in MHz, driver and runtime versions. */
-void ak_bench_cuda_describe(ak_context *ctx, char *buf, size_t size);
+/* Device facts for the report header: clocks in MHz, driver and runtime versions, the power limit
+   (targets.md 6.2; also into *power_limit_w, < 0 where NVML is absent). */
+void ak_bench_cuda_describe(ak_context *ctx, char *buf, size_t size, double *power_limit_w);
 
 #ifdef __cplusplus
 }

@@ -95,24 +95,13 @@ int ak_cmd_bench(int argc, char **argv) {
     double copy = 0, gemm = 0, gemm_mhz = 0;
     ak_status st = AK_OK;
     char extra[320] = "";
-    double plimit = 0;
-    int have_plimit = 0;
+    double plimit = -1; /* W, < 0: unknown */
 #ifdef AK_HAVE_CUDA
     if (cuda) {
-        char bus[32];
         st = ak_bench_cuda_setup(ctx, &stream);
         if (st == AK_OK) st = ak_bench_cuda_ceilings(ctx, o.quick, &copy, &gemm, &gemm_mhz);
-        ak_bench_cuda_describe(ctx, extra, sizeof extra);
-        ak_bench_cuda_pci_bus_id(ctx, bus, sizeof bus);
-        ak_bench_power *pw = ak_bench_power_open(bus);
-        have_plimit = ak_bench_power_limit(pw, &plimit);
-        ak_bench_power_close(pw);
-        size_t used = strlen(extra);
-        if (have_plimit)
-            snprintf(extra + used, sizeof extra - used, ", power limit %.0f W", plimit);
-        else
-            snprintf(extra + used, sizeof extra - used, ", power limit unknown (no NVML)");
-        used = strlen(extra);
+        ak_bench_cuda_describe(ctx, extra, sizeof extra, &plimit);
+        const size_t used = strlen(extra);
         snprintf(extra + used, sizeof extra - used, ", %ld ms idle before each case", cool_ms);
     } else
 #endif
@@ -139,7 +128,7 @@ int ak_cmd_bench(int argc, char **argv) {
         ak_json_num(&j, "gemm_TFLOPS", gemm * 1e-12);
         ak_json_str(&j, "gemm_kind", gemm_kind);
         if (cuda) ak_json_num(&j, "gemm_sm_MHz", gemm_mhz);
-        if (have_plimit) ak_json_num(&j, "power_limit_W", plimit);
+        if (plimit >= 0) ak_json_num(&j, "power_limit_W", plimit);
         if (cuda) ak_json_int(&j, "cool_ms", (int64_t)cool_ms);
         ak_json_array_begin(&j, "cases");
     } else {
