@@ -56,3 +56,28 @@ static inline int probe_sms(const char *what) {
     printf("%s on %s, %d SMs\n", what, pr.name, sms);
     return sms;
 }
+
+/* Word k of a pool of 656-byte DSA_FP8_BLOCKSCALE records (word k % 164 of its record): e4m3 bytes
+   without NaN, four block scales in [2^-7, 2^-6), bf16 RoPE. */
+__device__ __forceinline__ uint32_t probe_rec656_word(uint32_t k, uint32_t salt) {
+    const uint32_t h = probe_hash(k * 2654435761u + salt);
+    const uint32_t off = (k % (656 / 4)) * 4;
+    if (off >= 512 && off < 528) return 0x3c000000u | (h & 0x007fffffu);
+    if (off >= 528) return fill((int)h, true);
+    return h & 0xf6f6f6f6u; /* exponent field below 15: no NaN */
+}
+
+__global__ void probe_fill_rec656(uint32_t *pool, int64_t words) {
+    for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < words; k += (int64_t)gridDim.x * blockDim.x)
+        pool[k] = probe_rec656_word((uint32_t)k, 7u);
+}
+
+/* A device pool of nrec such records. */
+static inline uint8_t *probe_pool656(int64_t nrec) {
+    uint8_t *pool;
+    CK(cudaMalloc(&pool, (size_t)nrec * 656));
+    probe_fill_rec656<<<1024, 256>>>(reinterpret_cast<uint32_t *>(pool), nrec * 656 / 4);
+    CK(cudaGetLastError());
+    CK(cudaDeviceSynchronize());
+    return pool;
+}

@@ -52,19 +52,6 @@ template <int G> struct map {
     };
 };
 
-__device__ __forceinline__ uint32_t rec_word(uint32_t k, uint32_t salt) {
-    const uint32_t h = probe_hash(k * 2654435761u + salt);
-    const uint32_t off = (k % (STR / 4)) * 4;
-    if (off >= 512 && off < 528) return 0x3c000000u | (h & 0x007fffffu); /* scale in [2^-7, 2^-6) */
-    if (off >= 528) return fill((int)h, true);
-    return h & 0xf6f6f6f6u; /* exponent field below 15: no NaN */
-}
-
-__global__ void fill_pool(uint32_t *pool, int64_t words) {
-    for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < words; k += (int64_t)gridDim.x * blockDim.x)
-        pool[k] = rec_word((uint32_t)k, 7u);
-}
-
 __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
                  "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
@@ -86,7 +73,7 @@ __global__ void __launch_bounds__(COPY ? 32 * PW + 128 * G : 128 * G, 1) sdm(lon
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const uint32_t bar = ak_smem_addr(smem + M::BAR);
     for (int k = tid; k < NST * UNIT / 4; k += blockDim.x)
-        reinterpret_cast<uint32_t *>(smem + M::ST)[k] = rec_word((uint32_t)(k % (UNIT / 4) + 41 * blockIdx.x), 3u);
+        reinterpret_cast<uint32_t *>(smem + M::ST)[k] = probe_rec656_word((uint32_t)(k % (UNIT / 4) + 41 * blockIdx.x), 3u);
     if (tid == 0)
         for (int b = 0; b < NST; b++) ak_mbar_init(bar + 8 * b, COPY == 2 ? 32 * PW : (VAR & 1) ? 1 : PW), ak_mbar_init(bar + 8 * (NST + b), 4);
     ak_fence_proxy_async();
@@ -314,11 +301,7 @@ template <int G, int COPY, int MODE, int PW = 4, int VAR = 0> static void run(in
 
 int main() {
     const int sms = probe_sms("sdm_probe");
-    uint8_t *pool;
-    CK(cudaMalloc(&pool, (size_t)NREC * STR));
-    fill_pool<<<1024, 256>>>(reinterpret_cast<uint32_t *>(pool), NREC * STR / 4);
-    CK(cudaGetLastError());
-    CK(cudaDeviceSynchronize());
+    uint8_t *pool = probe_pool656(NREC);
     const int64_t l2 = 1 << 13; /* 5.4 MB */
     run<2, 0, 0>(sms, pool, "records in place, 256 threads");
     run<1, 0, 0>(sms, pool, "records in place, one group");

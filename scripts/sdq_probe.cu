@@ -57,20 +57,6 @@ __device__ __forceinline__ void wgmma_m64n64k16_rs(float *d, const uint32_t *a, 
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
 }
 
-/* A raw 656-byte record word k: e4m3 bytes without NaN, four block scales, bf16 RoPE. */
-__device__ __forceinline__ uint32_t rec_word(uint32_t k, uint32_t salt) {
-    const uint32_t h = probe_hash(k * 2654435761u + salt);
-    const uint32_t off = (k % (STR / 4)) * 4;
-    if (off >= 512 && off < 528) return 0x3c000000u | (h & 0x007fffffu); /* scale in [2^-7, 2^-6) */
-    if (off >= 528) return fill((int)h, true);
-    return h & 0xf6f6f6f6u; /* exponent field below 15: no NaN */
-}
-
-__global__ void fill_pool(uint32_t *pool, int64_t words) {
-    for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < words; k += (int64_t)gridDim.x * blockDim.x)
-        pool[k] = rec_word((uint32_t)k, 7u);
-}
-
 /* The S^T A fragments of group grp (k16 steps 4 grp .. + 3) for the thread's two 656 keys rw[0]
    (row 16 w + g) and rw[1] (+ 8), in ak_sdr_main's operand map (ak_sdr_s_frag, which is per-tensor
    fp8 since session 61): groups 0..7 the thread's 16 bytes of half scale block grp as
@@ -184,7 +170,7 @@ __global__ void __launch_bounds__(COPY == 2 ? 384 : 256, 1) sdq(long long *out, 
     for (int k = tid; k < ST / 4; k += blockDim.x) reinterpret_cast<uint32_t *>(smem)[k] = fill(k + 977 * blockIdx.x, true);
     if (!COPY)
         for (int k = tid; k < NBUF * TILE / 4; k += blockDim.x)
-            reinterpret_cast<uint32_t *>(smem + ST)[k] = rec_word((uint32_t)(k % (TILE / 4) + 41 * blockIdx.x), 3u);
+            reinterpret_cast<uint32_t *>(smem + ST)[k] = probe_rec656_word((uint32_t)(k % (TILE / 4) + 41 * blockIdx.x), 3u);
     float *mrun = reinterpret_cast<float *>(smem + ML);
     for (int k = tid; k < 64; k += blockDim.x) mrun[k] = -INFINITY;
     if (tid == 0) {
@@ -372,11 +358,7 @@ template <int COPY, int MODE> static void run(int sms, const uint8_t *pool, cons
 
 int main() {
     const int sms = probe_sms("sdq_probe");
-    uint8_t *pool;
-    CK(cudaMalloc(&pool, (size_t)NREC * STR));
-    fill_pool<<<1024, 256>>>(reinterpret_cast<uint32_t *>(pool), NREC * STR / 4);
-    CK(cudaGetLastError());
-    CK(cudaDeviceSynchronize());
+    uint8_t *pool = probe_pool656(NREC);
     run<0, 0>(sms, pool, "records in place (256 threads)");
     run<1, 0>(sms, pool, "records copied by the consumers from a 1 GiB pool (256 threads)");
     run<2, 0>(sms, pool, "records copied by a producer warpgroup from a 1 GiB pool (384 threads, setmaxnreg 40 / 232)");
