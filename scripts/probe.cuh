@@ -1,5 +1,6 @@
 /* probe.cuh -- what the standalone device probes in scripts/ share (not part of the library): a
-   checked CUDA call that ends the probe, the global nanosecond timer, and operand fill. */
+   checked CUDA call that ends the probe, the global nanosecond timer, operand fill and a pool of
+   random 656-byte records. */
 #pragma once
 #include <cstdint>
 #include <cstdio>
