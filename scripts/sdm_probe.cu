@@ -52,13 +52,6 @@ template <int G> struct map {
     };
 };
 
-__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 __device__ __forceinline__ uint32_t movt(uint32_t x) {
     uint32_t y;
     asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
@@ -181,8 +174,8 @@ __global__ void __launch_bounds__(COPY ? 32 * PW + 128 * G : 128 * G, 1) sdm(lon
                 sp4[j][0] += __uint_as_float(kr[j][0] ^ kr[j][1] ^ qa[j][0]);
             } else {
 #pragma unroll
-                for (int s = 0; s < 8; s++) mma(sp4[j], qa[s], kb[j][s][0], kb[j][s][1]);
-                mma(sp4[j], qa[8], kr[j][0], kr[j][1]);
+                for (int s = 0; s < 8; s++) ak_mma_bf16_16816(sp4[j], qa[s], kb[j][s][0], kb[j][s][1]);
+                ak_mma_bf16_16816(sp4[j], qa[8], kr[j][0], kr[j][1]);
             }
         }
         float4 *rp = red + (it & 1) * 4 * 4 * 32;
@@ -251,7 +244,7 @@ __global__ void __launch_bounds__(COPY ? 32 * PW + 128 * G : 128 * G, 1) sdm(lon
 #pragma unroll
             for (int n = 0; n < 16; n++) {
                 if (MODE & 16) o[n][q] += __uint_as_float(pa[q][n & 3] ^ kb[2 * q][n >> 1][n & 1] ^ kb[2 * q + 1][n >> 1][n & 1]);
-                else mma(o[n], pa[q], kb[2 * q][n >> 1][n & 1], kb[2 * q + 1][n >> 1][n & 1]);
+                else ak_mma_bf16_16816(o[n], pa[q], kb[2 * q][n >> 1][n & 1], kb[2 * q + 1][n >> 1][n & 1]);
             }
     }
     float acc = l_run[0] + l_run[1];
