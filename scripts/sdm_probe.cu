@@ -24,13 +24,19 @@
  * unit's records from random slots of a pool (656 MB, or 5.4 MB that stays in L2) into a ring of
  * NST stages; COPY 2: the same by 16-byte cp.async over the lanes; COPY 3: as COPY 1's launch (384
  * threads, setmaxnreg 40 / 232) with the producer warps idle, so the consumer code is COPY 1's.
+ * COPY 4 (x288, session 72): no producers and no stages; each consumer thread loads its own words
+ * of its four keys of the group's next unit from global memory into registers (16-byte `ld.global.nc`,
+ * 64 contiguous bytes of a record per warp and instruction) right after converting the current
+ * unit, so one unit per group is in flight while the group computes.
  * VAR 1: producer warp 0 issues every copy; VAR 2: 64 bytes a record instead of 656.
  * MODE bits (proxies, results wrong on purpose): 1 no conversion (raw words as bf16), 2 no
  * movmatrix, 4 no exchange (each warp's partial S taken as the whole), 8 the consumers only wait
- * and release, 16 no products (the operands folded in by integer operations).
+ * and release (COPY 4: only load and fold the words), 16 no products (the operands folded in by
+ * integer operations).
  * With copies it also prints CTA 0's per-tile EMPTY wait and copy issue time of each producer warp
  * (COPY 2 reports no issue time) and the FULL wait of each consumer warp.
  *
+ * With no argument it runs session 71's table; with `l` session 72's (COPY 4 against its bases).
  * Prints cycles per 64-key tile and CTA; today's swap-AB kernel takes ~3.9k a tile at b 128 h_q 16
  * on the H200 (134k cycles a CTA of 32 tiles), and the 55 us target needs ~3.1k.
  * build: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -DAK_HAVE_CUDA -Iinclude -Isrc
@@ -58,8 +64,28 @@ __device__ __forceinline__ uint32_t movt(uint32_t x) {
     return y;
 }
 
+/* COPY 4: a consumer thread's words of keys 8 j + g (j < 4) of unit u, straight from the pool: 32
+   bytes of warp w's scale block (two 16-byte loads 64 bytes apart, so that a warp's instruction
+   reads 64 contiguous bytes of each of its eight records), the block's scale and 8 bytes of RoPE. */
+struct kwords {
+    uint4 x0[4], x1[4];
+    float sc[4];
+    uint2 rp[4];
+};
+__device__ __forceinline__ void load_unit(kwords &k, const uint8_t *pool, int64_t nrec, int u, int w, int g, int c4) {
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const int64_t slot = probe_hash((uint32_t)(blockIdx.x * 7919 + u * 131 + 8 * j + g)) & (nrec - 1);
+        const uint8_t *rec = pool + slot * STR;
+        k.x0[j] = __ldg(reinterpret_cast<const uint4 *>(rec + 128 * w + 16 * c4));
+        k.x1[j] = __ldg(reinterpret_cast<const uint4 *>(rec + 128 * w + 64 + 16 * c4));
+        k.sc[j] = __ldg(reinterpret_cast<const float *>(rec + 512 + 4 * w));
+        k.rp[j] = __ldg(reinterpret_cast<const uint2 *>(rec + 528 + 32 * w + 8 * c4));
+    }
+}
+
 template <int G, int COPY, int MODE, int PW, int VAR>
-__global__ void __launch_bounds__(COPY ? 32 * PW + 128 * G : 128 * G, 1) sdm(long long *out, const uint8_t *pool, float sl, int64_t nrec) {
+__global__ void __launch_bounds__(COPY && COPY < 4 ? 32 * PW + 128 * G : 128 * G, 1) sdm(long long *out, const uint8_t *pool, float sl, int64_t nrec) {
     typedef map<G> M;
     extern __shared__ __align__(16) uint8_t smem_raw[];
     uint8_t *smem = smem_raw + ((1024u - (ak_smem_addr(smem_raw) & 1023u)) & 1023u);
@@ -72,7 +98,7 @@ __global__ void __launch_bounds__(COPY ? 32 * PW + 128 * G : 128 * G, 1) sdm(lon
     ak_fence_proxy_async();
     __syncthreads();
     const long long t0 = clock64();
-    if (COPY) {
+    if (COPY && COPY < 4) {
         if (warp < PW) { /* producers: records KPW warp .. of every unit */
             enum { KPW = (VAR & 1) ? 32 : 32 / PW, CB = (VAR & 2) ? 64 : STR /* VAR 2: 64 bytes a record */ };
             if (G == 2) ak_setmaxnreg_dec<40>();
@@ -115,7 +141,7 @@ __global__ void __launch_bounds__(COPY ? 32 * PW + 128 * G : 128 * G, 1) sdm(lon
         if (G == 2 && PW == 4) ak_setmaxnreg_inc<232>(); /* 128 x 40 + 256 x 232 <= 64 K; 256 threads need none */
         if (G == 2 && PW == 8) ak_setmaxnreg_inc<216>(); /* 256 x 40 + 256 x 216 = 64 K */
     }
-    const int cw = __shfl_sync(0xffffffffu, COPY ? warp - PW : warp, 0);
+    const int cw = __shfl_sync(0xffffffffu, COPY && COPY < 4 ? warp - PW : warp, 0);
     const int grp = cw >> 2, w = cw & 3, g = lane >> 2, c4 = lane & 3;
     uint32_t qa[9][4]; /* Q's A fragments over this warp's 144 dims (random here) */
 #pragma unroll
@@ -129,14 +155,24 @@ __global__ void __launch_bounds__(COPY ? 32 * PW + 128 * G : 128 * G, 1) sdm(lon
         for (int e = 0; e < 4; e++) o[n][e] = 0.0f;
     float4 *red = reinterpret_cast<float4 *>(smem + M::RED) + grp * 2 * 4 * 4 * 32;
     long long cwt = 0;
+    /* COPY 4: this thread's words of the group's next unit, loaded into registers */
+    kwords gk;
+    if (COPY == 4) load_unit(gk, pool, nrec, grp, w, g, c4);
+    uint32_t fold = 0;
     for (int u = grp, it = 0; u < U; u += G, it++) {
         const int b = u % NST;
         const long long ca = clock64();
-        if (COPY && COPY != 3) ak_mbar_wait(bar + 8 * b, (u / NST) & 1);
+        if (COPY && COPY < 3) ak_mbar_wait(bar + 8 * b, (u / NST) & 1);
         cwt += clock64() - ca;
         if (MODE & 8) {
             __syncwarp();
-            if (COPY && COPY != 3 && lane == 0) ak_mbar_arrive(bar + 8 * (NST + b));
+            if (COPY && COPY < 3 && lane == 0) ak_mbar_arrive(bar + 8 * (NST + b));
+            if (COPY == 4) { /* loads only: fold this unit's words, load the next unit's */
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    fold ^= gk.x0[j].x ^ gk.x0[j].w ^ gk.x1[j].y ^ gk.x1[j].z ^ __float_as_uint(gk.sc[j]) ^ gk.rp[j].x ^ gk.rp[j].y;
+                load_unit(gk, pool, nrec, u + G, w, g, c4);
+            }
             continue;
         }
         const uint8_t *sp = smem + M::ST + b * UNIT;
@@ -144,10 +180,17 @@ __global__ void __launch_bounds__(COPY ? 32 * PW + 128 * G : 128 * G, 1) sdm(lon
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             const uint8_t *rec = sp + (8 * j + g) * STR;
-            const uint4 x0 = *reinterpret_cast<const uint4 *>(rec + 128 * w + 32 * c4);
-            const uint4 x1 = *reinterpret_cast<const uint4 *>(rec + 128 * w + 32 * c4 + 16);
-            const float sc = *reinterpret_cast<const float *>(rec + 512 + 4 * w);
-            const uint2 rp = *reinterpret_cast<const uint2 *>(rec + 528 + 32 * w + 8 * c4);
+            uint4 x0, x1;
+            float sc;
+            uint2 rp;
+            if (COPY == 4) {
+                x0 = gk.x0[j], x1 = gk.x1[j], sc = gk.sc[j], rp = gk.rp[j];
+            } else {
+                x0 = *reinterpret_cast<const uint4 *>(rec + 128 * w + 32 * c4);
+                x1 = *reinterpret_cast<const uint4 *>(rec + 128 * w + 32 * c4 + 16);
+                sc = *reinterpret_cast<const float *>(rec + 512 + 4 * w);
+                rp = *reinterpret_cast<const uint2 *>(rec + 528 + 32 * w + 8 * c4);
+            }
             const uint32_t wd[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
 #pragma unroll
             for (int s = 0; s < 8; s++) {
@@ -161,8 +204,9 @@ __global__ void __launch_bounds__(COPY ? 32 * PW + 128 * G : 128 * G, 1) sdm(lon
             }
             kr[j][0] = rp.x, kr[j][1] = rp.y;
         }
+        if (COPY == 4 && u + G < U) load_unit(gk, pool, nrec, u + G, w, g, c4); /* in flight while this unit computes */
         __syncwarp();
-        if (COPY && COPY != 3 && lane == 0) ak_mbar_arrive(bar + 8 * (NST + b)); /* EMPTY: this warp's reads are in registers */
+        if (COPY && COPY < 3 && lane == 0) ak_mbar_arrive(bar + 8 * (NST + b)); /* EMPTY: this warp's reads are in registers */
         float sp4[4][4];
 #pragma unroll
         for (int j = 0; j < 4; j++) {
@@ -247,7 +291,7 @@ __global__ void __launch_bounds__(COPY ? 32 * PW + 128 * G : 128 * G, 1) sdm(lon
                 else ak_mma_bf16_16816(o[n], pa[q], kb[2 * q][n >> 1][n & 1], kb[2 * q + 1][n >> 1][n & 1]);
             }
     }
-    float acc = l_run[0] + l_run[1];
+    float acc = l_run[0] + l_run[1] + __uint_as_float(fold);
 #pragma unroll
     for (int n = 0; n < 16; n++)
 #pragma unroll
@@ -264,7 +308,7 @@ template <int G, int COPY, int MODE, int PW = 4, int VAR = 0> static void run(in
     CK(cudaMemset(dout, 0, 8192 * sizeof(long long)));
     CK(cudaFuncSetAttribute(sdm<G, COPY, MODE, PW, VAR>, cudaFuncAttributeMaxDynamicSharedMemorySize, M::BYTES + 1024));
     std::vector<double> per;
-    const int threads = COPY ? 32 * PW + 128 * G : 128 * G;
+    const int threads = COPY && COPY < 4 ? 32 * PW + 128 * G : 128 * G;
     for (int rep = 0; rep < 3; rep++) {
         sdm<G, COPY, MODE, PW, VAR><<<sms, threads, M::BYTES + 1024>>>(dout, pool, 0.0625f, nrec);
         CK(cudaGetLastError());
@@ -279,7 +323,7 @@ template <int G, int COPY, int MODE, int PW = 4, int VAR = 0> static void run(in
                    "%.0f / %.0f / %.0f (min %.0f, max %.0f)\n",
                    G, COPY, MODE, PW, VAR, what, sms, U / 2, per[0], per[1], per[2], (double)v[0] / (U / 2),
                    (double)v[sms - 1] / (U / 2));
-        if (rep == 2 && COPY && COPY != 3) { /* per 64-key tile, CTA 0: producer warps' EMPTY wait and issue, consumer warps' FULL wait */
+        if (rep == 2 && COPY && COPY < 3) { /* per 64-key tile, CTA 0: producer warps' EMPTY wait and issue, consumer warps' FULL wait */
             printf("   CTA 0 per tile: producers EMPTY wait");
             for (int k = 0; k < ((VAR & 1) ? 1 : PW); k++) printf(" %.0f", (double)h[2048 + k] / (U / 2));
             printf(", issue");
@@ -292,10 +336,27 @@ template <int G, int COPY, int MODE, int PW = 4, int VAR = 0> static void run(in
     CK(cudaFree(dout));
 }
 
-int main() {
+int main(int argc, char **argv) {
     const int sms = probe_sms("sdm_probe");
     uint8_t *pool = probe_pool656(NREC);
     const int64_t l2 = 1 << 13; /* 5.4 MB */
+    if (argc > 1 && argv[1][0] == 'l') { /* session 72: records loaded by the consumers themselves */
+        run<2, 0, 0>(sms, pool, "records in place, 256 threads");
+        run<2, 1, 0>(sms, pool, "bulk copies from DRAM");
+        run<2, 4, 0>(sms, pool, "consumers load from DRAM");
+        run<2, 4, 0>(sms, pool, "consumers load from L2", l2);
+        run<2, 4, 8>(sms, pool, "consumers load only (DRAM)");
+        run<2, 4, 8>(sms, pool, "consumers load only (L2)", l2);
+        run<2, 4, 7>(sms, pool, "consumers load (DRAM), proxy: products and softmax only");
+        run<1, 4, 0>(sms, pool, "consumers load from DRAM, one group");
+        run<2, 4, 0>(sms, pool, "consumers load from 16 records (L1)", 16);
+        run<2, 4, 7>(sms, pool, "consumers load (16 records, L1), proxy: products and softmax only", 16);
+        run<2, 4, 7>(sms, pool, "consumers load (L2), proxy: products and softmax only", l2);
+        run<2, 4, 8>(sms, pool, "consumers load only (16 records, L1)", 16);
+        run<2, 0, 7>(sms, pool, "in place, 256 threads, proxy: products and softmax only");
+        CK(cudaFree(pool));
+        return 0;
+    }
     run<2, 0, 0>(sms, pool, "records in place, 256 threads");
     run<1, 0, 0>(sms, pool, "records in place, one group");
     run<2, 3, 0>(sms, pool, "records in place, 384 threads, producer warps idle");
