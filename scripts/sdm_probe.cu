@@ -84,8 +84,12 @@ __device__ __forceinline__ void load_unit(kwords &k, const uint8_t *pool, int64_
     }
 }
 
+/* COPY 1-3 launch producer warps; COPY 1 and 2 also issue copies into the stages (with mbarriers). */
+__host__ __device__ constexpr bool has_producers(int copy) { return copy >= 1 && copy <= 3; }
+__host__ __device__ constexpr bool copies_stages(int copy) { return copy == 1 || copy == 2; }
+
 template <int G, int COPY, int MODE, int PW, int VAR>
-__global__ void __launch_bounds__(COPY && COPY < 4 ? 32 * PW + 128 * G : 128 * G, 1) sdm(long long *out, const uint8_t *pool, float sl, int64_t nrec) {
+__global__ void __launch_bounds__(has_producers(COPY) ? 32 * PW + 128 * G : 128 * G, 1) sdm(long long *out, const uint8_t *pool, float sl, int64_t nrec) {
     typedef map<G> M;
     extern __shared__ __align__(16) uint8_t smem_raw[];
     uint8_t *smem = smem_raw + ((1024u - (ak_smem_addr(smem_raw) & 1023u)) & 1023u);
@@ -98,7 +102,7 @@ __global__ void __launch_bounds__(COPY && COPY < 4 ? 32 * PW + 128 * G : 128 * G
     ak_fence_proxy_async();
     __syncthreads();
     const long long t0 = clock64();
-    if (COPY && COPY < 4) {
+    if (has_producers(COPY)) {
         if (warp < PW) { /* producers: records KPW warp .. of every unit */
             enum { KPW = (VAR & 1) ? 32 : 32 / PW, CB = (VAR & 2) ? 64 : STR /* VAR 2: 64 bytes a record */ };
             if (G == 2) ak_setmaxnreg_dec<40>();
@@ -141,7 +145,7 @@ __global__ void __launch_bounds__(COPY && COPY < 4 ? 32 * PW + 128 * G : 128 * G
         if (G == 2 && PW == 4) ak_setmaxnreg_inc<232>(); /* 128 x 40 + 256 x 232 <= 64 K; 256 threads need none */
         if (G == 2 && PW == 8) ak_setmaxnreg_inc<216>(); /* 256 x 40 + 256 x 216 = 64 K */
     }
-    const int cw = __shfl_sync(0xffffffffu, COPY && COPY < 4 ? warp - PW : warp, 0);
+    const int cw = __shfl_sync(0xffffffffu, has_producers(COPY) ? warp - PW : warp, 0);
     const int grp = cw >> 2, w = cw & 3, g = lane >> 2, c4 = lane & 3;
     uint32_t qa[9][4]; /* Q's A fragments over this warp's 144 dims (random here) */
 #pragma unroll
@@ -162,11 +166,11 @@ __global__ void __launch_bounds__(COPY && COPY < 4 ? 32 * PW + 128 * G : 128 * G
     for (int u = grp, it = 0; u < U; u += G, it++) {
         const int b = u % NST;
         const long long ca = clock64();
-        if (COPY && COPY < 3) ak_mbar_wait(bar + 8 * b, (u / NST) & 1);
+        if (copies_stages(COPY)) ak_mbar_wait(bar + 8 * b, (u / NST) & 1);
         cwt += clock64() - ca;
         if (MODE & 8) {
             __syncwarp();
-            if (COPY && COPY < 3 && lane == 0) ak_mbar_arrive(bar + 8 * (NST + b));
+            if (copies_stages(COPY) && lane == 0) ak_mbar_arrive(bar + 8 * (NST + b));
             if (COPY == 4) { /* loads only: fold this unit's words, load the next unit's */
 #pragma unroll
                 for (int j = 0; j < 4; j++)
@@ -206,7 +210,7 @@ __global__ void __launch_bounds__(COPY && COPY < 4 ? 32 * PW + 128 * G : 128 * G
         }
         if (COPY == 4 && u + G < U) load_unit(gk, pool, nrec, u + G, w, g, c4); /* in flight while this unit computes */
         __syncwarp();
-        if (COPY && COPY < 3 && lane == 0) ak_mbar_arrive(bar + 8 * (NST + b)); /* EMPTY: this warp's reads are in registers */
+        if (copies_stages(COPY) && lane == 0) ak_mbar_arrive(bar + 8 * (NST + b)); /* EMPTY: this warp's reads are in registers */
         float sp4[4][4];
 #pragma unroll
         for (int j = 0; j < 4; j++) {
@@ -308,7 +312,7 @@ template <int G, int COPY, int MODE, int PW = 4, int VAR = 0> static void run(in
     CK(cudaMemset(dout, 0, 8192 * sizeof(long long)));
     CK(cudaFuncSetAttribute(sdm<G, COPY, MODE, PW, VAR>, cudaFuncAttributeMaxDynamicSharedMemorySize, M::BYTES + 1024));
     std::vector<double> per;
-    const int threads = COPY && COPY < 4 ? 32 * PW + 128 * G : 128 * G;
+    const int threads = has_producers(COPY) ? 32 * PW + 128 * G : 128 * G;
     for (int rep = 0; rep < 3; rep++) {
         sdm<G, COPY, MODE, PW, VAR><<<sms, threads, M::BYTES + 1024>>>(dout, pool, 0.0625f, nrec);
         CK(cudaGetLastError());
@@ -323,7 +327,7 @@ template <int G, int COPY, int MODE, int PW = 4, int VAR = 0> static void run(in
                    "%.0f / %.0f / %.0f (min %.0f, max %.0f)\n",
                    G, COPY, MODE, PW, VAR, what, sms, U / 2, per[0], per[1], per[2], (double)v[0] / (U / 2),
                    (double)v[sms - 1] / (U / 2));
-        if (rep == 2 && COPY && COPY < 3) { /* per 64-key tile, CTA 0: producer warps' EMPTY wait and issue, consumer warps' FULL wait */
+        if (rep == 2 && copies_stages(COPY)) { /* per 64-key tile, CTA 0: producer warps' EMPTY wait and issue, consumer warps' FULL wait */
             printf("   CTA 0 per tile: producers EMPTY wait");
             for (int k = 0; k < ((VAR & 1) ? 1 : PW); k++) printf(" %.0f", (double)h[2048 + k] / (U / 2));
             printf(", issue");
