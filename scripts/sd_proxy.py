@@ -1,33 +1,60 @@
 #!/usr/bin/env python3
 """sd_proxy.py DIR VARIANT -- x105's work proxies for the 64-head sparse decode kernel
-(`ak_sdx_main`), patched into the tree at DIR (a copy: `git archive HEAD | tar -x -C DIR`).
+(`ak_sdx_main`) and session 73's for both warp-specialized kernels, patched into the tree at DIR (a
+copy: `git archive HEAD | tar -x -C DIR`).
 
 The proxies compute wrong results and are timed only (scripts/quick_ab.sh with TIME_ANYWAY=1).
 They ask which side of the 64-head unit its time follows:
   c   each producer warp copies and converts 4 of its 8 keys (V4: copies 4, converts all 8, as in
       x105; the other rows keep stale bytes and the keys count as invalid);
   s   consumer warpgroup 1 without its softmax: P from S by one multiply by 0, alpha 1;
-  cs  both.
+  cs  both;
+  p   the producers alone (session 73): `ak_sdx_main`'s consumer warpgroups issue neither S, the
+      softmax nor P V (S taken as 0, P as 0, alpha 1) but keep every wait, the P hand-off barrier
+      and their EMPTY arrivals;
+  t   the same for the swap-AB kernel (`ak_sdt_main`, 16- and 32-head tiles): its consumer
+      warpgroup waits on FULL, fences and arrives on EMPTY, nothing else.
 Session 19 (x105) measured -9% (c), -4% (s) and -22% (cs) at 656 h_q 128: super-additive, the two
 sides co-bound. Session 65's trace put the unit on warpgroup 1's chain after x274; these proxies
 test that reading. The patches match exact source text, so scripts/sd_trace_check.sh applies them
 in CI."""
 import sys
 
-if len(sys.argv) != 3 or sys.argv[2] not in ("c", "s", "cs"):
-    sys.exit("usage: sd_proxy.py DIR c|s|cs")
+if len(sys.argv) != 3 or sys.argv[2] not in ("c", "s", "cs", "p", "t"):
+    sys.exit("usage: sd_proxy.py DIR c|s|cs|p|t")
 path = sys.argv[1] + "/src/cuda/sparse_decode_wgmma.cu"
 with open(path) as f:
     src = f.read()
 
 
-def rep(old, new):
+def rep(old, new, count=1):
     global src
     n = src.count(old)
-    assert n == 1, (old, n)
+    assert n == count, (old, n)
     src = src.replace(old, new)
 
 
+if sys.argv[2] == "p":
+    zero_s = "for (int k = 0; k < 16; k++) s[k] = 0.0f; /* proxy (p) */\n"
+    rep("            ak_sdx_qk<KSTEPS>(s, dq0, dk0);\n", "            " + zero_s)
+    rep("                ak_sdx_qk<KSTEPS>(s, dq0, ak_wgmma_desc_add(dk0, ((j + 1) % NBUF) * KBUF));\n",
+        "                " + zero_s)
+    rep("            ak_sdx_softmax(ex ? kq.sl[1] : kq.sl[0], ex ? kq.rel[1] : kq.rel[0], s, kv, c4, m_run, "
+        "l_run, pa, o, alpha);\n",
+        "            /* proxy (p): no softmax */\n"
+        "#pragma unroll\n"
+        "            for (int k = 0; k < 8; k++) pa[k] = 0u;\n"
+        "            alpha[0] = alpha[1] = 1.0f;\n"
+        "            (void)ex, (void)kv;\n")
+    rep("                ak_wgmma_m64n256k16_rs_tb(o, pa + 4 * kk, ak_wgmma_desc_add(dv0, b * KBUF + (kk * 2048 >> 4)));\n",
+        "                (void)kk; /* proxy (p): no P V */\n", 2)
+if sys.argv[2] == "t":
+    rep("        float s[NS];\n        ak_sdt_qk<NH, KSTEPS>(s, dk0 + b * KBUF, dq0);\n",
+        "        if (p.h_q > 0) { /* proxy (t): the producers alone */\n"
+        "            ak_mbar_arrive(bar + 8 * (2 + b));\n"
+        "            continue;\n"
+        "        }\n"
+        "        float s[NS];\n        ak_sdt_qk<NH, KSTEPS>(s, dk0 + b * KBUF, dq0);\n")
 if "c" in sys.argv[2]:
     rep("    enum { NBUF = M::NBUF, NST = M::NST, KPW = 8 };\n",
         "    enum { NBUF = M::NBUF, NST = M::NST, KPW = 4 }; /* proxy (c) */\n")
