@@ -12,7 +12,9 @@ They ask which side of the 64-head unit its time follows:
   p   the producers alone (session 73): `ak_sdx_main`'s consumer warpgroups issue neither S, the
       softmax nor P V (S taken as 0, P as 0, alpha 1) but keep every wait, the P hand-off barrier
       and their EMPTY arrivals;
-  t   the same for the swap-AB kernel (`ak_sdt_main`, 16- and 32-head tiles): its consumer
+  q   `ak_sdx_main` without S only (S taken as 0; the softmax, its hand-off and P V as they are);
+  v   `ak_sdx_main` without P V only (both warpgroups; S and the softmax as they are);
+  t   the same as p for the swap-AB kernel (`ak_sdt_main`, 16- and 32-head tiles): its consumer
       warpgroup waits on FULL, fences and arrives on EMPTY, nothing else.
 Session 19 (x105) measured -9% (c), -4% (s) and -22% (cs) at 656 h_q 128: super-additive, the two
 sides co-bound. Session 65's trace put the unit on warpgroup 1's chain after x274; these proxies
@@ -20,8 +22,8 @@ test that reading. The patches match exact source text, so scripts/sd_trace_chec
 in CI."""
 import sys
 
-if len(sys.argv) != 3 or sys.argv[2] not in ("c", "s", "cs", "p", "t"):
-    sys.exit("usage: sd_proxy.py DIR c|s|cs|p|t")
+if len(sys.argv) != 3 or sys.argv[2] not in ("c", "s", "cs", "p", "q", "v", "t"):
+    sys.exit("usage: sd_proxy.py DIR c|s|cs|p|q|v|t")
 path = sys.argv[1] + "/src/cuda/sparse_decode_wgmma.cu"
 with open(path) as f:
     src = f.read()
@@ -34,11 +36,12 @@ def rep(old, new, count=1):
     src = src.replace(old, new)
 
 
-if sys.argv[2] == "p":
-    zero_s = "for (int k = 0; k < 16; k++) s[k] = 0.0f; /* proxy (p) */\n"
+if sys.argv[2] in ("p", "q"):
+    zero_s = "for (int k = 0; k < 16; k++) s[k] = 0.0f; /* proxy (%s) */\n" % sys.argv[2]
     rep("            ak_sdx_qk<KSTEPS>(s, dq0, dk0);\n", "            " + zero_s)
     rep("                ak_sdx_qk<KSTEPS>(s, dq0, ak_wgmma_desc_add(dk0, ((j + 1) % NBUF) * KBUF));\n",
         "                " + zero_s)
+if sys.argv[2] == "p":
     rep("            ak_sdx_softmax(ex ? kq.sl[1] : kq.sl[0], ex ? kq.rel[1] : kq.rel[0], s, kv, c4, m_run, "
         "l_run, pa, o, alpha);\n",
         "            /* proxy (p): no softmax */\n"
@@ -46,8 +49,9 @@ if sys.argv[2] == "p":
         "            for (int k = 0; k < 8; k++) pa[k] = 0u;\n"
         "            alpha[0] = alpha[1] = 1.0f;\n"
         "            (void)ex, (void)kv;\n")
+if sys.argv[2] in ("p", "v"):
     rep("                ak_wgmma_m64n256k16_rs_tb(o, pa + 4 * kk, ak_wgmma_desc_add(dv0, b * KBUF + (kk * 2048 >> 4)));\n",
-        "                (void)kk; /* proxy (p): no P V */\n", 2)
+        "                (void)kk, (void)pa; /* proxy (%s): no P V */\n" % sys.argv[2], 2)
 if sys.argv[2] == "t":
     rep("        float s[NS];\n        ak_sdt_qk<NH, KSTEPS>(s, dk0 + b * KBUF, dq0);\n",
         "        if (p.h_q > 0) { /* proxy (t): the producers alone */\n"
