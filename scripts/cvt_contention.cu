@@ -12,6 +12,8 @@
 //   BG 6 / 7  as BG 2 with m64n16k16 / m64n64k16 (8 / 32 accumulators per thread)
 //   BG 8  as BG 5 with A from shared memory too (m64n256k16, both operands by descriptor)
 //   BG 9  as BG 2 with two wgmma per commit group instead of 36 (short accumulator chains)
+//   BG 10 / 11  as BG 2 / 7 with every wgmma overwriting its accumulators (scale-d 0, chosen at
+//         run time so that ptxas keeps them): the accumulators written but not read
 // Converter variants (cvt_rate.cu's numbering): 0 the kernels' path (ak_sd_dequant16: cvt
 // e4m3x2 -> f16x2, two widenings, two FMUL, F2FP pack), 1 the cvt alone, 2 the F2FP pack alone,
 // 3 bit unpack, FMUL and F2FP, 4 bit unpack, FMUL and an integer pack (no F2FP), 5 the widening
@@ -148,7 +150,8 @@ __global__ void __launch_bounds__(32 * W + 128, 1) contend(unsigned long long *o
 #pragma unroll
         for (int u = 0; u < 8; u++) acc += __float_as_uint(f[u]);
     } else if (BG != 0) {
-        enum { ND = BG == 6 ? 8 : BG == 2 || BG == 9 ? 16 : BG == 7 ? 32 : 128 };
+        enum { ND = BG == 6 ? 8 : BG == 2 || BG == 9 || BG == 10 ? 16 : BG == 7 || BG == 11 ? 32 : 128 };
+        const int keep = BG == 10 || BG == 11 ? (int)(out == nullptr) : 1; /* 0 at run time */
         float d[ND];
 #pragma unroll
         for (int k = 0; k < ND; k++) d[k] = 0.0f;
@@ -181,8 +184,8 @@ __global__ void __launch_bounds__(32 * W + 128, 1) contend(unsigned long long *o
                     const uint32_t qo = (kk >> 2) * 8192 + (kk & 3) * 32, ko = (kk >> 2) * 4096 + (kk & 3) * 32;
                     const uint64_t da = ak_wgmma_desc_add(dq0, qo >> 4), db = ak_wgmma_desc_add(dk0, ko >> 4);
                     if (BG == 6) ak_wgmma_m64n16k16_ss<0>(d, da, db, 1);
-                    else if (BG == 7) ak_wgmma_m64n64k16_ss(d, da, db, 1);
-                    else ak_wgmma_m64n32k16_ss<0>(d, da, db, 1);
+                    else if (BG == 7 || BG == 11) ak_wgmma_m64n64k16_ss(d, da, db, keep);
+                    else ak_wgmma_m64n32k16_ss<0>(d, da, db, keep);
                     if (BG == 9 && (kk & 1)) {
                         ak_wgmma_commit();
                         ak_wgmma_wait0();
@@ -273,6 +276,16 @@ int main() {
     for (int round = 0; round < 2; round++) {
         table<4>(sms, d);
         table<8>(sms, d);
+    }
+    printf("converter cycles beside chains that overwrite their accumulators (scale-d 0) and the same chains accumulating\n");
+    for (int round = 0; round < 2; round++) {
+        double r[5];
+        const double c0 = run<0, 0, 4>(sms, d, &r[0]), c2 = run<2, 0, 4>(sms, d, &r[1]), c10 = run<10, 0, 4>(sms, d, &r[2]),
+                     c7 = run<7, 0, 4>(sms, d, &r[3]), c11 = run<11, 0, 4>(sms, d, &r[4]);
+        printf("W 4  0 kernels' path %8.0f | n32 accumulating %+5.1f%% (%5.1f) | n32 overwriting %+5.1f%% (%5.1f) | "
+               "n64 accumulating %+5.1f%% (%5.1f) | n64 overwriting %+5.1f%% (%5.1f)\n",
+               c0, 100.0 * (c2 / c0 - 1), r[1], 100.0 * (c10 / c0 - 1), r[2], 100.0 * (c7 / c0 - 1), r[3],
+               100.0 * (c11 / c0 - 1), r[4]);
     }
     printf("converter cycles beside other wgmma shapes (change against none; clk per wgmma)\n");
     for (int round = 0; round < 2; round++) {
