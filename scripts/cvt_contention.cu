@@ -1,7 +1,8 @@
 // cvt_contention.cu -- which part of the producers' conversion do the consumers' products slow?
 // (not part of the library; docs/perf.md session 73). Session 73's proxies put the 64-head unit at
-// the producers' own chain (~2100 cycles) plus ~650 that the consumers' S and P V add, about in
-// proportion to their tensor-pipe time, not to their shared-memory bytes. This probe runs
+// the producers' own chain (~2090 cycles) plus ~700 that the consumers' S and P V add, about half
+// each. Its answer: every instruction of the converters slows, in proportion to the accumulators
+// the products write per clock (docs/cuda.md). This probe runs
 // cvt_rate.cu's conversion variants in W warps of a CTA per SM (4 as the 64-head producers, 8 as
 // the swap-AB ones) beside one background warpgroup, and prints how long the converters take:
 //   BG 0  nothing
