@@ -90,18 +90,7 @@ __global__ void __launch_bounds__(256, 1) contend(const uint8_t *pool, uint32_t 
             iters++;
         }
     } else if (BG == 4) {
-        float f[8];
-#pragma unroll
-        for (int u = 0; u < 8; u++) f[u] = (float)(bt + u);
-        while (*done < CW && iters < (1u << 22)) {
-#pragma unroll
-            for (int r = 0; r < 4; r++)
-#pragma unroll
-                for (int u = 0; u < 8; u++) f[u] = fmaf(f[u], 0.999f, 0.5f);
-            iters++;
-        }
-#pragma unroll
-        for (int u = 0; u < 8; u++) acc += __float_as_uint(f[u]);
+        iters = probe_fma_until(done, CW, bt, acc);
     } else if (BG == 2) {
         float s[16];
         const uint64_t dq0 = ak_wgmma_desc_sw128(ak_smem_addr(sm + BGOFF), 16, 1024);

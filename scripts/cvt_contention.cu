@@ -25,7 +25,7 @@
 //        scripts/cvt_contention.cu -o /tmp/cvt_contention
 #include <cstdio>
 #include <cstdint>
-#include "cuda/sparse_decode.cuh"
+#include "cvt_variants.cuh"
 #include "probe.cuh"
 
 enum { ITERS = 256, CH = 8,
@@ -33,47 +33,6 @@ enum { ITERS = 256, CH = 8,
        STG = QB + KBY, STGB = 8 * 32 * CH * 16, /* stage: [warp][lane][chunk] 16 B of e4m3 */
        OUT = STG + STGB, OUTB = 2 * STGB,       /* converted: [warp][lane][chunk] 32 B of bf16 */
        FLAGS = OUT + OUTB, SMEM = FLAGS + 64 + 1024 };
-
-__device__ __forceinline__ float bits_q(uint32_t w, int k) {
-    const uint32_t x = __byte_perm(w, 0u, 0x0444u | ((uint32_t)k << 12));
-    return __int_as_float((int32_t)(((int32_t)x >> 4) & (int32_t)0x87f00000u));
-}
-__device__ __forceinline__ uint32_t int_rn2(float lo, float hi) {
-    const uint32_t a = __float_as_uint(lo), b = __float_as_uint(hi);
-    const uint32_t ra = a + 0x7fffu + ((a >> 16) & 1u), rb = b + 0x7fffu + ((b >> 16) & 1u);
-    return __byte_perm(ra, rb, 0x7632u);
-}
-
-template <int V> __device__ __forceinline__ void conv(uint4 raw, float s, float s2, uint4 &lo, uint4 &hi) {
-    if (V == 0 || V == 9) {
-        ak_sd_dequant16(raw, s, lo, hi);
-        return;
-    }
-    const uint32_t wv[4] = {raw.x, raw.y, raw.z, raw.w};
-    uint32_t o[8];
-#pragma unroll
-    for (int q = 0; q < 8; q++) {
-        const uint32_t wk = wv[q >> 1];
-        const int h = q & 1;
-        if (V == 1) {
-            __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)((wk >> (16 * h)) & 0xffffu), __NV_E4M3);
-            o[q] = (uint32_t)hr.x | ((uint32_t)hr.y << 16);
-        } else if (V == 2) {
-            o[q] = ak_sd_pack_bf16(__uint_as_float(wk + h), __uint_as_float(wk ^ h));
-        } else if (V == 3) {
-            o[q] = ak_sd_pack_bf16(bits_q(wk, 2 * h) * s2, bits_q(wk, 2 * h + 1) * s2);
-        } else if (V == 4) {
-            o[q] = int_rn2(bits_q(wk, 2 * h) * s2, bits_q(wk, 2 * h + 1) * s2);
-        } else if (V == 5) {
-            float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&wk));
-            o[q] = __float_as_uint(f.x) ^ __float_as_uint(f.y + (float)h);
-        } else {
-            o[q] = wk + h;
-        }
-    }
-    lo = make_uint4(o[0], o[1], o[2], o[3]);
-    hi = make_uint4(o[4], o[5], o[6], o[7]);
-}
 
 template <int BG, int V, int W>
 __global__ void __launch_bounds__(32 * W + 128, 1) contend(unsigned long long *out) {
@@ -111,7 +70,7 @@ __global__ void __launch_bounds__(32 * W + 128, 1) contend(unsigned long long *o
                                  : "=r"(raw.x), "=r"(raw.y), "=r"(raw.z), "=r"(raw.w)
                                  : "r"(stg + c * 16));
                 raw = make_uint4(raw.x ^ m, raw.y ^ m, raw.z ^ m, raw.w ^ m);
-                conv<V>(raw, s, s2, lo, hi);
+                conv<V == 9 ? 0 : V>(raw, s, s2, lo, hi); /* 9: the kernels' path */
                 if (V == 9) {
                     asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(dst + c * 32), "r"(lo.x), "r"(lo.y),
                                  "r"(lo.z), "r"(lo.w)
@@ -138,18 +97,7 @@ __global__ void __launch_bounds__(32 * W + 128, 1) contend(unsigned long long *o
     unsigned long long iters = 0, acc = 0;
     const unsigned long long t0 = clock64();
     if (BG == 4) {
-        float f[8];
-#pragma unroll
-        for (int u = 0; u < 8; u++) f[u] = (float)(bt + u);
-        while (*done < W && iters < (1u << 22)) {
-#pragma unroll
-            for (int r = 0; r < 4; r++)
-#pragma unroll
-                for (int u = 0; u < 8; u++) f[u] = fmaf(f[u], 0.999f, 0.5f);
-            iters++;
-        }
-#pragma unroll
-        for (int u = 0; u < 8; u++) acc += __float_as_uint(f[u]);
+        iters = probe_fma_until(done, W, bt, acc);
     } else if (BG != 0) {
         enum { ND = BG == 6 ? 8 : BG == 2 || BG == 9 || BG == 10 ? 16 : BG == 7 || BG == 11 ? 32 : 128 };
         const int keep = BG == 10 || BG == 11 ? (int)(out == nullptr) : 1; /* 0 at run time */

@@ -33,6 +33,27 @@ __device__ __forceinline__ uint32_t fill(int k, bool rnd) {
     return lo | (hi << 16);
 }
 
+/* Register FMAs in eight independent chains until *done reaches n (at most 2^22 rounds of 32): a
+   background that takes issue slots and nothing else from the warps beside it. Returns the rounds;
+   acc keeps the chains live. */
+__device__ __forceinline__ unsigned long long probe_fma_until(const volatile int *done, int n, int seed,
+                                                              unsigned long long &acc) {
+    float f[8];
+#pragma unroll
+    for (int u = 0; u < 8; u++) f[u] = (float)(seed + u);
+    unsigned long long rounds = 0;
+    while (*done < n && rounds < (1u << 22)) {
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+#pragma unroll
+            for (int u = 0; u < 8; u++) f[u] = fmaf(f[u], 0.999f, 0.5f);
+        rounds++;
+    }
+#pragma unroll
+    for (int u = 0; u < 8; u++) acc += __float_as_uint(f[u]);
+    return rounds;
+}
+
 /* A 32-bit mix for random record slots. */
 __host__ __device__ __forceinline__ uint32_t probe_hash(uint32_t x) {
     x ^= x >> 16; x *= 0x7feb352du; x ^= x >> 15; x *= 0x846ca68bu; x ^= x >> 16;
