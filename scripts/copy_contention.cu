@@ -95,13 +95,7 @@ __global__ void __launch_bounds__(256, 1) contend(const uint8_t *pool, uint32_t 
         float s[16];
         const uint64_t dq0 = ak_wgmma_desc_sw128(ak_smem_addr(sm + BGOFF), 16, 1024);
         const uint64_t dk0 = ak_wgmma_desc_sw128(ak_smem_addr(sm + BGOFF + QB), 16, 1024);
-        volatile int *stop = done + 1; /* the warpgroup's decision: its wgmma are collective */
-        while (true) {
-            if (bt == 0) *stop = *done >= CW || iters >= (1u << 20);
-            asm volatile("bar.sync 1, 128;" ::: "memory");
-            const bool st = *stop != 0;
-            asm volatile("bar.sync 1, 128;" ::: "memory");
-            if (st) break;
+        while (!probe_wg_stop(done, CW, iters, bt)) {
             ak_wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < 36; kk++) {

@@ -110,13 +110,7 @@ __global__ void __launch_bounds__(32 * W + 128, 1) contend(unsigned long long *o
         const uint64_t dq0 = ak_wgmma_desc_sw128(ak_smem_addr(sm), 16, 1024);
         const uint64_t dk0 = ak_wgmma_desc_sw128(ak_smem_addr(sm + QB), 16, 1024);
         const uint64_t dv0 = ak_wgmma_desc_sw128(ak_smem_addr(sm + QB), 4096, 1024); /* 4 blocks of 64 dims */
-        volatile int *stop = done + 1; /* the warpgroup's decision: its wgmma are collective */
-        while (true) {
-            if (bt == 0) *stop = *done >= W || iters >= (1u << 20);
-            asm volatile("bar.sync 1, 128;" ::: "memory");
-            const bool st = *stop != 0;
-            asm volatile("bar.sync 1, 128;" ::: "memory");
-            if (st) break;
+        while (!probe_wg_stop(done, W, iters, bt)) {
 #pragma unroll
             for (int k = 0; k < ND; k++) ak_reg_fence(d[k]);
             ak_wgmma_fence();

@@ -54,6 +54,17 @@ __device__ __forceinline__ unsigned long long probe_fma_until(const volatile int
     return rounds;
 }
 
+/* A background warpgroup's loop test (named barrier 1, 128 threads): whether *done has reached n or
+   the warpgroup has run 2^20 rounds, decided by its thread 0 and read by all through done[1], since
+   the warpgroup's wgmma are collective and must all stop together. */
+__device__ __forceinline__ bool probe_wg_stop(volatile int *done, int n, unsigned long long rounds, int wt) {
+    if (wt == 0) done[1] = done[0] >= n || rounds >= (1u << 20);
+    asm volatile("bar.sync 1, 128;" ::: "memory");
+    const bool st = done[1] != 0;
+    asm volatile("bar.sync 1, 128;" ::: "memory");
+    return st;
+}
+
 /* A 32-bit mix for random record slots. */
 __host__ __device__ __forceinline__ uint32_t probe_hash(uint32_t x) {
     x ^= x >> 16; x *= 0x7feb352du; x ^= x >> 15; x *= 0x846ca68bu; x ^= x >> 16;
