@@ -1,6 +1,6 @@
 /* probe.cuh -- what the standalone device probes in scripts/ share (not part of the library): a
-   checked CUDA call that ends the probe, the global nanosecond timer, operand fill and a pool of
-   random 656-byte records. */
+   checked CUDA call that ends the probe, the global nanosecond timer, operand fill, a pool of
+   random 656-byte records and two background-warp helpers (an FMA spin, a warpgroup's stop test). */
 #pragma once
 #include <cstdint>
 #include <cstdio>
