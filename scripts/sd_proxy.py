@@ -15,15 +15,22 @@ They ask which side of the 64-head unit its time follows:
   q   `ak_sdx_main` without S only (S taken as 0; the softmax, its hand-off and P V as they are);
   v   `ak_sdx_main` without P V only (both warpgroups; S and the softmax as they are);
   t   the same as p for the swap-AB kernel (`ak_sdt_main`, 16- and 32-head tiles): its consumer
-      warpgroup waits on FULL, fences and arrives on EMPTY, nothing else.
+      warpgroup waits on FULL, fences and arrives on EMPTY, nothing else;
+  z   `ak_sdt_main`'s producer warps 4..7 start ~800 clocks after warps 0..3 (a clock spin), so
+      that the two producer warps of each scheduler run their copy calls and conversions out of
+      phase (session 74; the results stay right);
+  zp  `ak_sdt_main`'s producer warps 0..3 and 4..7 convert in turn (two named barriers, a
+      ping-pong), each warp's copy call and waits beside the other group's conversion (session
+      74; the results stay right);
+  tz, tzp  t with z, t with zp.
 Session 19 (x105) measured -9% (c), -4% (s) and -22% (cs) at 656 h_q 128: super-additive, the two
 sides co-bound. Session 65's trace put the unit on warpgroup 1's chain after x274; these proxies
 test that reading. The patches match exact source text, so scripts/sd_trace_check.sh applies them
 in CI."""
 import sys
 
-if len(sys.argv) != 3 or sys.argv[2] not in ("c", "s", "cs", "p", "q", "v", "t"):
-    sys.exit("usage: sd_proxy.py DIR c|s|cs|p|q|v|t")
+if len(sys.argv) != 3 or sys.argv[2] not in ("c", "s", "cs", "p", "q", "v", "t", "z", "tz", "zp", "tzp"):
+    sys.exit("usage: sd_proxy.py DIR c|s|cs|p|q|v|t|z|tz|zp|tzp")
 path = sys.argv[1] + "/src/cuda/sparse_decode_wgmma.cu"
 with open(path) as f:
     src = f.read()
@@ -52,13 +59,26 @@ if sys.argv[2] == "p":
 if sys.argv[2] in ("p", "v"):
     rep("                ak_wgmma_m64n256k16_rs_tb(o, pa + 4 * kk, ak_wgmma_desc_add(dv0, b * KBUF + (kk * 2048 >> 4)));\n",
         "                (void)kk, (void)pa; /* proxy (%s): no P V */\n" % sys.argv[2], 2)
-if sys.argv[2] == "t":
+if sys.argv[2] in ("t", "tz", "tzp"):
     rep("        float s[NS];\n        ak_sdt_qk<NH, KSTEPS>(s, dk0 + b * KBUF, dq0);\n",
         "        if (p.h_q > 0) { /* proxy (t): the producers alone */\n"
         "            ak_mbar_arrive(bar + 8 * (2 + b));\n"
         "            continue;\n"
         "        }\n"
         "        float s[NS];\n        ak_sdt_qk<NH, KSTEPS>(s, dk0 + b * KBUF, dq0);\n")
+if sys.argv[2] in ("z", "tz"):
+    rep("    const int key = KPW * w + (lane & (KPW - 1)); /* lanes KPW.. mirror lanes 0.. (unused slot ids) */\n",
+        "    const int key = KPW * w + (lane & (KPW - 1)); /* lanes KPW.. mirror lanes 0.. (unused slot ids) */\n"
+        "    if (w >= 4) { /* proxy (z): warps 4.. out of phase with the warps 0.. of their schedulers */\n"
+        "        const long long z0 = clock64();\n"
+        "        while (clock64() - z0 < 800) {}\n"
+        "    }\n")
+if sys.argv[2] in ("zp", "tzp"):
+    conv = "        else ak_sdx_convert<LAYOUT, AK_SD_KEYS, KPW, M::STG>(stage_p + (j % NST) * SB, kb, 32 * half + KPW * w, lane);\n"
+    rep("        if (M::V4) ak_sdt_convert_v4(", "        if (w >= 4) ak_bar_sync(3, 256); /* proxy (zp): the groups convert in turn */\n"
+        "        else if (j > 0) ak_bar_sync(4, 256);\n"
+        "        if (M::V4) ak_sdt_convert_v4(")
+    rep(conv, conv + "        if (w < 4) ak_bar_arrive(3, 256);\n        else if (ub < u_end) ak_bar_arrive(4, 256);\n")
 if "c" in sys.argv[2]:
     rep("    enum { NBUF = M::NBUF, NST = M::NST, KPW = 8 };\n",
         "    enum { NBUF = M::NBUF, NST = M::NST, KPW = 4 }; /* proxy (c) */\n")

@@ -14,7 +14,7 @@ cp src/cuda/sparse_decode.cu src/cuda/sparse_decode_wgmma.cu "$t/src/cuda/"
 cp tools/cmd_bench.c "$t/tools/"
 python3 scripts/sd_trace.py "$t"
 echo "sd_trace.py applies to this tree"
-for v in c s cs p q v t; do
+for v in c s cs p q v t z tz zp tzp; do
   mkdir -p "$t/$v/src/cuda"
   cp src/cuda/sparse_decode_wgmma.cu "$t/$v/src/cuda/"
   python3 scripts/sd_proxy.py "$t/$v" "$v" >/dev/null
