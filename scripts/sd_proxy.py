@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """sd_proxy.py DIR VARIANT -- x105's work proxies for the 64-head sparse decode kernel
-(`ak_sdx_main`) and session 73's for both warp-specialized kernels, patched into the tree at DIR (a
-copy: `git archive HEAD | tar -x -C DIR`).
+(`ak_sdx_main`), session 73's for both warp-specialized kernels and session 74's schedules of the
+swap-AB producers, patched into the tree at DIR (a copy: `git archive HEAD | tar -x -C DIR`).
 
-The proxies compute wrong results and are timed only (scripts/quick_ab.sh with TIME_ANYWAY=1).
-They ask which side of the 64-head unit its time follows:
+Except z and zp, the proxies compute wrong results and are timed only (scripts/quick_ab.sh with
+TIME_ANYWAY=1). They ask which side of a unit its time follows, and z / zp whether the producers'
+phases cost time:
   c   each producer warp copies and converts 4 of its 8 keys (V4: copies 4, converts all 8, as in
       x105; the other rows keep stale bytes and the keys count as invalid);
   s   consumer warpgroup 1 without its softmax: P from S by one multiply by 0, alpha 1;
