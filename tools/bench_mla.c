@@ -2,9 +2,12 @@
  * bench_mla.c -- `attnkit bench` cases for MLA decode (sparse and dense) and sparse prefill, with
  * the shapes of targets.md 2 and 5 (FlashMLA's anchor harness): sparse decode picks topk distinct
  * random tokens of a 32k-token context per request and query row; dense decode reads s_k tokens
- * through a random page permutation; sparse prefill gathers from a flat bf16 KV. Data is random,
- * generated on the host and uploaded, so the same cases run on every backend. The CPU backend is
- * far slower, so on it batches (and prefill query counts) are scaled down; the shape text says so.
+ * through a random page permutation; sparse prefill gathers from a flat bf16 KV. Data follow the
+ * anchor harness (targets.md 2 and 6.4: random normal values, scaled and clamped, the caches
+ * quantized by the layouts' writer rules), generated on the host and uploaded, so the same cases
+ * run on every backend; the card's clock under its power cap depends on the values (docs/perf.md,
+ * session 48), so only like data make figures comparable with the anchors. The CPU backend is far
+ * slower, so on it batches (and prefill query counts) are scaled down; the shape text says so.
  * FLOPs and bytes follow targets.md 3.1 and 3.2.
  */
 #include <stdio.h>
@@ -73,8 +76,9 @@ static void *alloc_dev(ak_context *ctx, size_t bytes, ak_status *st) {
     return p;
 }
 
-/* A pool of num_pages random pages on the context's device. Up to 64 random pages are generated
-   and tiled over the pool (the pool stays far larger than any cache; values need not be unique). */
+/* A pool of num_pages pages of targets.md 2's data (ak_mla_data_pool_anchor, as 6.4 asks) on the
+   context's device. Up to 64 pages are drawn and tiled over the pool (the pool stays far larger
+   than any cache; values need not be unique). */
 static ak_status pool_make(ak_context *ctx, ak_layout l, int32_t num_pages, int32_t P,
                            uint64_t seed, void **dev, ak_cache *c) {
     int64_t stride = 0;
@@ -83,8 +87,7 @@ static ak_status pool_make(ak_context *ctx, ak_layout l, int32_t num_pages, int3
     int32_t tile = num_pages < 64 ? num_pages : 64;
     uint8_t *img = calloc((size_t)(tile * stride), 1);
     if (img == NULL) return AK_ERR_OUT_OF_MEMORY;
-    for (int64_t s = 0; s < (int64_t)tile * P; s++)
-        ak_mla_data_token(img, l, stride, P, s, seed);
+    ak_mla_data_pool_anchor(img, l, stride, P, tile, seed, AK_BENCH_FP8_KSCALE);
     *dev = ak_dev_alloc(ctx, (size_t)(num_pages * stride));
     if (*dev == NULL) st = AK_ERR_OUT_OF_MEMORY;
     for (int32_t p = 0; p < num_pages && st == AK_OK; p += tile) {
@@ -95,6 +98,7 @@ static ak_status pool_make(ak_context *ctx, ak_layout l, int32_t num_pages, int3
     if (st != AK_OK) return st;
     st = ak_cache_init(c, l, *dev, num_pages, P);
     c->device = ak_context_device(ctx);
+    c->k_scale = AK_BENCH_FP8_KSCALE; /* read by MLA_FP8_PERTENSOR only */
     return st;
 }
 
@@ -276,7 +280,7 @@ static ak_status add_sparse_decode(ak_context *ctx, const ak_bench_opts *o, ak_b
                 for (int32_t j = 0; j < topk; j++) row[j] = j >= n_valid ? -1 : row[j] + base;
             }
     if (st == AK_OK) {
-        ak_mla_data_bf16(q, rows * h_q * d_qk, seed + 2);
+        ak_bench_fill_normal_bf16(q, rows * h_q * d_qk, 1.0, 1.0, seed + 2);
         s->q = upload(ctx, q, (size_t)(rows * h_q * d_qk) * 2, &st);
         s->idx = upload(ctx, idx, (size_t)(nset * rows * topk) * 4, &st);
         if (v4) s->extra_idx = upload(ctx, eidx, (size_t)(rows * extra_topk) * 4, &st);
@@ -365,7 +369,7 @@ static ak_status add_dense_decode(ak_context *ctx, const ak_bench_opts *o, ak_be
         ak_mla_data_distinct(bt, pages, pages, perm, &rs);
         for (int64_t r = 0; r < b; r++)
             seq[r] = s_k;
-        ak_mla_data_bf16(q, rows * h_q * d_qk, seed + 2);
+        ak_bench_fill_normal_bf16(q, rows * h_q * d_qk, 1.0, 1.0, seed + 2);
         s->q = upload(ctx, q, (size_t)(rows * h_q * d_qk) * 2, &st);
         s->bt = upload(ctx, bt, (size_t)pages * 4, &st);
         s->seq = upload(ctx, seq, (size_t)b * 4, &st);
@@ -429,8 +433,8 @@ static ak_status add_sparse_prefill(ak_context *ctx, const ak_bench_opts *o, ak_
     if (kv == NULL || q == NULL || idx == NULL || perm == NULL || seen == NULL)
         st = AK_ERR_OUT_OF_MEMORY;
     if (st == AK_OK) {
-        ak_mla_data_bf16(kv, s_kv * d_qk, seed + 1);
-        ak_mla_data_bf16(q, s_q * h_q * d_qk, seed + 2);
+        ak_bench_fill_normal_bf16(kv, s_kv * d_qk, 0.1, 1.0, seed + 1); /* targets.md 2's prefill data */
+        ak_bench_fill_normal_bf16(q, s_q * h_q * d_qk, 0.1, 1.0, seed + 2);
         for (int64_t t = 0; t < s_q; t++) {
             ak_mla_data_distinct(idx + t * topk, topk, (int32_t)s_kv, perm, &rs);
             for (int32_t j = 0; j < topk; j++) {

@@ -4,13 +4,14 @@
    and 656 and V4 at h_q 64 with one list of 640 keys (V4-flash's key count: the per-layout cost
    at equal work and the per-CTA fixed cost against the 2048-key rows). Random distinct slots
    inside a 32k-token context per request (V4: SWA window 128 in 256-token pages plus a C4 list in
-   64-token pages); cache bytes are random finite records; timed by CUDA-graph replay. */
+   64-token pages); data as tools/bench_mla.c's (targets.md 2 and 6.4); timed by CUDA-graph replay. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "bench.h"
 #include "devmem.h"
+#include "mla_data.h"
 #include "common/internal.h"
 
 typedef struct sdb_shape {
@@ -50,48 +51,20 @@ static int sdb_rec(ak_layout l) {
     return l == AK_LAYOUT_MLA_BF16 ? 1152 : l == AK_LAYOUT_DSA_FP8_BLOCKSCALE ? 656 : l == AK_LAYOUT_MLA_FP8_PERTENSOR ? 576 : 584;
 }
 
-/* A pool of random finite records: bytes below 0x58 (with random sign) are e4m3 values under 16;
-   bf16 and fp32 fields are overwritten with sane values per record. */
+/* A pool of targets.md 2's records (ak_mla_data_pool_anchor, as its 6.4 asks). */
 static void *sdb_pool(ak_context *ctx, ak_cache *c, ak_layout layout, int32_t pages, int32_t page,
                       uint64_t seed) {
     if (ak_cache_init(c, layout, &sdb_dummy, pages, page) != AK_OK) return NULL;
     int64_t pb = 0;
     ak_cache_page_bytes(c, &pb);
-    size_t n = (size_t)(pb * pages);
-    uint8_t *h = malloc(n);
+    uint8_t *h = malloc((size_t)(pb * pages));
     if (h == NULL) return NULL;
-    /* 4 MiB of random bytes tiled over the pool: the kernel's speed does not depend on values */
-    uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
-    size_t blk = n < ((size_t)4 << 20) ? n : ((size_t)4 << 20);
-    for (size_t k = 0; k < blk; k++) {
-        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        h[k] = (uint8_t)((x & 0x3f) | (x >> 63 << 7));
-    }
-    for (size_t k = blk; k < n; k += blk) memcpy(h + k, h, n - k < blk ? n - k : blk);
-    for (int64_t s = 0; s < (int64_t)pages * page; s++) {
-        int64_t pg = s / page, t = s % page;
-        uint8_t *base = h + pg * pb;
-        if (layout == AK_LAYOUT_MLA_BF16) {
-            uint16_t *r = (uint16_t *)(base + t * 1152);
-            for (int d = 0; d < 576; d++) r[d] = (uint16_t)(0x3c00u + (r[d] & 0x7f) + (r[d] & 0x8000u));
-        } else if (layout == AK_LAYOUT_DSA_FP8_BLOCKSCALE) {
-            uint8_t *r = base + t * 656;
-            float sc = 0.0625f;
-            for (int k = 0; k < 4; k++) memcpy(r + 512 + 4 * k, &sc, 4);
-            uint16_t *rope = (uint16_t *)(r + 528);
-            for (int d = 0; d < 64; d++) rope[d] = (uint16_t)(0x3c00u + (rope[d] & 0x7f) + (rope[d] & 0x8000u));
-        } else if (layout == AK_LAYOUT_DSV4_FP8_UE8M0) {
-            uint16_t *rope = (uint16_t *)(base + t * 576 + 448);
-            for (int d = 0; d < 64; d++) rope[d] = (uint16_t)(0x3c00u + (rope[d] & 0x7f) + (rope[d] & 0x8000u));
-            uint8_t *sc = base + (int64_t)page * 576 + t * 8;
-            for (int k = 0; k < 7; k++) sc[k] = 123;
-            sc[7] = 0;
-        }
-    }
-    void *d = ak_dev_clone(ctx, h, n);
+    ak_mla_data_pool_anchor(h, layout, pb, page, pages, seed, AK_BENCH_FP8_KSCALE);
+    void *d = ak_dev_clone(ctx, h, (size_t)(pb * pages));
     free(h);
     c->data = d;
     c->device = ak_context_device(ctx);
+    c->k_scale = AK_BENCH_FP8_KSCALE; /* read by MLA_FP8_PERTENSOR only */
     return d;
 }
 
@@ -141,7 +114,7 @@ static ak_status sdb_add(ak_context *ctx, const ak_bench_opts *o, const sdb_shap
     uint64_t x = o->seed * 2654435761ull + 7;
     sdb_indices(idx, b * s_q, s_q, sh->topk, main_span, &x);
     if (v4) sdb_indices(idx + ni, b * s_q, s_q, sh->etopk, extra_span, &x);
-    ak_bench_fill_normal_bf16(q, nq, 1.0, 4.0, o->seed + 3);
+    ak_bench_fill_normal_bf16(q, nq, 1.0, 1.0, o->seed + 3);
     s->idx = ak_dev_clone(ctx, idx, sizeof(int32_t) * (size_t)(ni + nei));
     s->q = ak_dev_clone(ctx, q, sizeof(uint16_t) * (size_t)nq);
     free(idx);

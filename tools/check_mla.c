@@ -335,7 +335,7 @@ static int ck_pool(ak_layout l, int32_t pages, int32_t P, uint64_t *rs, uint8_t 
     for (int64_t s = 0; s < (int64_t)pages * P; s++) {
         if (s != 0 && ck_unit(rs) >= 0.6) continue;
         if (anchor)
-            ak_mla_data_token_anchor(*img, l, *stride, P, s, seed, k_scale);
+            ak_mla_data_token_anchor(*img, l, *stride, P, s, seed, k_scale, AK_MLA_SCALES_MIXED);
         else
             ak_mla_data_token(*img, l, *stride, P, s, seed);
         (*live)[s] = 1;

@@ -90,7 +90,7 @@ static float tile_scale(const float *x, int n, int pow2) {
 }
 
 void ak_mla_data_token_anchor(uint8_t *pool, ak_layout layout, int64_t page_stride, int32_t page_size,
-                              int64_t slot, uint64_t seed, float k_scale) {
+                              int64_t slot, uint64_t seed, float k_scale, ak_mla_scales scales) {
     uint64_t s = seed ^ ((uint64_t)slot * 0xd1b54a32d192ed03ull);
     int64_t page = slot / page_size, t = slot % page_size;
     uint8_t *base = pool + page * page_stride;
@@ -109,7 +109,7 @@ void ak_mla_data_token_anchor(uint8_t *pool, ak_layout layout, int64_t page_stri
     case AK_LAYOUT_DSA_FP8_BLOCKSCALE: {
         uint8_t *r = base + t * 656;
         for (int i = 0; i < 4; i++) {
-            float sc = tile_scale(x + 128 * i, 128, slot % 2 == 0);
+            float sc = tile_scale(x + 128 * i, 128, scales == AK_MLA_SCALES_POW2 || slot % 2 == 0);
             for (int d = 128 * i; d < 128 * i + 128; d++)
                 r[d] = ak_f32_to_e4m3(x[d] / sc);
             memcpy(r + 512 + 4 * i, &sc, 4);
@@ -133,6 +133,17 @@ void ak_mla_data_token_anchor(uint8_t *pool, ak_layout layout, int64_t page_stri
         break;
     }
     default: break;
+    }
+}
+
+void ak_mla_data_pool_anchor(uint8_t *img, ak_layout layout, int64_t page_stride, int32_t page_size,
+                             int64_t pages, uint64_t seed, float k_scale) {
+    const int64_t drawn = pages < 64 ? pages : 64;
+    for (int64_t s = 0; s < drawn * page_size; s++)
+        ak_mla_data_token_anchor(img, layout, page_stride, page_size, s, seed, k_scale, AK_MLA_SCALES_POW2);
+    for (int64_t p = drawn; p < pages; p += drawn) {
+        const int64_t n = pages - p < drawn ? pages - p : drawn;
+        memcpy(img + p * page_stride, img, (size_t)(n * page_stride));
     }
 }
 
