@@ -44,12 +44,13 @@ ak_status ak_bench_add(ak_bench_list *l, const ak_bench_case *c);
 typedef ak_status (*ak_bench_builder)(ak_context *ctx, const ak_bench_opts *o, const char *op,
                                       ak_bench_list *out);
 
-/* Random fill helpers for builders (host memory; upload with devmem.h). The MLA builders draw
-   targets.md 2's data, as its 6.4 asks: decode q ~ N(0, 1), cache latents and prefill q and KV
-   ~ N(0, 0.1^2), clamped to +-1 (their pools: tools/mla_data.h). */
 /* MLA_FP8_PERTENSOR's k_scale in the benchmarks: the calibrated scale of latents clamped to +-1
    (1 / 448 puts 1 at e4m3's largest finite value). */
 #define AK_BENCH_FP8_KSCALE (1.0f / 448.0f)
+
+/* Random fill helpers for builders (host memory; upload with devmem.h). The MLA builders draw
+   targets.md 2's data, as its 6.4 asks: decode q ~ N(0, 1), cache latents and prefill q and KV
+   ~ N(0, 0.1^2), clamped to +-1 (their pools: tools/mla_data.h). */
 void ak_bench_fill_normal_bf16(uint16_t *dst, int64_t n, double sigma, double clamp, uint64_t seed);
 void ak_bench_fill_normal_f32(float *dst, int64_t n, double sigma, double clamp, uint64_t seed);
 /* The same distribution written straight into a buffer of ctx's device (a kernel on CUDA, so

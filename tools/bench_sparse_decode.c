@@ -57,7 +57,7 @@ static void *sdb_pool(ak_context *ctx, ak_cache *c, ak_layout layout, int32_t pa
     if (ak_cache_init(c, layout, &sdb_dummy, pages, page) != AK_OK) return NULL;
     int64_t pb = 0;
     ak_cache_page_bytes(c, &pb);
-    uint8_t *h = malloc((size_t)(pb * pages));
+    uint8_t *h = calloc((size_t)(pb * pages), 1); /* zero: V4's page padding (layouts.md 2.4) */
     if (h == NULL) return NULL;
     ak_mla_data_pool_anchor(h, layout, pb, page, pages, seed, AK_BENCH_FP8_KSCALE);
     void *d = ak_dev_clone(ctx, h, (size_t)(pb * pages));
