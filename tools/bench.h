@@ -48,6 +48,13 @@ typedef ak_status (*ak_bench_builder)(ak_context *ctx, const ak_bench_opts *o, c
    (1 / 448 puts 1 at e4m3's largest finite value). */
 #define AK_BENCH_FP8_KSCALE (1.0f / 448.0f)
 
+/* A cache pool of num_pages pages of P tokens on ctx's device, its records targets.md 2's data
+   (ak_mla_data_pool_anchor, as 6.4 asks), *c describing it (k_scale AK_BENCH_FP8_KSCALE). Up to
+   64 pages are drawn and tiled over the pool: it stays far larger than any cache, and its values
+   need not be unique. *dev is the caller's to free (ak_dev_free), also on failure. */
+ak_status ak_bench_mla_pool(ak_context *ctx, ak_layout l, int32_t num_pages, int32_t P, uint64_t seed,
+                            void **dev, ak_cache *c);
+
 /* Random fill helpers for builders (host memory; upload with devmem.h). The MLA builders draw
    targets.md 2's data, as its 6.4 asks: decode q ~ N(0, 1), cache latents and prefill q and KV
    ~ N(0, 0.1^2), clamped to +-1 (their pools: tools/mla_data.h). */

@@ -76,11 +76,8 @@ static void *alloc_dev(ak_context *ctx, size_t bytes, ak_status *st) {
     return p;
 }
 
-/* A pool of num_pages pages of targets.md 2's data (ak_mla_data_pool_anchor, as 6.4 asks) on the
-   context's device. Up to 64 pages are drawn and tiled over the pool (the pool stays far larger
-   than any cache; values need not be unique). */
-static ak_status pool_make(ak_context *ctx, ak_layout l, int32_t num_pages, int32_t P,
-                           uint64_t seed, void **dev, ak_cache *c) {
+ak_status ak_bench_mla_pool(ak_context *ctx, ak_layout l, int32_t num_pages, int32_t P, uint64_t seed,
+                            void **dev, ak_cache *c) {
     int64_t stride = 0;
     ak_status st = ak_layout_page_bytes(l, P, &stride);
     if (st != AK_OK) return st;
@@ -208,10 +205,10 @@ static ak_status add_sparse_decode(ak_context *ctx, const ak_bench_opts *o, ak_b
     s->balance = balance == 1 || balance == 2 ? balance : 0;
 
     s->nset = nset;
-    st = pool_make(ctx, m->layout, (int32_t)(cset * b * ctx_tokens / P), P, seed, &s->pool,
+    st = ak_bench_mla_pool(ctx, m->layout, (int32_t)(cset * b * ctx_tokens / P), P, seed, &s->pool,
                    &s->cache);
     if (st == AK_OK && v4)
-        st = pool_make(ctx, m->extra_layout, (int32_t)(b * extra_ctx / m->extra_page_size),
+        st = ak_bench_mla_pool(ctx, m->extra_layout, (int32_t)(b * extra_ctx / m->extra_page_size),
                        m->extra_page_size, seed + 1, &s->extra_pool, &s->extra);
     int32_t *idx = malloc((size_t)(nset * rows * topk) * 4); /* [nset][b, s_q, topk] */
     int32_t *eidx = malloc((size_t)(rows * (extra_topk > 0 ? extra_topk : 1)) * 4);
@@ -360,7 +357,7 @@ static ak_status add_dense_decode(ak_context *ctx, const ak_bench_opts *o, ak_be
     uint64_t seed = o->seed ^ 0x64656eull, rs = seed;
     mla_bench *s = calloc(1, sizeof *s);
     if (s == NULL) return AK_ERR_OUT_OF_MEMORY;
-    st = pool_make(ctx, m->layout, pages, P, seed, &s->pool, &s->cache);
+    st = ak_bench_mla_pool(ctx, m->layout, pages, P, seed, &s->pool, &s->cache);
     int32_t *bt = malloc((size_t)pages * 4), *perm = malloc((size_t)pages * 4);
     int32_t *seq = malloc((size_t)b * 4);
     uint16_t *q = malloc((size_t)(rows * h_q * d_qk) * 2);

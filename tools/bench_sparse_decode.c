@@ -11,7 +11,6 @@
 
 #include "bench.h"
 #include "devmem.h"
-#include "mla_data.h"
 #include "common/internal.h"
 
 typedef struct sdb_shape {
@@ -26,8 +25,6 @@ typedef struct sdb_state {
     ak_mla_decode_args a;
     size_t ws_bytes;
 } sdb_state;
-
-static uint8_t sdb_dummy; /* ak_cache_init wants a non-NULL pool before the real one exists */
 
 static ak_status sdb_run(ak_context *ctx, void *state) {
     sdb_state *s = (sdb_state *)state;
@@ -49,23 +46,6 @@ static void sdb_destroy(ak_context *ctx, void *state) {
 
 static int sdb_rec(ak_layout l) {
     return l == AK_LAYOUT_MLA_BF16 ? 1152 : l == AK_LAYOUT_DSA_FP8_BLOCKSCALE ? 656 : l == AK_LAYOUT_MLA_FP8_PERTENSOR ? 576 : 584;
-}
-
-/* A pool of targets.md 2's records (ak_mla_data_pool_anchor, as its 6.4 asks). */
-static void *sdb_pool(ak_context *ctx, ak_cache *c, ak_layout layout, int32_t pages, int32_t page,
-                      uint64_t seed) {
-    if (ak_cache_init(c, layout, &sdb_dummy, pages, page) != AK_OK) return NULL;
-    int64_t pb = 0;
-    ak_cache_page_bytes(c, &pb);
-    uint8_t *h = calloc((size_t)(pb * pages), 1); /* zero: V4's page padding (layouts.md 2.4) */
-    if (h == NULL) return NULL;
-    ak_mla_data_pool_anchor(h, layout, pb, page, pages, seed, AK_BENCH_FP8_KSCALE);
-    void *d = ak_dev_clone(ctx, h, (size_t)(pb * pages));
-    free(h);
-    c->data = d;
-    c->device = ak_context_device(ctx);
-    c->k_scale = AK_BENCH_FP8_KSCALE; /* read by MLA_FP8_PERTENSOR only */
-    return d;
 }
 
 /* Distinct random offsets inside each request's own span of `span` slots (partial Fisher-Yates). */
@@ -100,16 +80,19 @@ static ak_status sdb_add(ak_context *ctx, const ak_bench_opts *o, const sdb_shap
     const int v4 = sh->etopk > 0;
     const int32_t page = v4 ? 256 : 64;
     const int64_t main_span = v4 ? 2 * sh->topk : ctx_len, extra_span = ctx_len / 4;
-    s->pool = sdb_pool(ctx, &s->cache, sh->layout, (int32_t)((b * main_span + page - 1) / page), page, o->seed + 1);
-    if (v4) s->epool = sdb_pool(ctx, &s->extra, sh->layout, (int32_t)((b * extra_span + 63) / 64), 64, o->seed + 2);
+    ak_status pst = ak_bench_mla_pool(ctx, sh->layout, (int32_t)((b * main_span + page - 1) / page), page,
+                                      o->seed + 1, &s->pool, &s->cache);
+    if (pst == AK_OK && v4)
+        pst = ak_bench_mla_pool(ctx, sh->layout, (int32_t)((b * extra_span + 63) / 64), 64, o->seed + 2,
+                                &s->epool, &s->extra);
     int64_t ni = b * s_q * sh->topk, nei = b * s_q * sh->etopk, nq = b * s_q * h_q * dqk;
     int32_t *idx = malloc(sizeof(int32_t) * (size_t)(ni + nei));
     uint16_t *q = malloc(sizeof(uint16_t) * (size_t)nq);
-    if (s->pool == NULL || (v4 && s->epool == NULL) || idx == NULL || q == NULL) {
+    if (pst != AK_OK || idx == NULL || q == NULL) {
         free(idx);
         free(q);
         sdb_destroy(ctx, s);
-        return ak_fail(AK_ERR_OUT_OF_MEMORY, "bench mla_decode_sparse: buffers");
+        return pst != AK_OK ? pst : ak_fail(AK_ERR_OUT_OF_MEMORY, "bench mla_decode_sparse: buffers");
     }
     uint64_t x = o->seed * 2654435761ull + 7;
     sdb_indices(idx, b * s_q, s_q, sh->topk, main_span, &x);

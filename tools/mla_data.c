@@ -138,13 +138,8 @@ void ak_mla_data_token_anchor(uint8_t *pool, ak_layout layout, int64_t page_stri
 
 void ak_mla_data_pool_anchor(uint8_t *img, ak_layout layout, int64_t page_stride, int32_t page_size,
                              int64_t pages, uint64_t seed, float k_scale) {
-    const int64_t drawn = pages < 64 ? pages : 64;
-    for (int64_t s = 0; s < drawn * page_size; s++)
+    for (int64_t s = 0; s < pages * page_size; s++)
         ak_mla_data_token_anchor(img, layout, page_stride, page_size, s, seed, k_scale, AK_MLA_SCALES_POW2);
-    for (int64_t p = drawn; p < pages; p += drawn) {
-        const int64_t n = pages - p < drawn ? pages - p : drawn;
-        memcpy(img + p * page_stride, img, (size_t)(n * page_stride));
-    }
 }
 
 void ak_mla_data_bf16_anchor(uint16_t *dst, int64_t n, uint64_t seed) {

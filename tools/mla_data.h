@@ -24,9 +24,7 @@ typedef enum ak_mla_scales { AK_MLA_SCALES_POW2, AK_MLA_SCALES_MIXED } ak_mla_sc
 void ak_mla_data_token_anchor(uint8_t *pool, ak_layout layout, int64_t page_stride, int32_t page_size,
                               int64_t slot, uint64_t seed, float k_scale, ak_mla_scales scales);
 /* A pool image of `pages` pages of stride page_stride, every token's record as
-   ak_mla_data_token_anchor writes it with power-of-two scales. The first min(pages, 64) pages are
-   drawn and repeated over the rest (a benchmark's pool is far larger than any cache; its values
-   need not be unique, targets.md 6.4 asks only that they be random normal values). Bytes no
+   ak_mla_data_token_anchor writes it with power-of-two scales (the benchmarks' data). Bytes no
    record covers (V4's page padding) are left as they are: pass a zeroed image. */
 void ak_mla_data_pool_anchor(uint8_t *img, ak_layout layout, int64_t page_stride, int32_t page_size,
                              int64_t pages, uint64_t seed, float k_scale);
