@@ -639,12 +639,49 @@ __device__ __forceinline__ ak_sdx_rows ak_sdx_rows_of(const ak_sd_params &p, int
     return w;
 }
 
-/* Index value of key k of unit u as stored (checked at use); ok: the position is inside the length. */
-__device__ __forceinline__ int32_t ak_sdx_slot(const ak_sdx_rows &w, int u, int k, bool &ok) {
+/* Where key k of unit u's index value is stored (past the list's top-k: its last entry); ok: the
+   position is inside the length. The address needs no length. */
+__device__ __forceinline__ const int32_t *ak_sdx_slot_at(const ak_sdx_rows &w, int u, int k, bool &ok) {
     const int t = u >> 1, ex = t >= w.tiles0;
     const int pos = (ex ? t - w.tiles0 : t) * AK_SD_KEYS + (u & 1) * AK_SDX_UNIT + k;
     ok = pos < (ex ? w.len[1] : w.len[0]);
-    return (ex ? w.row[1] : w.row[0])[min(pos, ex ? w.last[1] : w.last[0])];
+    return (ex ? w.row[1] : w.row[0]) + min(pos, ex ? w.last[1] : w.last[0]);
+}
+
+/* Index value of key k of unit u as stored (checked at use); ok: the position is inside the length. */
+__device__ __forceinline__ int32_t ak_sdx_slot(const ak_sdx_rows &w, int u, int k, bool &ok) {
+    return *ak_sdx_slot_at(w, u, k, ok);
+}
+
+/* The index values of key k in the first N (2 or 3) units of a CTA's range [u_begin, u_end),
+   loaded before the row's lengths are used: their addresses need none, so where topk_length is
+   passed the first copies wait for one load (the later of the two) instead of the lengths' and
+   then the ids'. */
+struct ak_sdx_first {
+    int u0, n;
+    int32_t id0, id1, id2;
+};
+
+template <int N>
+__device__ __forceinline__ ak_sdx_first ak_sdx_first_of(const ak_sdx_rows &w, int u_begin, int u_end, int k) {
+    ak_sdx_first f;
+    bool ok;
+    f.u0 = u_begin, f.n = min(N, u_end - u_begin);
+    const int32_t *a0 = ak_sdx_slot_at(w, u_begin, k, ok);
+    const int32_t *a1 = ak_sdx_slot_at(w, min(u_begin + 1, u_end - 1), k, ok);
+    const int32_t *a2 = ak_sdx_slot_at(w, min(u_begin + 2, u_end - 1), k, ok);
+    f.id0 = *a0, f.id1 = *a1, f.id2 = N > 2 ? *a2 : 0;
+    return f;
+}
+
+/* ak_sdx_slot, reusing an id of f where unit u is one of f's units (the usual case: a row's units
+   are skipped only past its length). */
+__device__ __forceinline__ int32_t ak_sdx_slot_first(const ak_sdx_rows &w, const ak_sdx_first &f, int u, int k,
+                                                     bool &ok) {
+    const int32_t *a = ak_sdx_slot_at(w, u, k, ok);
+    const int d = u - f.u0;
+    if (d >= 0 && d < f.n) return d == 0 ? f.id0 : d == 1 ? f.id1 : f.id2;
+    return *a;
 }
 
 /* Zero bytes in global memory, the source of an invalid key's record copy: 256 blocks of 1 KB, so
@@ -892,20 +929,23 @@ __device__ __forceinline__ void ak_sdx_produce(const ak_sd_params &p, uint8_t *s
     const int key = 8 * w + (lane & 7); /* lanes 8.. mirror lanes 0..7 (their slot ids are unused) */
     /* Units a (being converted), b (NST 3: copies in flight; NST 2: slot ids in cslot), c (NST 3:
        slot ids in cslot); va, vb: validity bits. Unit j + NST - 1's copies are issued in step j. */
+    if (u_begin >= u_end) return;
+    /* the slot ids of the first NST units are loaded together, before any copy (the copies'
+       asm orders memory, so a load after one waits a round trip of its own) and before the
+       lengths are used (ak_sdx_first): the first FULL then waits one index round trip and one
+       record round trip */
+    const ak_sdx_rows rw = ak_sdx_rows_of(p, r, i, len0, len1);
+    const ak_sdx_first f = ak_sdx_first_of<NST>(rw, u_begin, u_end, key);
     int ua = ak_sdx_next(p, u_begin, u_end, len0, len1);
     if (ua >= u_end) return;
     int ub = ak_sdx_next(p, ua + 1, u_end, len0, len1);
     int uc = NST == 3 && ub < u_end ? ak_sdx_next(p, ub + 1, u_end, len0, len1) : u_end;
     uint32_t va, vb = 0u;
-    /* the slot ids of the first NST units are loaded together, before any copy (the copies'
-       asm orders memory, so a load after one waits a round trip of its own): the first FULL then
-       waits one index round trip and one record round trip */
     const int u_slot = NST == 3 ? uc : ub; /* the unit whose slot ids cslot holds */
     bool oka, okb = false, cok = false;
-    const ak_sdx_rows rw = ak_sdx_rows_of(p, r, i, len0, len1);
-    const int32_t sla = ak_sdx_slot(rw, ua, key, oka);
-    const int32_t slb = ak_sdx_slot(rw, NST == 3 && ub < u_end ? ub : ua, key, okb);
-    int32_t cslot = ak_sdx_slot(rw, u_slot < u_end ? u_slot : ua, key, cok);
+    const int32_t sla = ak_sdx_slot_first(rw, f, ua, key, oka);
+    const int32_t slb = ak_sdx_slot_first(rw, f, NST == 3 && ub < u_end ? ub : ua, key, okb);
+    int32_t cslot = ak_sdx_slot_first(rw, f, u_slot < u_end ? u_slot : ua, key, cok);
     cok = cok && u_slot < u_end;
     const uint64_t pol = ak_l2_policy(p.rec_once != 0);
     va = ak_sdx_copy<LAYOUT, KPW, M::STG>(p.list[(ua >> 1) >= p.list[0].tiles], oka ? sla : -1, lane, stage, scl,
@@ -1239,14 +1279,17 @@ __device__ __forceinline__ void ak_sdt_produce(const ak_sd_params &p, uint8_t *s
     const int u_end = 2 * t_end;
     /* half-units a (being converted, records in stage j % 2) and b (slot ids in cslot); unit j + 1's
        copies are issued in step j */
+    if (t_begin >= t_end) return;
+    /* both half-units' slot ids before the first copy and before the lengths are used (as in
+       ak_sdx_produce) */
+    const ak_sdx_rows rw = ak_sdx_rows_of(p, r, i, len0, len1);
+    const ak_sdx_first f = ak_sdx_first_of<2>(rw, 2 * t_begin, u_end, key);
     int ua = 2 * ak_sdw_next(p, t_begin, t_end, len0, len1);
     if (ua >= u_end) return;
     int ub = ak_sdt_nextu(p, ua, t_end, len0, len1);
-    /* both half-units' slot ids before the first copy (as in ak_sdx_produce) */
     bool ok, cok = false;
-    const ak_sdx_rows rw = ak_sdx_rows_of(p, r, i, len0, len1);
-    const int32_t sl = ak_sdx_slot(rw, ua, key, ok);
-    int32_t cslot = ak_sdx_slot(rw, ub < u_end ? ub : ua, key, cok);
+    const int32_t sl = ak_sdx_slot_first(rw, f, ua, key, ok);
+    int32_t cslot = ak_sdx_slot_first(rw, f, ub < u_end ? ub : ua, key, cok);
     cok = cok && ub < u_end;
     const uint64_t pol = ak_l2_policy(p.rec_once != 0);
     uint32_t va = ak_sdx_copy<LAYOUT, KPW, M::STG>(p.list[(ua >> 1) >= p.list[0].tiles], ok ? sl : -1, lane, stage, scl,
