@@ -927,8 +927,6 @@ __device__ __forceinline__ void ak_sdx_produce(const ak_sd_params &p, uint8_t *s
     const uint32_t scl = ak_smem_addr(smem + M::SCL) + (uint32_t)(w * NST * 64); /* V4: this warp's scale stages */
     const uint8_t *scl_p = smem + M::SCL + w * NST * 64;
     const int key = 8 * w + (lane & 7); /* lanes 8.. mirror lanes 0..7 (their slot ids are unused) */
-    /* Units a (being converted), b (NST 3: copies in flight; NST 2: slot ids in cslot), c (NST 3:
-       slot ids in cslot); va, vb: validity bits. Unit j + NST - 1's copies are issued in step j. */
     if (u_begin >= u_end) return;
     /* the slot ids of the first NST units are loaded together, before any copy (the copies'
        asm orders memory, so a load after one waits a round trip of its own) and before the
@@ -936,6 +934,8 @@ __device__ __forceinline__ void ak_sdx_produce(const ak_sd_params &p, uint8_t *s
        record round trip */
     const ak_sdx_rows rw = ak_sdx_rows_of(p, r, i, len0, len1);
     const ak_sdx_first f = ak_sdx_first_of<NST>(rw, u_begin, u_end, key);
+    /* Units a (being converted), b (NST 3: copies in flight; NST 2: slot ids in cslot), c (NST 3:
+       slot ids in cslot); va, vb: validity bits. Unit j + NST - 1's copies are issued in step j. */
     int ua = ak_sdx_next(p, u_begin, u_end, len0, len1);
     if (ua >= u_end) return;
     int ub = ak_sdx_next(p, ua + 1, u_end, len0, len1);
@@ -1277,13 +1277,13 @@ __device__ __forceinline__ void ak_sdt_produce(const ak_sd_params &p, uint8_t *s
     const uint8_t *scl_p = smem + M::SCL + w * NST * KPW * 8;
     const int key = KPW * w + (lane & (KPW - 1)); /* lanes KPW.. mirror lanes 0.. (unused slot ids) */
     const int u_end = 2 * t_end;
-    /* half-units a (being converted, records in stage j % 2) and b (slot ids in cslot); unit j + 1's
-       copies are issued in step j */
     if (t_begin >= t_end) return;
     /* both half-units' slot ids before the first copy and before the lengths are used (as in
        ak_sdx_produce) */
     const ak_sdx_rows rw = ak_sdx_rows_of(p, r, i, len0, len1);
     const ak_sdx_first f = ak_sdx_first_of<2>(rw, 2 * t_begin, u_end, key);
+    /* half-units a (being converted, records in stage j % 2) and b (slot ids in cslot); unit j + 1's
+       copies are issued in step j */
     int ua = 2 * ak_sdw_next(p, t_begin, t_end, len0, len1);
     if (ua >= u_end) return;
     int ub = ak_sdt_nextu(p, ua, t_end, len0, len1);
