@@ -93,6 +93,24 @@ __global__ void rate(const uint8_t *pool, uint32_t nslots, unsigned long long *c
     }
 }
 
+/* A launch of ctas CTAs of W warps, one per SM (200 KB of shared memory each), in clusters of two
+   where pair; `at` holds the cluster attribute the configuration points to. */
+static cudaLaunchConfig_t launch_cfg(const void *fn, int ctas, int W, int pair, cudaLaunchAttribute *at) {
+    const size_t smem = 200 * 1024;
+    CK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(ctas);
+    cfg.blockDim = dim3(32 * W);
+    cfg.dynamicSmemBytes = smem;
+    at->id = cudaLaunchAttributeClusterDimension;
+    at->val.clusterDim.x = pair ? 2 : 1;
+    at->val.clusterDim.y = 1;
+    at->val.clusterDim.z = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    return cfg;
+}
+
 /* One small CTA's records at once (the two-tile CTA of the small calls, x262's form): each of W
    warps issues STEPS_B steps of KPW records into distinct stages (no reuse, so a pair needs no
    hand-back), then waits for each step; cyc gets the cycles from the start to each step's landing
@@ -133,19 +151,8 @@ __global__ void burst(const uint8_t *pool, uint32_t nslots, uint32_t salt, unsig
 
 template <int PAIR, int KPW>
 static void run_burst(const uint8_t *pool, uint32_t nslots, int ctas, int W, unsigned long long *cyc) {
-    const size_t smem = 200 * 1024;
-    CK(cudaFuncSetAttribute(burst<PAIR, KPW>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(ctas);
-    cfg.blockDim = dim3(32 * W);
-    cfg.dynamicSmemBytes = smem;
     cudaLaunchAttribute at;
-    at.id = cudaLaunchAttributeClusterDimension;
-    at.val.clusterDim.x = PAIR ? 2 : 1;
-    at.val.clusterDim.y = 1;
-    at.val.clusterDim.z = 1;
-    cfg.attrs = &at;
-    cfg.numAttrs = 1;
+    const cudaLaunchConfig_t cfg = launch_cfg((const void *)burst<PAIR, KPW>, ctas, W, PAIR, &at);
     static unsigned long long h[132 * MAXW * STEPS_B];
     double acc[STEPS_B] = {0}, mx = 0;
     const int reps = 20;
@@ -170,19 +177,8 @@ static void run_burst(const uint8_t *pool, uint32_t nslots, int ctas, int W, uns
 
 template <int PAIR, int KPW>
 static void run(const uint8_t *pool, uint32_t nslots, int ctas, int W, unsigned long long *cyc) {
-    const size_t smem = 200 * 1024; /* one CTA per SM */
-    CK(cudaFuncSetAttribute(rate<PAIR, KPW>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(ctas);
-    cfg.blockDim = dim3(32 * W);
-    cfg.dynamicSmemBytes = smem;
     cudaLaunchAttribute at;
-    at.id = cudaLaunchAttributeClusterDimension;
-    at.val.clusterDim.x = PAIR ? 2 : 1;
-    at.val.clusterDim.y = 1;
-    at.val.clusterDim.z = 1;
-    cfg.attrs = &at;
-    cfg.numAttrs = 1;
+    const cudaLaunchConfig_t cfg = launch_cfg((const void *)rate<PAIR, KPW>, ctas, W, PAIR, &at);
     for (int rep = 0; rep < 3; rep++) {
         CK(cudaLaunchKernelEx(&cfg, rate<PAIR, KPW>, pool, nslots, cyc));
         CK(cudaGetLastError());
