@@ -9,7 +9,10 @@
 // record. Pair: a cluster of two; lane k < KPW / 2 of rank c copies record c KPW / 2 + k of the
 // step into both CTAs (.multicast::cluster, mask 3), so each CTA issues half and receives all; a
 // stage is refilled only after both CTAs' warps w have seen it full (each tells the other by a
-// remote arrival on its FREE barrier). Prints records landed per 1000 clocks per SM.
+// remote arrival on its FREE barrier). Prints records landed per 1000 clocks per SM. The burst
+// form times one small CTA's records asked for at once (8 warps x 4 steps of 4 records into
+// distinct stages, no reuse, so pairs need no hand-back): cycles to each step's landing. The pool
+// (8 MB) stays in L2.
 // build: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Isrc scripts/l2_share.cu -o /tmp/l2_share
 #include <cstdio>
 #include <cstdint>
