@@ -285,12 +285,12 @@ __device__ unsigned long long ak_tg2[512][2];
 # the CTA's start (after the dependency wait) and end
 rep('''    ak_grid_dep_wait(); /* as in ak_sd_main: only parameters and shared memory above */
     if (!ak_sd_take_late<ORD>(p, r, i, t_begin, t_end, pslot)) return;
-    const int32_t len0 = ak_sd_len(p.list[0], r, i), len1 = ak_sd_len(p.list[1], r, i);
-    if (warp < AK_SDT_PW) {''', '''    ak_grid_dep_wait(); /* as in ak_sd_main: only parameters and shared memory above */
+    if (warp < AK_SDT_PW) {
+        const int32_t len0''', '''    ak_grid_dep_wait(); /* as in ak_sd_main: only parameters and shared memory above */
     if (tid == 0) TG2(0);
     if (!ak_sd_take_late<ORD>(p, r, i, t_begin, t_end, pslot)) return;
-    const int32_t len0 = ak_sd_len(p.list[0], r, i), len1 = ak_sd_len(p.list[1], r, i);
-    if (warp < AK_SDT_PW) {''')
+    if (warp < AK_SDT_PW) {
+        const int32_t len0''')
 rep('''    ak_sdt_rows_out<LAYOUT, NH>(p, smem, r, i, h0, pslot, sc, tid);
 }''', '''    ak_sdt_rows_out<LAYOUT, NH>(p, smem, r, i, h0, pslot, sc, tid);
     if (ct == 0) TR2(11, 3);

@@ -1531,8 +1531,8 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
     __syncthreads();
     ak_grid_dep_wait(); /* as in ak_sd_main: only parameters and shared memory above */
     if (!ak_sd_take_late<ORD>(p, r, i, t_begin, t_end, pslot)) return;
-    const int32_t len0 = ak_sd_len(p.list[0], r, i), len1 = ak_sd_len(p.list[1], r, i);
     if (warp < AK_SDT_PW) {
+        const int32_t len0 = ak_sd_len(p.list[0], r, i), len1 = ak_sd_len(p.list[1], r, i);
         ak_setmaxnreg_dec<AK_SDT_PREG>();
         ak_sdt_produce<LAYOUT, NH>(p, smem, r, i, len0, len1, t_begin, t_end);
         ak_mbar_wait(bar + 8 * M::EPI, 0); /* the consumers' staged rows and scale words */
@@ -1548,6 +1548,9 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
     ak_sdw_load_q<DQK, NH, 128>(p, qs, r, i, h0, ct);
     ak_fence_proxy_async(); /* Q writes -> the wgmma (async proxy) reads */
     ak_bar_sync(1, 128);
+    /* the consumers' lengths after Q, which lands long before the first FULL (x292: b 128 / b 32
+       h_q 16 -0.8 / -0.3..0.7%, the small calls level) */
+    const int32_t len0 = ak_sd_len(p.list[0], r, i), len1 = ak_sd_len(p.list[1], r, i);
 
     float o[8][NS]; /* O^T: o[mb][4 j + 2 hr + e] = dim 64 mb + 16 w + g + 8 hr, head 8 j + 2 c4 + e */
 #pragma unroll
