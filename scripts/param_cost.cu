@@ -1,0 +1,100 @@
+/* param_cost.cu -- what a kernel's parameter bytes cost a call in a replayed CUDA graph (not part
+ * of the library). A small sparse decode call is two programmatic dependent launches (the main
+ * kernel, then the combine), each taking the whole parameter block (ak_sd_params, ~432 bytes);
+ * x294's 256 more bytes of it cost the small calls ~1%. Here each call is two 128-CTA kernels of
+ * N parameter bytes, both PDL: wait for the previous grid, release the next, spin SPIN_NS, then
+ * read N / 64 parameter words in a dependent chain; and 432 bytes at alignments 4 to 128. A graph
+ * of 20 calls is replayed 50 times after 3 warm-ups; the median per call is printed for each N.
+ * build: nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 scripts/param_cost.cu -o param_cost */
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+#include <cuda_runtime.h>
+
+#include "probe.cuh"
+
+template <int N, int A> struct alignas(A) blob {
+    uint32_t w[N / 4];
+};
+
+/* after the wait, thread 0 reads N / 64 words of the block, each index taken from the sum so far
+   (a dependent chain, as a kernel's prologue reads its parameters; the words it touches spread
+   over the block) */
+template <int N, int A>
+__global__ void __launch_bounds__(128) k_pdl(const __grid_constant__ blob<N, A> b, int *o, unsigned long long ns) {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    const unsigned long long t0 = gt();
+    while (gt() - t0 < ns) {
+    }
+    if (threadIdx.x == 0) {
+        int acc = 0;
+#pragma unroll
+        for (int k = 0; k < N / 4; k += 16) acc = acc * 3 + (int)b.w[(k + acc) % (N / 4)];
+        o[blockIdx.x] += acc;
+    }
+}
+
+template <int N, int A = 4> static float replay(cudaStream_t s, int *o, unsigned long long ns) {
+    blob<N, A> b;
+    for (int k = 0; k < N / 4; k++) b.w[k] = (uint32_t)k;
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(128);
+    cfg.blockDim = dim3(128);
+    cfg.stream = s;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    for (int i = 0; i < 40; i++) CK(cudaLaunchKernelEx(&cfg, k_pdl<N, A>, b, o, ns));
+    CK(cudaStreamEndCapture(s, &g));
+    CK(cudaGraphInstantiate(&ge, g, 0));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    for (int w = 0; w < 3; w++) CK(cudaGraphLaunch(ge, s));
+    std::vector<float> t;
+    for (int r = 0; r < 50; r++) {
+        CK(cudaEventRecord(e0, s));
+        CK(cudaGraphLaunch(ge, s));
+        CK(cudaEventRecord(e1, s));
+        CK(cudaEventSynchronize(e1));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        t.push_back(ms * 1000.0f / 20.0f);
+    }
+    std::sort(t.begin(), t.end());
+    CK(cudaGraphExecDestroy(ge));
+    CK(cudaGraphDestroy(g));
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+    return t[t.size() / 2];
+}
+
+int main() {
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    int *o;
+    CK(cudaMalloc(&o, 1024 * sizeof(int)));
+    CK(cudaMemset(o, 0, 1024 * sizeof(int)));
+    for (unsigned long long ns : {0ull, 3000ull}) {
+        printf("spin %llu ns, us per call of two kernels by parameter bytes:", ns);
+        printf(" 16 %.3f", replay<16>(s, o, ns));
+        printf(" | 128 %.3f", replay<128>(s, o, ns));
+        printf(" | 256 %.3f", replay<256>(s, o, ns));
+        printf(" | 432 %.3f", replay<432>(s, o, ns));
+        printf(" | 688 %.3f", replay<688>(s, o, ns));
+        printf(" | 1024 %.3f", replay<1024>(s, o, ns));
+        printf(" | 2048 %.3f", replay<2048>(s, o, ns));
+        printf(" | 4000 %.3f\n", replay<4000>(s, o, ns));
+        printf("  432 bytes aligned to 4 / 16 / 64 / 128: %.3f / %.3f / %.3f / %.3f\n", replay<432, 4>(s, o, ns),
+               replay<432, 16>(s, o, ns), replay<448, 64>(s, o, ns), replay<512, 128>(s, o, ns));
+    }
+    CK(cudaDeviceSynchronize());
+    return 0;
+}
