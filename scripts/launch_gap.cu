@@ -10,8 +10,6 @@
  * build: nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 scripts/launch_gap.cu -o launch_gap */
 #include <cstdio>
 #include <cstdlib>
-#include <algorithm>
-#include <vector>
 #include <cuda_runtime.h>
 
 #include "probe.cuh"
@@ -44,7 +42,6 @@ __global__ void k_small(int *o, unsigned long long ns, int pdl) {
 
 static float replay(cudaStream_t s, int mode, unsigned long long spin_ns, int *o) {
     cudaGraph_t g;
-    cudaGraphExec_t ge;
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
     for (int i = 0; i < 20; i++) {
         if (mode == 0) {
@@ -55,37 +52,12 @@ static float replay(cudaStream_t s, int mode, unsigned long long spin_ns, int *o
         k_big<<<128, 384, 200 * 1024, s>>>(o, spin_ns, mode == 4);
         CK(cudaGetLastError());
         if (mode == 1) continue;
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = dim3(128);
-        cfg.blockDim = dim3(128);
-        cfg.stream = s;
-        cudaLaunchAttribute at[1];
-        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        at[0].val.programmaticStreamSerializationAllowed = 1;
-        cfg.attrs = at;
-        cfg.numAttrs = mode == 4 ? 1 : 0;
+        cudaLaunchAttribute at;
+        const cudaLaunchConfig_t cfg = probe_launch_cfg(s, 128, 128, &at, mode == 4);
         CK(cudaLaunchKernelEx(&cfg, k_small, o, 1000ull, (int)(mode == 4)));
     }
     CK(cudaStreamEndCapture(s, &g));
-    CK(cudaGraphInstantiate(&ge, g, 0));
-    cudaEvent_t a, b;
-    CK(cudaEventCreate(&a));
-    CK(cudaEventCreate(&b));
-    for (int w = 0; w < 3; w++) CK(cudaGraphLaunch(ge, s));
-    std::vector<float> t;
-    for (int r = 0; r < 50; r++) {
-        CK(cudaEventRecord(a, s));
-        CK(cudaGraphLaunch(ge, s));
-        CK(cudaEventRecord(b, s));
-        CK(cudaEventSynchronize(b));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, a, b));
-        t.push_back(ms * 1000.0f / 20.0f);
-    }
-    std::sort(t.begin(), t.end());
-    CK(cudaGraphExecDestroy(ge));
-    CK(cudaGraphDestroy(g));
-    return t[t.size() / 2];
+    return probe_graph_median(s, g, 20);
 }
 
 int main() {

@@ -6,10 +6,8 @@
  * read N / 64 parameter words in a dependent chain; and 432 bytes at alignments 4 to 128. A graph
  * of 20 calls is replayed 50 times after 3 warm-ups; the median per call is printed for each N.
  * build: nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 scripts/param_cost.cu -o param_cost */
-#include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <vector>
 #include <cuda_runtime.h>
 
 #include "probe.cuh"
@@ -40,40 +38,12 @@ template <int N, int A = 4> static float replay(cudaStream_t s, int *o, unsigned
     blob<N, A> b;
     for (int k = 0; k < N / 4; k++) b.w[k] = (uint32_t)k;
     cudaGraph_t g;
-    cudaGraphExec_t ge;
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(128);
-    cfg.blockDim = dim3(128);
-    cfg.stream = s;
-    cfg.attrs = at;
-    cfg.numAttrs = 1;
+    cudaLaunchAttribute at;
+    const cudaLaunchConfig_t cfg = probe_launch_cfg(s, 128, 128, &at, true);
     for (int i = 0; i < 40; i++) CK(cudaLaunchKernelEx(&cfg, k_pdl<N, A>, b, o, ns));
     CK(cudaStreamEndCapture(s, &g));
-    CK(cudaGraphInstantiate(&ge, g, 0));
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    for (int w = 0; w < 3; w++) CK(cudaGraphLaunch(ge, s));
-    std::vector<float> t;
-    for (int r = 0; r < 50; r++) {
-        CK(cudaEventRecord(e0, s));
-        CK(cudaGraphLaunch(ge, s));
-        CK(cudaEventRecord(e1, s));
-        CK(cudaEventSynchronize(e1));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        t.push_back(ms * 1000.0f / 20.0f);
-    }
-    std::sort(t.begin(), t.end());
-    CK(cudaGraphExecDestroy(ge));
-    CK(cudaGraphDestroy(g));
-    CK(cudaEventDestroy(e0));
-    CK(cudaEventDestroy(e1));
-    return t[t.size() / 2];
+    return probe_graph_median(s, g, 20);
 }
 
 int main() {

@@ -2,9 +2,11 @@
    checked CUDA call that ends the probe, the global nanosecond timer, operand fill, a pool of
    random 656-byte records and two background-warp helpers (an FMA spin, a warpgroup's stop test). */
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
 #include <cuda_runtime.h>
 
 #define CK(x)                                                                                      \
@@ -77,6 +79,48 @@ __device__ __forceinline__ void probe_bulk_g2s(uint32_t dst, const void *src, ui
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
                  "l"(src), "r"(bytes), "r"(bar)
                  : "memory");
+}
+
+/* A launch configuration on stream s, grid x block threads with no dynamic shared memory, as a
+   programmatic dependent launch where pdl (the attribute kept in *at). */
+static inline cudaLaunchConfig_t probe_launch_cfg(cudaStream_t s, unsigned grid, unsigned block, cudaLaunchAttribute *at,
+                                                  bool pdl) {
+    at->id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at->val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(grid);
+    cfg.blockDim = dim3(block);
+    cfg.stream = s;
+    cfg.attrs = at;
+    cfg.numAttrs = pdl ? 1 : 0;
+    return cfg;
+}
+
+/* The median microseconds per call of graph g, `calls` calls captured: instantiated, replayed 3
+   times to warm up, then 50 times, each replay timed by events (targets.md 5.0); g is destroyed. */
+static inline float probe_graph_median(cudaStream_t s, cudaGraph_t g, int calls) {
+    cudaGraphExec_t ge;
+    CK(cudaGraphInstantiate(&ge, g, 0));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    for (int w = 0; w < 3; w++) CK(cudaGraphLaunch(ge, s));
+    std::vector<float> t;
+    for (int r = 0; r < 50; r++) {
+        CK(cudaEventRecord(e0, s));
+        CK(cudaGraphLaunch(ge, s));
+        CK(cudaEventRecord(e1, s));
+        CK(cudaEventSynchronize(e1));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        t.push_back(ms * 1000.0f / (float)calls);
+    }
+    std::sort(t.begin(), t.end());
+    CK(cudaGraphExecDestroy(ge));
+    CK(cudaGraphDestroy(g));
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+    return t[t.size() / 2];
 }
 
 /* Device 0's SM count, at most 132 (the probes' per-SM arrays), with its name printed after `what`. */
