@@ -42,6 +42,9 @@ struct ak_sd_list {
     int32_t tiles;         /* ceil(topk / 64) */
 };
 
+/* The kernels' parameter block. Its layout moves the small calls: shifting every field by 16 to 48
+   bytes, or aligning the block to 64 (a CUtensorMap member would), cost them 0.5-1.8% where its
+   size did not (docs/perf.md, session 82). Append new fields at the end, keep it 8-byte aligned. */
 struct ak_sd_params {
     const uint16_t *q; /* [b, s_q, h_q, d_qk] bf16 */
     int64_t q_s0, q_s1, q_s2;
@@ -68,6 +71,7 @@ struct ak_sd_params {
     __half *oacc;       /* [slots, h_q, 512] fp16 workspace, scaled rows (slots: splits x b s_q, or bal's pieces) */
     float2 *lacc;       /* [slots, h_q] workspace: lse (log2 units, -inf = empty), factor */
 };
+static_assert(alignof(ak_sd_params) == 8, "ak_sd_params keeps 8-byte alignment (see above)");
 
 /* Record geometry per layout: d_qk, 16-byte source chunks per token. */
 template <int LAYOUT> struct ak_sd_geo;
