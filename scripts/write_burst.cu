@@ -3,13 +3,13 @@
 // rows, all 128 CTAs at once, and that epilogue took ~6.8k cycles in the traces (sessions 43, 51),
 // read then as the bytes' own time. This probe times the bytes alone: one CTA of 384 threads per SM
 // (its shared memory keeps SMs apart), each writing (or, as a control, reading) B contiguous bytes
-// of its own region with 16-byte accesses, then a device-scope fence (which waits for its stores
-// to be performed), timed by clock64 around the two. Prints the median and the slowest CTA's
-// cycles and the bytes a clock an SM for 16 to 128 KB a CTA and 16 to 132 CTAs. Other forms: the
-// stores without the fence (their issue only), the bytes from shared memory by one bulk copy per
-// 4 KB (cp.async.bulk.global.shared::cta, waited for by its bulk group), and each form's whole
-// kernel by graph replay (20 launches a graph, median of 50), which counts the stores' drain before
-// the grid ends: what the kernel after a split call waits for. Random data.
+// of its own region with 16-byte accesses, eight in flight a thread, then a device-scope fence
+// (which waits for its stores to be performed), timed by clock64 around the two. Prints the median
+// and the slowest CTA's cycles and the bytes a clock an SM for 16 to 128 KB a CTA and 16 to 132
+// CTAs. Other forms: the stores without the fence (their issue only), the bytes from shared memory
+// by one bulk copy per 4 KB (cp.async.bulk.global.shared::cta, waited for by its bulk group), and
+// each form's whole kernel by graph replay (20 launches a graph, median of 50), which counts the
+// stores' drain before the grid ends: what the kernel after a split call waits for. Random data.
 // build: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a scripts/write_burst.cu -o /tmp/write_burst
 #include <cstdio>
 #include <cstdint>
@@ -55,13 +55,21 @@ __global__ void __launch_bounds__(THREADS, 1) burst(uint4 *buf, int vecs, unsign
             asm volatile("cp.async.bulk.commit_group;\n\tcp.async.bulk.wait_group 0;" ::: "memory");
         }
     } else {
-        for (int k = threadIdx.x; k < vecs; k += THREADS) {
+        /* eight accesses a thread in flight: the loads are all issued before their first use */
+        for (int k0 = threadIdx.x; k0 < vecs; k0 += 8 * THREADS) {
             if (FORM != READ) {
-                mine[k] = v;
-                v.x += 0x01000193u;
+#pragma unroll
+                for (int u = 0; u < 8; u++)
+                    if (k0 + u * THREADS < vecs) {
+                        mine[k0 + u * THREADS] = v;
+                        v.x += 0x01000193u;
+                    }
             } else {
-                const uint4 x = mine[k];
-                acc += x.x ^ x.y ^ x.z ^ x.w;
+                uint4 x[8];
+#pragma unroll
+                for (int u = 0; u < 8; u++) x[u] = k0 + u * THREADS < vecs ? mine[k0 + u * THREADS] : make_uint4(0, 0, 0, 0);
+#pragma unroll
+                for (int u = 0; u < 8; u++) acc += x[u].x ^ x[u].y ^ x[u].z ^ x[u].w;
             }
         }
         if (FORM != STORE_NOFENCE) __threadfence();
