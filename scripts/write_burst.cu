@@ -86,6 +86,7 @@ static float replay_us(cudaStream_t s, uint4 *buf, unsigned long long *cyc, uint
     cudaGraph_t g;
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
     for (int k = 0; k < 20; k++) burst<FORM><<<ctas, THREADS, SMEM, s>>>(buf, vecs, cyc, sink);
+    CK(cudaGetLastError());
     CK(cudaStreamEndCapture(s, &g));
     return probe_graph_median(s, g, 20);
 }
