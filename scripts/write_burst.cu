@@ -67,7 +67,8 @@ __global__ void __launch_bounds__(THREADS, 1) burst(uint4 *buf, int vecs, unsign
             } else {
                 uint4 x[8];
 #pragma unroll
-                for (int u = 0; u < 8; u++) x[u] = k0 + u * THREADS < vecs ? mine[k0 + u * THREADS] : make_uint4(0, 0, 0, 0);
+                for (int u = 0; u < 8; u++)
+                    x[u] = k0 + u * THREADS < vecs ? mine[k0 + u * THREADS] : make_uint4(0, 0, 0, 0);
 #pragma unroll
                 for (int u = 0; u < 8; u++) acc += x[u].x ^ x[u].y ^ x[u].z ^ x[u].w;
             }
