@@ -3,8 +3,9 @@
 # to $WORK (default /tmp/sd_trace), instruments the copy (scripts/sd_trace.py), builds its attnkit
 # and runs the mla_decode_sparse cases that FILTER names (AK_BENCH_FILTER syntax), printing each
 # case's averages in cycles per unit next to its time. A traced call takes ~1-3% longer on most
-# shapes and ~9% at b 128 h_q 64 and 128 (session 51; there the CTAs' stamped spans match the
-# untraced call and the extra lies outside them): compare traced builds with traced builds.
+# shapes, ~9% at b 128 h_q 64 and 128 (session 51; there the CTAs' stamped spans match the
+# untraced call and the extra lies outside them) and ~16% at b 8 h_q 128 (session 83): compare
+# traced builds with traced builds.
 # V4's instance of ak_sdx_main spills 36 bytes when traced (its producer's 136 registers), and
 # its units then run ~20% long: do not split V4's 64-head unit by this trace. A stamp right after
 # a bar.sync (BAR.SYNC.DEFER_BLOCKING) issues before the barrier completes, so warpgroup 2's "P
