@@ -10,7 +10,8 @@
 #   FUNCTION  a substring of the mangled kernel name (e.g. ak_sdx_mainILi3E: ak_sdx_main<656>)
 # Environment: CUOBJDUMP (default: cuobjdump on PATH or in /usr/local/cuda/bin; the device image has
 # it; where nvcc comes without it, the copy in Triton's wheel, triton/backends/nvidia/bin/cuobjdump,
-# works), NVCC_FLAGS (extra compiler flags, e.g. -DSOMETHING for a variant).
+# or in NVIDIA's nvidia-cuda-cuobjdump wheel, nvidia/cu13/bin/cuobjdump, works), NVCC_FLAGS (extra
+# compiler flags, e.g. -DSOMETHING for a variant). scripts/sass_loop.py counts one loop of an object.
 set -u -o pipefail
 [ $# -ge 2 ] || { sed -n 2,16p "$0"; exit 2; }
 cd "$(dirname "$0")/.."

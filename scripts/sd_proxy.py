@@ -75,7 +75,8 @@ if sys.argv[2] in ("z", "tz"):
         "        while (clock64() - z0 < 800) {}\n"
         "    }\n")
 if sys.argv[2] in ("zp", "tzp"):
-    conv = "        else ak_sdx_convert<LAYOUT, AK_SD_KEYS, KPW, M::STG>(stage_p + (j % NST) * SB, kb, 32 * half + KPW * w, lane);\n"
+    conv = ("        else ak_sdx_convert<LAYOUT, KPW>(stg0 + (uint32_t)((j % NST) * SB),\n"
+            "                                         kb0 + (uint32_t)(b * M::KB * AK_SDW_TILE + half * 32 * 128), lanes, lane);\n")
     rep("        if (M::V4) ak_sdt_convert_v4(", "        if (w >= 4) ak_bar_sync(3, 256); /* proxy (zp): the groups convert in turn */\n"
         "        else if (j > 0) ak_bar_sync(4, 256);\n"
         "        if (M::V4) ak_sdt_convert_v4(")

@@ -120,8 +120,8 @@ rep('''                                                  sbar + 8 * st, pol);
         }
         if (w == 0 && lane == 0) TR(13, j);
 ''')
-rep('''            ak_sdx_convert<LAYOUT, AK_SDX_UNIT, KPW, M::STG>(stage_p + (j % NST) * 8 * M::STG, kb, 8 * w, lane);
-''', '''            ak_sdx_convert<LAYOUT, AK_SDX_UNIT, KPW, M::STG>(stage_p + (j % NST) * 8 * M::STG, kb, 8 * w, lane);
+rep('''                                        lanes, lane);
+''', '''                                        lanes, lane);
         if (w == 0 && lane == 0) TR(12, j);
 ''')
 # the tensor pipe's order: warpgroup 2's P V issued (16), warpgroup 1's next S issued (17) and its

@@ -10,6 +10,25 @@ __device__ __forceinline__ uint32_t ak_smem_addr(const void *p) {
     return (uint32_t)__cvta_generic_to_shared(p);
 }
 
+/* Shared loads and stores by 32-bit shared address, so that a warp-uniform base plus a lane's
+   offset becomes one [R + UR] operand instead of an add per access. Volatile with a memory clobber:
+   they keep their place against the mbarrier waits and arrivals around them. */
+__device__ __forceinline__ uint4 ak_lds128(uint32_t addr) {
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr)
+                 : "memory");
+    return v;
+}
+__device__ __forceinline__ uint32_t ak_lds32(uint32_t addr) {
+    uint32_t v;
+    asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
+    return v;
+}
+__device__ __forceinline__ void ak_sts128(uint32_t addr, uint4 v) {
+    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+                 : "memory");
+}
+
 /* Four 8x8 b16 matrices; lane l addresses row (l & 7) of matrix (l >> 3). */
 __device__ __forceinline__ void ak_ldmatrix_x4(uint32_t addr, uint32_t &r0, uint32_t &r1,
                                                uint32_t &r2, uint32_t &r3) {

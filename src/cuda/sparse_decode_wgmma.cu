@@ -768,45 +768,79 @@ __device__ __forceinline__ void ak_sdx_convert_v4(const uint8_t *stg, const uint
    (i + l / 8) % KPW until x222), and its loads, from two keys SST bytes apart, do too when SST is a
    multiple of 128 (ak_sdx_map pads it, ak_sdt_map at 16 heads); every shared load is issued before the first
    conversion. The 64 RoPE dims are copied (656: bf16) or converted (per-tensor:
-   fp8). Per-tensor keys become bf16(q), exact (the consumers apply k_scale: ak_sd_kscale). */
+   fp8). Per-tensor keys become bf16(q), exact (the consumers apply k_scale: ak_sd_kscale).
+   The lane's byte offsets into the stage and the buffer are the same in every step, so the
+   producer computes them once (ak_sdx_lanes_of) and a step adds only its stage's and buffer's
+   base. */
+template <int KPW> struct ak_sdx_lanes {
+    uint32_t f[KPW];  /* stage: chunk `lane` of the key of step i */
+    uint32_t s[KPW];  /* stage: that chunk's block scale (656) */
+    uint32_t lo[KPW]; /* buffer: its first 8 dims */
+    uint32_t hi[KPW]; /* buffer: the next 8 (the swizzle's neighbour: lo ^ 16) */
+    uint32_t rf[2];   /* stage and buffer: the lane's RoPE pieces (KPW / 4 of them) */
+    uint32_t rk[2];
+};
+
+/* The offsets for a warp whose stages start st0 bytes into the stage region and whose rows are
+   n0 .. n0 + KPW - 1 of a buffer (n0 a multiple of KPW; a step's buffer base may add a multiple of
+   8 rows, which keeps the swizzle's phase). */
 template <int LAYOUT, int BR, int KPW, int SST>
-__device__ __forceinline__ void ak_sdx_convert(const uint8_t *stg, uint8_t *kb, int n0, int lane) {
+__device__ __forceinline__ ak_sdx_lanes<KPW> ak_sdx_lanes_of(uint32_t st0, int n0, int lane) {
+    typedef ak_sdx_map<LAYOUT> M;
+    ak_sdx_lanes<KPW> m;
+#pragma unroll
+    for (int i = 0; i < KPW; i++) {
+        const int k = (i + (lane >> 2)) & (KPW - 1);
+        m.f[i] = st0 + (uint32_t)(k * SST + 16 * lane);
+        m.s[i] = st0 + (uint32_t)(k * SST + 512 + 4 * (lane >> 3));
+        m.lo[i] = ak_sdx_off<BR>(n0 + k, lane * 16);
+        m.hi[i] = ak_sdx_off<BR>(n0 + k, lane * 16 + 8);
+    }
+    const int rk0 = M::PT ? lane >> 2 : lane >> 3; /* RoPE keys of this lane: rk0 (+ 4) */
+#pragma unroll
+    for (int g = 0; g < 2; g++) {
+        m.rf[g] = st0 + (M::PT ? (uint32_t)(rk0 * SST + 512 + 16 * (lane & 3))
+                               : (uint32_t)((4 * g + rk0) * SST + 528 + 16 * (lane & 7)));
+        m.rk[g] = M::PT ? ak_sdx_off<BR>(n0 + rk0, 512 + 16 * (lane & 3))
+                        : ak_sdx_off<BR>(n0 + 4 * g + rk0, 512 + (lane & 7) * 8);
+    }
+    return m;
+}
+
+/* stg: the shared address of the step's stage region (the warp's own stage at m's offsets); kb:
+   that of the buffer rows' base. */
+template <int LAYOUT, int KPW>
+__device__ __forceinline__ void ak_sdx_convert(uint32_t stg, uint32_t kb, const ak_sdx_lanes<KPW> &m, int lane) {
     typedef ak_sdx_map<LAYOUT> M;
     uint4 f[KPW], rp[2];
     uint32_t sc[KPW];
 #pragma unroll
     for (int i = 0; i < KPW; i++) {
-        const int k = (i + (lane >> 2)) & (KPW - 1);
-        f[i] = *reinterpret_cast<const uint4 *>(stg + k * SST + 16 * lane);
-        sc[i] = M::PT ? 0u : *reinterpret_cast<const uint32_t *>(stg + k * SST + 512 + 4 * (lane >> 3));
+        f[i] = ak_lds128(stg + m.f[i]);
+        sc[i] = M::PT ? 0u : ak_lds32(stg + m.s[i]);
     }
-    const int rk0 = M::PT ? lane >> 2 : lane >> 3; /* RoPE keys of this lane: rk0 (+ 4) */
     const bool rlane = !M::PT || KPW == 8 || lane < 16; /* per-tensor at 4 keys: lanes 0..15 */
     if (M::PT) {
-        if (rlane) rp[0] = *reinterpret_cast<const uint4 *>(stg + rk0 * SST + 512 + 16 * (lane & 3));
+        if (rlane) rp[0] = ak_lds128(stg + m.rf[0]);
     } else {
 #pragma unroll
-        for (int g = 0; g < KPW / 4; g++)
-            rp[g] = *reinterpret_cast<const uint4 *>(stg + (4 * g + rk0) * SST + 528 + 16 * (lane & 7));
+        for (int g = 0; g < KPW / 4; g++) rp[g] = ak_lds128(stg + m.rf[g]);
     }
 #pragma unroll
     for (int i = 0; i < KPW; i++) {
-        const int k = (i + (lane >> 2)) & (KPW - 1);
         uint4 lo, hi;
         ak_sd_dequant16(f[i], M::PT ? 1.0f : __uint_as_float(sc[i]), lo, hi);
-        *reinterpret_cast<uint4 *>(kb + ak_sdx_off<BR>(n0 + k, lane * 16)) = lo;
-        *reinterpret_cast<uint4 *>(kb + ak_sdx_off<BR>(n0 + k, lane * 16 + 8)) = hi;
+        ak_sts128(kb + m.lo[i], lo);
+        ak_sts128(kb + m.hi[i], hi);
     }
     if (M::PT && rlane) {
         uint4 lo, hi;
         ak_sd_dequant16(rp[0], 1.0f, lo, hi);
-        const int n = n0 + rk0, d = 512 + 16 * (lane & 3);
-        *reinterpret_cast<uint4 *>(kb + ak_sdx_off<BR>(n, d)) = lo;
-        *reinterpret_cast<uint4 *>(kb + ak_sdx_off<BR>(n, d + 8)) = hi;
+        ak_sts128(kb + m.rk[0], lo);
+        ak_sts128(kb + (m.rk[0] ^ 16u), hi);
     } else if (!M::PT) {
 #pragma unroll
-        for (int g = 0; g < KPW / 4; g++)
-            *reinterpret_cast<uint4 *>(kb + ak_sdx_off<BR>(n0 + 4 * g + rk0, 512 + (lane & 7) * 8)) = rp[g];
+        for (int g = 0; g < KPW / 4; g++) ak_sts128(kb + m.rk[g], rp[g]);
     }
 }
 
@@ -928,6 +962,9 @@ __device__ __forceinline__ void ak_sdx_produce(const ak_sd_params &p, uint8_t *s
     const uint8_t *scl_p = smem + M::SCL + w * NST * 64;
     const int key = 8 * w + (lane & 7); /* lanes 8.. mirror lanes 0..7 (their slot ids are unused) */
     if (u_begin >= u_end) return;
+    /* shared addresses: the stage and K regions (uniform), the lane's offsets in them */
+    const uint32_t stg0 = ak_smem_addr(smem + M::STAGE), kb0 = ak_smem_addr(smem + M::K);
+    const ak_sdx_lanes<KPW> lanes = ak_sdx_lanes_of<LAYOUT, AK_SDX_UNIT, KPW, M::STG>((uint32_t)(w * NST * 8 * M::STG), 8 * w, lane);
     /* the slot ids of the first NST units are loaded together, before any copy (the copies'
        asm orders memory, so a load after one waits a round trip of its own) and before the
        lengths are used (ak_sdx_first): the first FULL then waits one index round trip and one
@@ -974,7 +1011,8 @@ __device__ __forceinline__ void ak_sdx_produce(const ak_sd_params &p, uint8_t *s
         if (M::V4)
             ak_sdx_convert_v4<AK_SDX_UNIT>(stage_p + (j % NST) * 8 * M::STG, scl_p + (j % NST) * 64, kb, 8 * w, lane);
         else
-            ak_sdx_convert<LAYOUT, AK_SDX_UNIT, KPW, M::STG>(stage_p + (j % NST) * 8 * M::STG, kb, 8 * w, lane);
+            ak_sdx_convert<LAYOUT, KPW>(stg0 + (uint32_t)((j % NST) * 8 * M::STG), kb0 + (uint32_t)(b * M::KB * M::KT),
+                                        lanes, lane);
         if (lane == 0) smem[M::VALID + 4 * b + w] = (uint8_t)va; /* byte w of the unit's mask */
         /* no proxy fence: the consumers fence after their FULL wait (x273's form, x274), and the
            stage's reads are consumed by the conversion before its refill is issued (x131) */
@@ -1278,6 +1316,9 @@ __device__ __forceinline__ void ak_sdt_produce(const ak_sd_params &p, uint8_t *s
     const int key = KPW * w + (lane & (KPW - 1)); /* lanes KPW.. mirror lanes 0.. (unused slot ids) */
     const int u_end = 2 * t_end;
     if (t_begin >= t_end) return;
+    /* shared addresses: the stage and K regions (uniform), the lane's offsets in them */
+    const uint32_t stg0 = ak_smem_addr(smem + M::STAGE), kb0 = ak_smem_addr(smem + M::K);
+    const ak_sdx_lanes<KPW> lanes = ak_sdx_lanes_of<LAYOUT, AK_SD_KEYS, KPW, M::STG>((uint32_t)(w * NST * SB), KPW * w, lane);
     /* both half-units' slot ids before the first copy and before the lengths are used (as in
        ak_sdx_produce) */
     const ak_sdx_rows rw = ak_sdx_rows_of(p, r, i, len0, len1);
@@ -1309,7 +1350,8 @@ __device__ __forceinline__ void ak_sdt_produce(const ak_sd_params &p, uint8_t *s
         if (half == 0) ak_mbar_wait(bar + 8 * (2 + b), ((n >> 1) & 1) ^ 1); /* EMPTY[b] */
         uint8_t *kb = smem + M::K + b * M::KB * AK_SDW_TILE;
         if (M::V4) ak_sdt_convert_v4(stage_p + (j % NST) * SB, scl_p + (j % NST) * KPW * 8, kb, 32 * half + KPW * w, lane);
-        else ak_sdx_convert<LAYOUT, AK_SD_KEYS, KPW, M::STG>(stage_p + (j % NST) * SB, kb, 32 * half + KPW * w, lane);
+        else ak_sdx_convert<LAYOUT, KPW>(stg0 + (uint32_t)((j % NST) * SB),
+                                         kb0 + (uint32_t)(b * M::KB * AK_SDW_TILE + half * 32 * 128), lanes, lane);
         if (lane == 0) smem[M::VALID + M::VF * b + (32 / KPW) * half + w] = (uint8_t)va;
         /* The consumer needs both halves of a tile, so the K buffer writes of both are released
            once, after the second (x131). Their proxy fence is the consumers', after their FULL
