@@ -777,8 +777,8 @@ template <int KPW> struct ak_sdx_lanes {
     uint32_t s[KPW];  /* stage: that chunk's block scale (656) */
     uint32_t lo[KPW]; /* buffer: its first 8 dims */
     uint32_t hi[KPW]; /* buffer: the next 8 (the swizzle's neighbour: lo ^ 16) */
-    uint32_t rf[2];   /* stage and buffer: the lane's RoPE pieces (KPW / 4 of them) */
-    uint32_t rk[2];
+    uint32_t rf[2];   /* stage: the lane's RoPE pieces (656: KPW / 4 of them; per-tensor: one) */
+    uint32_t rk[2];   /* buffer: where they go (per-tensor's second 8 dims: rk[0] ^ 16) */
 };
 
 /* The offsets for a warp whose stages start st0 bytes into the stage region and whose rows are
@@ -964,7 +964,8 @@ __device__ __forceinline__ void ak_sdx_produce(const ak_sd_params &p, uint8_t *s
     if (u_begin >= u_end) return;
     /* shared addresses: the stage and K regions (uniform), the lane's offsets in them */
     const uint32_t stg0 = ak_smem_addr(smem + M::STAGE), kb0 = ak_smem_addr(smem + M::K);
-    const ak_sdx_lanes<KPW> lanes = ak_sdx_lanes_of<LAYOUT, AK_SDX_UNIT, KPW, M::STG>((uint32_t)(w * NST * 8 * M::STG), 8 * w, lane);
+    const ak_sdx_lanes<KPW> lanes =
+        ak_sdx_lanes_of<LAYOUT, AK_SDX_UNIT, KPW, M::STG>((uint32_t)(w * NST * 8 * M::STG), 8 * w, lane);
     /* the slot ids of the first NST units are loaded together, before any copy (the copies'
        asm orders memory, so a load after one waits a round trip of its own) and before the
        lengths are used (ak_sdx_first): the first FULL then waits one index round trip and one
@@ -1318,7 +1319,8 @@ __device__ __forceinline__ void ak_sdt_produce(const ak_sd_params &p, uint8_t *s
     if (t_begin >= t_end) return;
     /* shared addresses: the stage and K regions (uniform), the lane's offsets in them */
     const uint32_t stg0 = ak_smem_addr(smem + M::STAGE), kb0 = ak_smem_addr(smem + M::K);
-    const ak_sdx_lanes<KPW> lanes = ak_sdx_lanes_of<LAYOUT, AK_SD_KEYS, KPW, M::STG>((uint32_t)(w * NST * SB), KPW * w, lane);
+    const ak_sdx_lanes<KPW> lanes =
+        ak_sdx_lanes_of<LAYOUT, AK_SD_KEYS, KPW, M::STG>((uint32_t)(w * NST * SB), KPW * w, lane);
     /* both half-units' slot ids before the first copy and before the lengths are used (as in
        ak_sdx_produce) */
     const ak_sdx_rows rw = ak_sdx_rows_of(p, r, i, len0, len1);
