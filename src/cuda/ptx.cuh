@@ -1,5 +1,6 @@
-/* ptx.cuh -- inline-PTX wrappers: ldmatrix, mma.sync bf16, non-coherent 128-bit loads (sm_80+
-   forms), and the sm_90a wgmma, proxy fence and cp.async forms. One wrapper per instruction, no policy. */
+/* ptx.cuh -- inline-PTX wrappers: shared loads and stores by shared address, ldmatrix, mma.sync
+   bf16, non-coherent 128-bit loads (sm_80+ forms), and the sm_90a wgmma, proxy fence and cp.async
+   forms. One wrapper per instruction, no policy. */
 #ifndef AK_PTX_CUH
 #define AK_PTX_CUH
 
