@@ -138,9 +138,13 @@ AK_HD uint8_t ak_f32_to_e4m3(float x) {
 /* ---- UE8M0 scale byte: 2^(e-127) ------------------------------------------------------------ */
 
 AK_HD float ak_ue8m0_to_f32(uint8_t e) {
-    /* selects, not branches: in the GPU kernels a branch here put a convergence barrier between
-       each key's scale byte and its use, so no load could be hoisted past it (docs/perf.md, x66) */
-    const uint32_t b = e == 0xffu ? 0x7fc00000u : e == 0 ? 0x00400000u /* 2^-127, subnormal */ : (uint32_t)e << 23;
+    /* No branch: in the GPU kernels a branch here put a convergence barrier between each key's
+       scale byte and its use, so no load could be hoisted past it (docs/perf.md, x66). Bytes 0 and
+       0xff, the two whose e + 1 has no bit above bit 0 in its low byte, add the mantissa's top
+       bit: 0 -> 2^-127 (subnormal), 0xff -> inf with it, a quiet NaN. One test where two compares
+       and two selects were (x298). */
+    const uint32_t x = e;
+    const uint32_t b = (x << 23) | ((((x + 1u) & 0xfeu) == 0u) ? 0x00400000u : 0u);
     return ak_f32_from_bits(b);
 }
 
