@@ -142,7 +142,7 @@ AK_HD float ak_ue8m0_to_f32(uint8_t e) {
        scale byte and its use, so no load could be hoisted past it (docs/perf.md, x66). Bytes 0 and
        0xff, the two whose e + 1 has no bit above bit 0 in its low byte, add the mantissa's top
        bit: 0 -> 2^-127 (subnormal), 0xff -> inf with it, a quiet NaN. One test where two compares
-       and two selects were (x298). */
+       and two selects were (x298s). */
     const uint32_t x = e;
     const uint32_t b = (x << 23) | ((((x + 1u) & 0xfeu) == 0u) ? 0x00400000u : 0u);
     return ak_f32_from_bits(b);
