@@ -131,6 +131,10 @@ AK_TEST(scale_rules) {
     CHECK(ak_scale_pow2_amax_floor_exp(0.0f) == -22); /* SGLang floor on amax: at least 2^-22 */
     CHECK(ak_pow2_f32(-13) == 0x1p-13f);
     CHECK(ak_ue8m0_to_f32(127) == 1.0f && ak_ue8m0_to_f32(1) == 0x1p-126f);
+    /* every byte: 2^(e-127), byte 0 the subnormal 2^-127, byte 0xff a NaN (layouts.md, UE8M0) */
+    for (int e = 0; e < 255; e++) CHECK(ak_ue8m0_to_f32((uint8_t)e) == ldexpf(1.0f, e - 127));
+    CHECK(ak_f32_bits(ak_ue8m0_to_f32(0)) == 0x00400000u);
+    CHECK(isnan(ak_ue8m0_to_f32(255)));
 }
 
 /* Bytes of e4m3(x * RN(1 / s)) that differ from e4m3(x / s) over every finite bf16 x. */
