@@ -7,7 +7,7 @@
 #
 # usage: scripts/sass.sh SOURCE FUNCTION [OUT_FILE]
 #   SOURCE    a .cu file of src/cuda (e.g. src/cuda/sparse_decode_wgmma.cu)
-#   FUNCTION  a substring of the mangled kernel name (e.g. ak_sdx_mainILi3E: ak_sdx_main<656>)
+#   FUNCTION  a substring of the mangled kernel name (e.g. ak_sdx_mainILi3ELi0E: ak_sdx_main<656, one list>)
 # Environment: CUOBJDUMP (default: cuobjdump on PATH or in /usr/local/cuda/bin; the device image has
 # it; where nvcc comes without it, the copy in Triton's wheel, triton/backends/nvidia/bin/cuobjdump,
 # or in NVIDIA's nvidia-cuda-cuobjdump wheel, nvidia/cu13/bin/cuobjdump, works), NVCC_FLAGS (extra

@@ -7,7 +7,7 @@ first one, and prints the loop's instruction count and its opcodes, most frequen
 
 usage: scripts/sass_loop.py OBJECT FUNCTION [MARKER] [--list]
   OBJECT    e.g. an object built as scripts/sass.sh builds one (nvcc ... -c src/cuda/X.cu -o X.o)
-  FUNCTION  a substring of the mangled kernel name (_Z11ak_sdt_mainILi3ELi16ELi0E: 656, 16 heads)
+  FUNCTION  a substring of the mangled kernel name (_Z11ak_sdt_mainILi3ELi16ELi0ELi0E: 656, 16 heads, one list)
   MARKER    default F2FP.F16.E4M3 (the fp8 conversion)
 Environment: CUOBJDUMP as in scripts/sass.sh (NVIDIA's `nvidia-cuda-cuobjdump` wheel carries one
 too)."""

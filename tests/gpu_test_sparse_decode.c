@@ -833,6 +833,8 @@ AK_TEST(sparse_decode_wide) {
         /* the swap-AB kernel's 16-head tiles above 32 heads (x246): b 1 h_q 128 (8 tiles, 16 splits)
            and 100 heads (7 tiles, the last 4 real heads) with an extra list */
         {AK_LAYOUT_DSA_FP8_BLOCKSCALE, 1, 1, 128, 2048, 0}, {AK_LAYOUT_MLA_FP8_PERTENSOR, 1, 1, 100, 256, 64},
+        /* V4 with no extra list (a window alone) on both kernels: their one-list instances */
+        {AK_LAYOUT_DSV4_FP8_UE8M0, 64, 1, 64, 256, 0},      {AK_LAYOUT_DSV4_FP8_UE8M0, 128, 1, 16, 256, 0},
     };
     ak_device_info di;
     CHECK_STATUS(ak_context_device_info(gpu, &di), AK_OK);
