@@ -304,8 +304,8 @@ rep('''    for (int j = 0; ua < u_end; j++) {
         if (w == 0 && lane == 0) TR2(0, j);
         uint32_t vn = 0u;
         if (ub < u_end)''')
-rep('''        const int ud = ub < u_end ? ak_sdt_nextu<XL>(p, ub, t_end, len0, len1) : u_end;''','''        if (w == 0 && lane == 0) TR2(1, j);
-        const int ud = ub < u_end ? ak_sdt_nextu<XL>(p, ub, t_end, len0, len1) : u_end;''')
+rep('''        const int ud = ub < u_end ? ak_sdt_nextu<GEN>(p, ub, t_end, len0, len1) : u_end;''','''        if (w == 0 && lane == 0) TR2(1, j);
+        const int ud = ub < u_end ? ak_sdt_nextu<GEN>(p, ub, t_end, len0, len1) : u_end;''')
 rep('''        const int n = j >> 1, b = n & 1, half = j & 1;   /* tile n of this CTA, its buffer, this half */
         if (half == 0) ak_mbar_wait(bar + 8 * (2 + b), ((n >> 1) & 1) ^ 1); /* EMPTY[b] */''','''        if (w == 0 && lane == 0) TR2(2, j);
         const int n = j >> 1, b = n & 1, half = j & 1;   /* tile n of this CTA, its buffer, this half */

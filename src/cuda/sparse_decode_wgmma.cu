@@ -64,19 +64,19 @@ template <int LAYOUT> struct ak_sdw_smem_map {
     };
 };
 
-/* Whether tile t is of the extra list. XL 0: the call has none, and the constant false takes the
-   list selects out of that instance (the kernels have one per case: the one-list calls of every DSA
-   engine, and calls with an extra list). */
-template <int XL> __device__ __forceinline__ bool ak_sd_extra(const ak_sd_params &p, int t) {
-    return XL && t >= p.list[0].tiles;
+/* Whether tile t is of the extra list. The warp-specialized kernels have two instances: GEN 1
+   serves any call; GEN 0 a call with one list whose pages are a power of two (every DSA engine's),
+   where this is a constant false, which takes the list selects out of it, and a page is a shift. */
+template <int GEN> __device__ __forceinline__ bool ak_sd_extra(const ak_sd_params &p, int t) {
+    return GEN && t >= p.list[0].tiles;
 }
 
 /* First tile >= t of [t, t_end) that starts before its row's length, else t_end. */
-template <int XL = 1>
+template <int GEN = 1>
 __device__ __forceinline__ int ak_sdw_next(const ak_sd_params &p, int t, int t_end, int32_t len0,
                                            int32_t len1) {
     for (; t < t_end; t++) {
-        const int ex = ak_sd_extra<XL>(p, t);
+        const int ex = ak_sd_extra<GEN>(p, t);
         const int base = (ex ? t - p.list[0].tiles : t) * AK_SD_KEYS;
         if (base < (ex ? len1 : len0)) break;
     }
@@ -99,11 +99,11 @@ __device__ __forceinline__ int32_t ak_sdw_slot(const ak_sd_params &p, int64_t r,
 
 /* Byte offsets from the list's pool of slot `slot`'s record (ro) and, for V4, of its scale bytes
    (so); -1 for an invalid slot (rule I1: negative or >= capacity). */
-template <int LAYOUT>
+template <int LAYOUT, int GEN = 1>
 __device__ __forceinline__ void ak_sdw_locate(const ak_sd_list &l, int32_t slot, int64_t &ro, int64_t &so) {
     ro = so = -1;
     if ((uint32_t)slot >= l.capacity) return;
-    const int32_t page = ak_sd_page(l, slot), ts = slot - page * l.page_size;
+    const int32_t page = GEN ? ak_sd_page(l, slot) : slot >> l.page_shift, ts = slot - page * l.page_size;
     const int64_t pg = (int64_t)page * l.page_stride;
     ro = pg + (int64_t)ts * ak_sd_geo<LAYOUT>::REC;
     if (LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0) so = pg + (int64_t)l.page_size * 576 + (int64_t)ts * 8;
@@ -619,10 +619,10 @@ template <int LAYOUT> struct ak_sdx_map {
 };
 
 /* First unit >= u of [u, u_end) that starts before its row's length, else u_end. */
-template <int XL>
+template <int GEN>
 __device__ __forceinline__ int ak_sdx_next(const ak_sd_params &p, int u, int u_end, int32_t len0, int32_t len1) {
     for (; u < u_end; u++) {
-        const int t = u >> 1, ex = ak_sd_extra<XL>(p, t);
+        const int t = u >> 1, ex = ak_sd_extra<GEN>(p, t);
         const int base = (ex ? t - p.list[0].tiles : t) * AK_SD_KEYS + (u & 1) * AK_SDX_UNIT;
         if (base < (ex ? len1 : len0)) break;
     }
@@ -650,17 +650,17 @@ __device__ __forceinline__ ak_sdx_rows ak_sdx_rows_of(const ak_sd_params &p, int
 
 /* Where key k of unit u's index value is stored (past the list's top-k: its last entry); ok: the
    position is inside the length. The address needs no length. */
-template <int XL>
+template <int GEN>
 __device__ __forceinline__ const int32_t *ak_sdx_slot_at(const ak_sdx_rows &w, int u, int k, bool &ok) {
-    const int t = u >> 1, ex = XL && t >= w.tiles0;
+    const int t = u >> 1, ex = GEN && t >= w.tiles0;
     const int pos = (ex ? t - w.tiles0 : t) * AK_SD_KEYS + (u & 1) * AK_SDX_UNIT + k;
     ok = pos < (ex ? w.len[1] : w.len[0]);
     return (ex ? w.row[1] : w.row[0]) + min(pos, ex ? w.last[1] : w.last[0]);
 }
 
 /* Index value of key k of unit u as stored (checked at use); ok: the position is inside the length. */
-template <int XL> __device__ __forceinline__ int32_t ak_sdx_slot(const ak_sdx_rows &w, int u, int k, bool &ok) {
-    return *ak_sdx_slot_at<XL>(w, u, k, ok);
+template <int GEN> __device__ __forceinline__ int32_t ak_sdx_slot(const ak_sdx_rows &w, int u, int k, bool &ok) {
+    return *ak_sdx_slot_at<GEN>(w, u, k, ok);
 }
 
 /* The index values of key k in the first N (2 or 3) units of a CTA's range [u_begin, u_end),
@@ -672,24 +672,24 @@ struct ak_sdx_first {
     int32_t id0, id1, id2;
 };
 
-template <int N, int XL>
+template <int N, int GEN>
 __device__ __forceinline__ ak_sdx_first ak_sdx_first_of(const ak_sdx_rows &w, int u_begin, int u_end, int k) {
     ak_sdx_first f;
     bool ok;
     f.u0 = u_begin, f.n = min(N, u_end - u_begin);
-    const int32_t *a0 = ak_sdx_slot_at<XL>(w, u_begin, k, ok);
-    const int32_t *a1 = ak_sdx_slot_at<XL>(w, min(u_begin + 1, u_end - 1), k, ok);
-    const int32_t *a2 = ak_sdx_slot_at<XL>(w, min(u_begin + 2, u_end - 1), k, ok);
+    const int32_t *a0 = ak_sdx_slot_at<GEN>(w, u_begin, k, ok);
+    const int32_t *a1 = ak_sdx_slot_at<GEN>(w, min(u_begin + 1, u_end - 1), k, ok);
+    const int32_t *a2 = ak_sdx_slot_at<GEN>(w, min(u_begin + 2, u_end - 1), k, ok);
     f.id0 = *a0, f.id1 = *a1, f.id2 = N > 2 ? *a2 : 0;
     return f;
 }
 
 /* ak_sdx_slot, reusing an id of f where unit u is one of f's units (the usual case: a row's units
    are skipped only past its length). */
-template <int XL>
+template <int GEN>
 __device__ __forceinline__ int32_t ak_sdx_slot_first(const ak_sdx_rows &w, const ak_sdx_first &f, int u, int k,
                                                      bool &ok) {
-    const int32_t *a = ak_sdx_slot_at<XL>(w, u, k, ok);
+    const int32_t *a = ak_sdx_slot_at<GEN>(w, u, k, ok);
     const int d = u - f.u0;
     if (d >= 0 && d < f.n) return d == 0 ? f.id0 : d == 1 ? f.id1 : f.id2;
     return *a;
@@ -711,13 +711,13 @@ static __device__ __align__(1024) const uint8_t ak_sdx_zero[AK_SDX_ZBLK * 1024] 
    zero K row with no per-key selects (x108). The record's lines get the L2 policy pol: evict first
    where no other CTA reads them (p.rec_once), so that they do not push out the slot ids, Q and the
    partial rows (x123). Returns the warp's validity bits (bit k: key k). */
-template <int LAYOUT, int KPW, int SST>
+template <int LAYOUT, int GEN, int KPW, int SST>
 __device__ __forceinline__ uint32_t ak_sdx_copy(const ak_sd_list &l, int32_t slot, int lane, uint32_t dst,
                                                 uint32_t sdst, uint32_t sbar, uint64_t pol) {
     typedef ak_sdx_map<LAYOUT> M;
     static_assert(M::CPY <= 1024, "a zero block covers a record");
     int64_t ro = -1, so = -1;
-    if (lane < KPW) ak_sdw_locate<LAYOUT>(l, slot, ro, so);
+    if (lane < KPW) ak_sdw_locate<LAYOUT, GEN>(l, slot, ro, so);
     const uint32_t vm = __ballot_sync(0xffffffffu, ro >= 0);
     if (lane == 0) ak_mbar_arrive_tx(sbar, KPW * M::CPY);
     if (lane < KPW)
@@ -959,7 +959,7 @@ __device__ __forceinline__ void ak_sdx_qk(float *s, uint64_t dq0, uint64_t dk0) 
     ak_wgmma_commit();
 }
 
-template <int LAYOUT, int XL>
+template <int LAYOUT, int GEN>
 __device__ __forceinline__ void ak_sdx_produce(const ak_sd_params &p, uint8_t *smem, int64_t r, int64_t i,
                                                int32_t len0, int32_t len1, int u_begin, int u_end) {
     typedef ak_sdx_map<LAYOUT> M;
@@ -982,26 +982,26 @@ __device__ __forceinline__ void ak_sdx_produce(const ak_sd_params &p, uint8_t *s
        lengths are used (ak_sdx_first): the first FULL then waits one index round trip and one
        record round trip */
     const ak_sdx_rows rw = ak_sdx_rows_of(p, r, i, len0, len1);
-    const ak_sdx_first f = ak_sdx_first_of<NST, XL>(rw, u_begin, u_end, key);
+    const ak_sdx_first f = ak_sdx_first_of<NST, GEN>(rw, u_begin, u_end, key);
     /* Units a (being converted), b (NST 3: copies in flight; NST 2: slot ids in cslot), c (NST 3:
        slot ids in cslot); va, vb: validity bits. Unit j + NST - 1's copies are issued in step j. */
-    int ua = ak_sdx_next<XL>(p, u_begin, u_end, len0, len1);
+    int ua = ak_sdx_next<GEN>(p, u_begin, u_end, len0, len1);
     if (ua >= u_end) return;
-    int ub = ak_sdx_next<XL>(p, ua + 1, u_end, len0, len1);
-    int uc = NST == 3 && ub < u_end ? ak_sdx_next<XL>(p, ub + 1, u_end, len0, len1) : u_end;
+    int ub = ak_sdx_next<GEN>(p, ua + 1, u_end, len0, len1);
+    int uc = NST == 3 && ub < u_end ? ak_sdx_next<GEN>(p, ub + 1, u_end, len0, len1) : u_end;
     uint32_t va, vb = 0u;
     const int u_slot = NST == 3 ? uc : ub; /* the unit whose slot ids cslot holds */
     bool oka, okb = false, cok = false;
-    const int32_t sla = ak_sdx_slot_first<XL>(rw, f, ua, key, oka);
-    const int32_t slb = ak_sdx_slot_first<XL>(rw, f, NST == 3 && ub < u_end ? ub : ua, key, okb);
-    int32_t cslot = ak_sdx_slot_first<XL>(rw, f, u_slot < u_end ? u_slot : ua, key, cok);
+    const int32_t sla = ak_sdx_slot_first<GEN>(rw, f, ua, key, oka);
+    const int32_t slb = ak_sdx_slot_first<GEN>(rw, f, NST == 3 && ub < u_end ? ub : ua, key, okb);
+    int32_t cslot = ak_sdx_slot_first<GEN>(rw, f, u_slot < u_end ? u_slot : ua, key, cok);
     cok = cok && u_slot < u_end;
     const uint64_t pol = ak_l2_policy(p.rec_once != 0);
-    va = ak_sdx_copy<LAYOUT, KPW, M::STG>(p.list[ak_sd_extra<XL>(p, ua >> 1)], oka ? sla : -1, lane, stage, scl,
-                                          sbar, pol);
+    va = ak_sdx_copy<LAYOUT, GEN, KPW, M::STG>(p.list[ak_sd_extra<GEN>(p, ua >> 1)], oka ? sla : -1, lane, stage, scl,
+                                               sbar, pol);
     if (NST == 3 && ub < u_end)
-        vb = ak_sdx_copy<LAYOUT, KPW, M::STG>(p.list[ak_sd_extra<XL>(p, ub >> 1)], okb ? slb : -1, lane,
-                                              stage + 8 * M::STG, scl + 64, sbar + 8, pol);
+        vb = ak_sdx_copy<LAYOUT, GEN, KPW, M::STG>(p.list[ak_sd_extra<GEN>(p, ub >> 1)], okb ? slb : -1, lane,
+                                                   stage + 8 * M::STG, scl + 64, sbar + 8, pol);
     for (int j = 0; ua < u_end; j++) {
         /* the copies of unit j + NST - 1 into the stage freed by step j - 1, then the raw slot ids
            of the unit after it */
@@ -1009,12 +1009,12 @@ __device__ __forceinline__ void ak_sdx_produce(const ak_sd_params &p, uint8_t *s
         uint32_t vn = 0u;
         if (un < u_end) {
             const int st = (j + NST - 1) % NST;
-            vn = ak_sdx_copy<LAYOUT, KPW, M::STG>(p.list[ak_sd_extra<XL>(p, un >> 1)], cok ? cslot : -1, lane,
-                                                  stage + (uint32_t)(st * 8 * M::STG), scl + (uint32_t)(64 * st),
-                                                  sbar + 8 * st, pol);
+            vn = ak_sdx_copy<LAYOUT, GEN, KPW, M::STG>(p.list[ak_sd_extra<GEN>(p, un >> 1)], cok ? cslot : -1, lane,
+                                                       stage + (uint32_t)(st * 8 * M::STG), scl + (uint32_t)(64 * st),
+                                                       sbar + 8 * st, pol);
         }
-        const int ud = un < u_end ? ak_sdx_next<XL>(p, un + 1, u_end, len0, len1) : u_end;
-        cslot = ak_sdx_slot<XL>(rw, ud < u_end ? ud : ua, key, cok);
+        const int ud = un < u_end ? ak_sdx_next<GEN>(p, un + 1, u_end, len0, len1) : u_end;
+        cslot = ak_sdx_slot<GEN>(rw, ud < u_end ? ud : ua, key, cok);
         cok = cok && ud < u_end;
         ak_mbar_wait(sbar + 8 * (j % NST), (j / NST) & 1); /* unit a's records landed */
         const int b = j % NBUF;
@@ -1044,7 +1044,7 @@ __device__ __forceinline__ void ak_sdx_produce(const ak_sd_params &p, uint8_t *s
     }
 }
 
-template <int LAYOUT, int XL, int ORD>
+template <int LAYOUT, int GEN, int ORD>
 __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_params p) {
     /* the epilogue stages rows over Q, the K buffers, P and the stages (all free by then) */
     static_assert(AK_SDW_HEADS * AK_SDX_XSTR * 4 <= ak_sdx_map<LAYOUT>::VALID, "staged rows fit before the masks");
@@ -1079,7 +1079,7 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
 
     if (warp < 4) {
         ak_setmaxnreg_dec<M::PREG>();
-        ak_sdx_produce<LAYOUT, XL>(p, smem, r, i, len0, len1, u_begin, u_end);
+        ak_sdx_produce<LAYOUT, GEN>(p, smem, r, i, len0, len1, u_begin, u_end);
         return;
     }
     const int ctid = tid - 128, cw = warp - 4;
@@ -1106,7 +1106,7 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
     enum { KBUF = M::KB * M::KT >> 4 }; /* descriptor step between the K buffers */
     const int rows[2] = {16 * wr + g, 16 * wr + g + 8};
 
-    int u = ak_sdx_next<XL>(p, u_begin, u_end, len0, len1);
+    int u = ak_sdx_next<GEN>(p, u_begin, u_end, len0, len1);
     if (wg == 0) {
         ak_setmaxnreg_inc<M::CREG>(); /* warpgroup 2 keeps the launch's 168 */
         /* S, the softmax and O[:, 0 .. 255]; P (bf16) and alpha go to shared memory for warpgroup 2 */
@@ -1128,7 +1128,7 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
             for (int k = 0; k < 16; k++) ak_reg_fence(s[k]);
             uint32_t pa[8];
             float alpha[2];
-            const bool ex = ak_sd_extra<XL>(p, u >> 1); /* this unit's list */
+            const bool ex = ak_sd_extra<GEN>(p, u >> 1); /* this unit's list */
             ak_sdx_softmax(ex ? kq.sl[1] : kq.sl[0], ex ? kq.rel[1] : kq.rel[0], s, kv, c4, m_run, l_run, pa, o, alpha);
             /* the A fragment words -> P and alpha of parity j % 2, read by warpgroup 2's thread of the
                same fragment position (ordinary loads: no proxy fence). Two parities, so writing P of
@@ -1141,7 +1141,7 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
             ak_bar_sync(2, 256); /* P and alpha of this unit are ready */
             /* P V of this unit and S of the next back to back (P V does not wait for the next unit);
                then release this buffer once P V is done */
-            const int un = ak_sdx_next<XL>(p, u + 1, u_end, len0, len1);
+            const int un = ak_sdx_next<GEN>(p, u + 1, u_end, len0, len1);
 #pragma unroll
             for (int k = 0; k < 128; k++) ak_reg_fence(o[k]);
             ak_wgmma_fence();
@@ -1205,7 +1205,7 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
             ak_mbar_arrive(bar + 8 * (NBUF + b)); /* EMPTY[b] */
             /* the next unit after the release, in this warpgroup's idle time (found at the top of
                the loop, its code stood between the P barrier and this P V: 656 h_q 128 +2.8%, x139) */
-            u = ak_sdx_next<XL>(p, u + 1, u_end, len0, len1);
+            u = ak_sdx_next<GEN>(p, u + 1, u_end, len0, len1);
         }
     }
     ak_bar_sync(1, 256); /* consumer warpgroup 1's final m and l rows are in ml_s */
@@ -1279,10 +1279,10 @@ template <int LAYOUT, int NH> struct ak_sdt_map {
 
 /* The half-unit after u (32-key halves: u = 2 t + half; both halves of every tile that starts
    before its row's length), or u_end. */
-template <int XL>
+template <int GEN>
 __device__ __forceinline__ int ak_sdt_nextu(const ak_sd_params &p, int u, int t_end, int32_t len0, int32_t len1) {
     if ((u & 1) == 0) return u + 1;
-    return 2 * ak_sdw_next<XL>(p, (u >> 1) + 1, t_end, len0, len1);
+    return 2 * ak_sdw_next<GEN>(p, (u >> 1) + 1, t_end, len0, len1);
 }
 
 /* ak_sdx_convert_v4 for four keys per warp (rows n0 .. n0 + 3 of a 64-key K buffer): quarter warp
@@ -1314,7 +1314,7 @@ __device__ __forceinline__ void ak_sdt_convert_v4(const uint8_t *stg, const uint
     *reinterpret_cast<uint4 *>(kb + ak_sdx_off<AK_SD_KEYS>(n, 448 + 8 * j)) = rp;
 }
 
-template <int LAYOUT, int NH, int XL>
+template <int LAYOUT, int NH, int GEN>
 __device__ __forceinline__ void ak_sdt_produce(const ak_sd_params &p, uint8_t *smem, int64_t r, int64_t i,
                                                int32_t len0, int32_t len1, int t_begin, int t_end) {
     typedef ak_sdt_map<LAYOUT, NH> M;
@@ -1336,28 +1336,28 @@ __device__ __forceinline__ void ak_sdt_produce(const ak_sd_params &p, uint8_t *s
     /* both half-units' slot ids before the first copy and before the lengths are used (as in
        ak_sdx_produce) */
     const ak_sdx_rows rw = ak_sdx_rows_of(p, r, i, len0, len1);
-    const ak_sdx_first f = ak_sdx_first_of<2, XL>(rw, 2 * t_begin, u_end, key);
+    const ak_sdx_first f = ak_sdx_first_of<2, GEN>(rw, 2 * t_begin, u_end, key);
     /* half-units a (being converted, records in stage j % 2) and b (slot ids in cslot); unit j + 1's
        copies are issued in step j */
-    int ua = 2 * ak_sdw_next<XL>(p, t_begin, t_end, len0, len1);
+    int ua = 2 * ak_sdw_next<GEN>(p, t_begin, t_end, len0, len1);
     if (ua >= u_end) return;
-    int ub = ak_sdt_nextu<XL>(p, ua, t_end, len0, len1);
+    int ub = ak_sdt_nextu<GEN>(p, ua, t_end, len0, len1);
     bool ok, cok = false;
-    const int32_t sl = ak_sdx_slot_first<XL>(rw, f, ua, key, ok);
-    int32_t cslot = ak_sdx_slot_first<XL>(rw, f, ub < u_end ? ub : ua, key, cok);
+    const int32_t sl = ak_sdx_slot_first<GEN>(rw, f, ua, key, ok);
+    int32_t cslot = ak_sdx_slot_first<GEN>(rw, f, ub < u_end ? ub : ua, key, cok);
     cok = cok && ub < u_end;
     const uint64_t pol = ak_l2_policy(p.rec_once != 0);
-    uint32_t va = ak_sdx_copy<LAYOUT, KPW, M::STG>(p.list[ak_sd_extra<XL>(p, ua >> 1)], ok ? sl : -1, lane, stage, scl,
-                                                   sbar, pol);
+    uint32_t va = ak_sdx_copy<LAYOUT, GEN, KPW, M::STG>(p.list[ak_sd_extra<GEN>(p, ua >> 1)], ok ? sl : -1, lane,
+                                                        stage, scl, sbar, pol);
     for (int j = 0; ua < u_end; j++) {
         uint32_t vn = 0u;
         if (ub < u_end)
-            vn = ak_sdx_copy<LAYOUT, KPW, M::STG>(p.list[ak_sd_extra<XL>(p, ub >> 1)], cok ? cslot : -1, lane,
-                                                  stage + (uint32_t)(((j + 1) % NST) * SB),
-                                                  scl + (uint32_t)(((j + 1) % NST) * KPW * 8), sbar + 8 * ((j + 1) % NST),
-                                                  pol);
-        const int ud = ub < u_end ? ak_sdt_nextu<XL>(p, ub, t_end, len0, len1) : u_end;
-        cslot = ak_sdx_slot<XL>(rw, ud < u_end ? ud : ua, key, cok);
+            vn = ak_sdx_copy<LAYOUT, GEN, KPW, M::STG>(p.list[ak_sd_extra<GEN>(p, ub >> 1)], cok ? cslot : -1, lane,
+                                                       stage + (uint32_t)(((j + 1) % NST) * SB),
+                                                       scl + (uint32_t)(((j + 1) % NST) * KPW * 8), sbar + 8 * ((j + 1) % NST),
+                                                       pol);
+        const int ud = ub < u_end ? ak_sdt_nextu<GEN>(p, ub, t_end, len0, len1) : u_end;
+        cslot = ak_sdx_slot<GEN>(rw, ud < u_end ? ud : ua, key, cok);
         cok = cok && ud < u_end;
         ak_mbar_wait(sbar + 8 * (j % NST), (j / NST) & 1); /* unit a's records landed */
         const int n = j >> 1, b = n & 1, half = j & 1;   /* tile n of this CTA, its buffer, this half */
@@ -1558,7 +1558,7 @@ __device__ __forceinline__ void ak_sdt_rows_out(const ak_sd_params &p, uint8_t *
     }
 }
 
-template <int LAYOUT, int NH, int XL, int ORD>
+template <int LAYOUT, int NH, int GEN, int ORD>
 __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_params p) {
     typedef ak_sdt_map<LAYOUT, NH> M;
     enum { DQK = M::DQK, KSTEPS = DQK / 16, NS = NH / 2, /* S^T and per-block O^T registers */
@@ -1590,7 +1590,7 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
     if (warp < AK_SDT_PW) {
         const int32_t len0 = ak_sd_len(p.list[0], r, i), len1 = ak_sd_len(p.list[1], r, i);
         ak_setmaxnreg_dec<AK_SDT_PREG>();
-        ak_sdt_produce<LAYOUT, NH, XL>(p, smem, r, i, len0, len1, t_begin, t_end);
+        ak_sdt_produce<LAYOUT, NH, GEN>(p, smem, r, i, len0, len1, t_begin, t_end);
         ak_mbar_wait(bar + 8 * M::EPI, 0); /* the consumers' staged rows and scale words */
         float inv, sc = 1.0f;
         if (pslot >= 0) sc = ak_sd_part_get(reinterpret_cast<const uint32_t *>(smem + M::AMAX), 4, inv);
@@ -1626,8 +1626,8 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
     uint8_t *pt = smem + M::PT;
 
     int n = 0;
-    for (int t = ak_sdw_next<XL>(p, t_begin, t_end, len0, len1); t < t_end;
-         t = ak_sdw_next<XL>(p, t + 1, t_end, len0, len1), n++) {
+    for (int t = ak_sdw_next<GEN>(p, t_begin, t_end, len0, len1); t < t_end;
+         t = ak_sdw_next<GEN>(p, t + 1, t_end, len0, len1), n++) {
         const int b = n & 1;
         ak_mbar_wait(bar + 8 * b, (n >> 1) & 1); /* FULL[b] */
         /* the producers' generic K buffer writes -> this thread's wgmma reads: the writes precede
@@ -1645,7 +1645,7 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
         const uint8_t *kvb = smem + M::VALID + M::VF * b;
         const uint32_t kv[2] = {(uint32_t)(kvb[(16 * w + g) / AK_SDT_KPW] >> ((16 * w + g) % AK_SDT_KPW)) & 1u,
                                 (uint32_t)(kvb[(16 * w + g + 8) / AK_SDT_KPW] >> ((16 * w + g + 8) % AK_SDT_KPW)) & 1u};
-        const bool ex = ak_sd_extra<XL>(p, t); /* this tile's list (ak_sd_kscale) */
+        const bool ex = ak_sd_extra<GEN>(p, t); /* this tile's list (ak_sd_kscale) */
         const float sl = ex ? kq.sl[1] : kq.sl[0], prel = ex ? kq.rel[1] : kq.rel[0];
         /* the values in log2 units, and whether any of this thread's leaves its head's running max
            behind by more than 8 (NaN counts) */
@@ -2225,6 +2225,10 @@ int ak_sdw_plan(const ak_context *ctx, const ak_mla_decode_args *a, ak_sd_plan *
      : (p).lpt ? (const void *)K<__VA_ARGS__, AK_SD_ORD_LPT>                                           \
                : (const void *)K<__VA_ARGS__, 0>)
 
+/* Whether a call needs the warp-specialized kernels' general instance (GEN 1: ak_sd_extra): an extra
+   list, or pages that are not a power of two. */
+static bool ak_sd_general(const ak_sd_params &p) { return p.list[1].tiles > 0 || p.list[0].page_shift < 0; }
+
 /* One launch of kernel fn (threads per CTA, pl.smem dynamic shared memory) over the plan's grid, as
    a programmatic dependent launch. */
 static ak_status ak_sdw_launch_fn(ak_context *ctx, const void *fn, const char *name, int threads,
@@ -2240,7 +2244,7 @@ static ak_status ak_sdw_launch_fn(ak_context *ctx, const void *fn, const char *n
 template <int LAYOUT>
 static ak_status ak_sdx_launch_t(ak_context *ctx, const ak_sd_params &p, const ak_sd_plan &pl) {
     static_assert(1024 + ak_sdx_map<LAYOUT>::BYTES <= 232448, "shared memory of ak_sdx_main (227 KB per block)");
-    const void *fn = p.list[1].tiles > 0 ? AK_SD_BY_ORDER(p, ak_sdx_main, LAYOUT, 1) : AK_SD_BY_ORDER(p, ak_sdx_main, LAYOUT, 0);
+    const void *fn = ak_sd_general(p) ? AK_SD_BY_ORDER(p, ak_sdx_main, LAYOUT, 1) : AK_SD_BY_ORDER(p, ak_sdx_main, LAYOUT, 0);
     return ak_sdw_launch_fn(ctx, fn, "ak_sdx_main", AK_SDX_THREADS, p, pl);
 }
 
@@ -2248,7 +2252,7 @@ template <int LAYOUT, int NH>
 static ak_status ak_sdt_launch_t(ak_context *ctx, const ak_sd_params &p, const ak_sd_plan &pl) {
     static_assert(1024 + ak_sdt_map<LAYOUT, NH>::BYTES <= 232448, "shared memory of ak_sdt_main (227 KB per block)");
     const void *fn =
-        p.list[1].tiles > 0 ? AK_SD_BY_ORDER(p, ak_sdt_main, LAYOUT, NH, 1) : AK_SD_BY_ORDER(p, ak_sdt_main, LAYOUT, NH, 0);
+        ak_sd_general(p) ? AK_SD_BY_ORDER(p, ak_sdt_main, LAYOUT, NH, 1) : AK_SD_BY_ORDER(p, ak_sdt_main, LAYOUT, NH, 0);
     return ak_sdw_launch_fn(ctx, fn, "ak_sdt_main", AK_SDT_THREADS, p, pl);
 }
 
