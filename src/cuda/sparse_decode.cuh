@@ -312,9 +312,11 @@ __device__ __forceinline__ void ak_sd_write_part_row(const ak_sd_params &p, cons
     }
 }
 
-/* Page of slot s (0 <= s < capacity): a shift for power-of-two pages, a division otherwise. */
+/* Page of slot s (0 <= s < capacity): a shift for power-of-two pages, a division otherwise. POW2:
+   the caller knows the pages are a power of two, so the division's branch is not compiled. */
+template <bool POW2 = false>
 __device__ __forceinline__ int32_t ak_sd_page(const ak_sd_list &l, int32_t s) {
-    return l.page_shift >= 0 ? s >> l.page_shift : s / l.page_size;
+    return POW2 || l.page_shift >= 0 ? s >> l.page_shift : s / l.page_size;
 }
 
 /* Row length of list `l` for (r, i): clamped to [0, topk]. */

@@ -103,7 +103,7 @@ template <int LAYOUT, int GEN = 1>
 __device__ __forceinline__ void ak_sdw_locate(const ak_sd_list &l, int32_t slot, int64_t &ro, int64_t &so) {
     ro = so = -1;
     if ((uint32_t)slot >= l.capacity) return;
-    const int32_t page = GEN ? ak_sd_page(l, slot) : slot >> l.page_shift, ts = slot - page * l.page_size;
+    const int32_t page = ak_sd_page<!GEN>(l, slot), ts = slot - page * l.page_size;
     const int64_t pg = (int64_t)page * l.page_stride;
     ro = pg + (int64_t)ts * ak_sd_geo<LAYOUT>::REC;
     if (LAYOUT == AK_LAYOUT_DSV4_FP8_UE8M0) so = pg + (int64_t)l.page_size * 576 + (int64_t)ts * 8;
@@ -2229,6 +2229,10 @@ int ak_sdw_plan(const ak_context *ctx, const ak_mla_decode_args *a, ak_sd_plan *
    list, or pages that are not a power of two. */
 static bool ak_sd_general(const ak_sd_params &p) { return p.list[1].tiles > 0 || p.list[0].page_shift < 0; }
 
+/* The instance of a warp-specialized kernel K<args..., GEN, ORD> for the call. */
+#define AK_SD_BY_CALL(p, K, ...)                                                                       \
+    (ak_sd_general(p) ? AK_SD_BY_ORDER(p, K, __VA_ARGS__, 1) : AK_SD_BY_ORDER(p, K, __VA_ARGS__, 0))
+
 /* One launch of kernel fn (threads per CTA, pl.smem dynamic shared memory) over the plan's grid, as
    a programmatic dependent launch. */
 static ak_status ak_sdw_launch_fn(ak_context *ctx, const void *fn, const char *name, int threads,
@@ -2244,16 +2248,13 @@ static ak_status ak_sdw_launch_fn(ak_context *ctx, const void *fn, const char *n
 template <int LAYOUT>
 static ak_status ak_sdx_launch_t(ak_context *ctx, const ak_sd_params &p, const ak_sd_plan &pl) {
     static_assert(1024 + ak_sdx_map<LAYOUT>::BYTES <= 232448, "shared memory of ak_sdx_main (227 KB per block)");
-    const void *fn = ak_sd_general(p) ? AK_SD_BY_ORDER(p, ak_sdx_main, LAYOUT, 1) : AK_SD_BY_ORDER(p, ak_sdx_main, LAYOUT, 0);
-    return ak_sdw_launch_fn(ctx, fn, "ak_sdx_main", AK_SDX_THREADS, p, pl);
+    return ak_sdw_launch_fn(ctx, AK_SD_BY_CALL(p, ak_sdx_main, LAYOUT), "ak_sdx_main", AK_SDX_THREADS, p, pl);
 }
 
 template <int LAYOUT, int NH>
 static ak_status ak_sdt_launch_t(ak_context *ctx, const ak_sd_params &p, const ak_sd_plan &pl) {
     static_assert(1024 + ak_sdt_map<LAYOUT, NH>::BYTES <= 232448, "shared memory of ak_sdt_main (227 KB per block)");
-    const void *fn =
-        ak_sd_general(p) ? AK_SD_BY_ORDER(p, ak_sdt_main, LAYOUT, NH, 1) : AK_SD_BY_ORDER(p, ak_sdt_main, LAYOUT, NH, 0);
-    return ak_sdw_launch_fn(ctx, fn, "ak_sdt_main", AK_SDT_THREADS, p, pl);
+    return ak_sdw_launch_fn(ctx, AK_SD_BY_CALL(p, ak_sdt_main, LAYOUT, NH), "ak_sdt_main", AK_SDT_THREADS, p, pl);
 }
 
 template <int LAYOUT>
