@@ -179,3 +179,39 @@ AK_TEST(e4m3_recip_exact_is_sound) {
     }
     CHECK(rejected < 5);
 }
+
+/* ak_divu_q against the division it replaces: every divisor up to 4096 and the powers of two and
+   their neighbours up to 2^31, each with the numerators at the ends of its range, the multiples of
+   d and their neighbours (where a quotient steps), and random ones below 2^31. */
+static int divu_check(uint32_t d, uint32_t n) {
+    return ak_divu_q(n, ak_divu_make(d)) == n / d;
+}
+
+AK_TEST(divu_matches_division) {
+    ak_rng r;
+    ak_rng_init(&r, ak_test_seed() + 12);
+    uint32_t ds[4096 + 3 * 32];
+    int nd = 0;
+    for (uint32_t d = 1; d <= 4096; d++) ds[nd++] = d;
+    for (int l = 12; l <= 31; l++) {
+        ds[nd++] = (uint32_t)1 << l;
+        ds[nd++] = ((uint32_t)1 << l) - 1;
+        if (l < 31) ds[nd++] = ((uint32_t)1 << l) + 1;
+    }
+    int bad = 0;
+    for (int k = 0; k < nd; k++) {
+        const uint32_t d = ds[k], top = 0x7fffffffu;
+        const uint32_t ends[] = {0, 1, d - 1, d, top, top - 1, top - top % d, top - top % d - 1};
+        for (int e = 0; e < 8; e++) bad += !divu_check(d, ends[e]);
+        for (int j = 1; j <= 64; j++) {
+            const uint64_t mult = (uint64_t)d * (uint64_t)ak_rng_range(&r, 1, (int64_t)(top / d) + 1);
+            if (mult <= top) bad += !divu_check(d, (uint32_t)mult) + !divu_check(d, (uint32_t)(mult - 1));
+            bad += !divu_check(d, (uint32_t)ak_rng_range(&r, 0, (int64_t)top + 1));
+        }
+        if (bad) {
+            CHECK_MSG(0, "divisor %u: %d quotients differ", d, bad);
+            return;
+        }
+    }
+    CHECK(bad == 0);
+}

@@ -242,4 +242,34 @@ AK_HD int ak_e4m3_recip_exact(float s, float rs, uint32_t m) {
     return 1;
 }
 
+/* ---- division by an invariant divisor ------------------------------------------------------ */
+
+/* n / d for a divisor d in [1, 2^31] fixed ahead of time and any n below 2^31, by a high multiply,
+   an add and a shift (Granlund and Montgomery, "Division by invariant integers using
+   multiplication", 1994, section 4): with l = ceil(log2 d) and m = floor(2^32 (2^l - d) / d) + 1,
+   n / d = (hi32(m n) + n) >> l, and for n below 2^31 the add stays inside 32 bits. The sparse decode
+   kernels take their CTA's work from blockIdx this way: the compiler's division by a runtime
+   divisor is a ~15-instruction dependent sequence with a branch to a 64-bit routine. */
+typedef struct {
+    uint32_t m, l;
+} ak_divu;
+
+AK_HD ak_divu ak_divu_make(uint32_t d) {
+    ak_divu v;
+    uint32_t l = 0;
+    while (l < 31 && ((uint32_t)1 << l) < d) l++;
+    v.l = l;
+    v.m = (uint32_t)(((((uint64_t)1 << l) - d) << 32) / (d ? d : 1) + 1);
+    return v;
+}
+
+AK_HD uint32_t ak_divu_q(uint32_t n, ak_divu v) {
+#ifdef __CUDA_ARCH__
+    const uint32_t t = __umulhi(n, v.m);
+#else
+    const uint32_t t = (uint32_t)(((uint64_t)n * v.m) >> 32);
+#endif
+    return (t + n) >> v.l;
+}
+
 #endif /* AK_NUMERIC_H */

@@ -231,16 +231,15 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int mt = warp / GW, gw = warp % GW;
-    int64_t cta = blockIdx.x;
-    const int split = (int)(cta % p.splits);
-    cta /= p.splits;
-    const int ht = (int)(cta % p.htiles);
-    const int64_t ri = cta / p.htiles; /* r * s_q + i */
-    const int64_t r = ri / p.s_q, i = ri % p.s_q;
+    int split, ht;
+    uint32_t ri; /* r * s_q + i */
+    ak_sd_cta_of(p, split, ht, ri);
+    int64_t r, i;
+    ak_sd_row_of(p, ri, r, i);
     const int h0 = ht * 16 * MW;
-    const int n_tiles = p.list[0].tiles + p.list[1].tiles, nt0 = p.list[0].tiles;
+    const int nt0 = p.list[0].tiles;
     int t_begin, t_end;
-    ak_sd_split_range(split, n_tiles, p.splits, t_begin, t_end);
+    ak_sd_split_range(p, split, t_begin, t_end);
     const int pslot = ak_sd_split_slot(p, split, ri);
     ak_sd_prefetch_q<16 * MW, DQK>(p, r, i, h0, tid);
 
@@ -1258,6 +1257,11 @@ extern "C" ak_status ak_cuda_mla_decode(ak_context *ctx, const ak_mla_decode_arg
     ak_sd_list_fill(&p.list[0], a->cache, a->indices, a->topk_length);
     if (a->extra_cache != NULL && a->extra_indices != NULL)
         ak_sd_list_fill(&p.list[1], a->extra_cache, a->extra_indices, a->extra_topk_length);
+    p.dv_splits = ak_divu_make((uint32_t)p.splits);
+    p.dv_htiles = ak_divu_make((uint32_t)p.htiles);
+    p.dv_sq = ak_divu_make((uint32_t)p.s_q);
+    p.tq = (p.list[0].tiles + p.list[1].tiles) / p.splits;
+    p.tr = (p.list[0].tiles + p.list[1].tiles) % p.splits;
     p.scale_log2 = a->softmax_scale * 1.4426950408889634f;
     p.sink = a->attn_sink != NULL ? (const float *)a->attn_sink->data : NULL;
     p.out = a->out->data;

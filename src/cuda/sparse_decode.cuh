@@ -70,6 +70,10 @@ struct ak_sd_params {
     int64_t l_s0, l_s1, l_s2;
     __half *oacc;       /* [slots, h_q, 512] fp16 workspace, scaled rows (slots: splits x b s_q, or bal's pieces) */
     float2 *lacc;       /* [slots, h_q] workspace: lse (log2 units, -inf = empty), factor */
+    /* splits, htiles and s_q as invariant divisors (ak_divu_q), and the main and extra lists' tiles
+       over splits, quotient and remainder: a CTA's work from blockIdx (ak_sd_cta_of) */
+    ak_divu dv_splits, dv_htiles, dv_sq;
+    int32_t tq, tr;
 };
 static_assert(alignof(ak_sd_params) == 8, "ak_sd_params keeps 8-byte alignment (see above)");
 
@@ -319,6 +323,39 @@ __device__ __forceinline__ int32_t ak_sd_page(const ak_sd_list &l, int32_t s) {
     return POW2 || l.page_shift >= 0 ? s >> l.page_shift : s / l.page_size;
 }
 
+/* Tiles [t0, t1) of the concatenated main + extra tile list that split `s` of `splits` owns:
+   floor(s n_tiles / splits) = s tq + floor(s tr / splits), tr < splits <= 256 (the plans). */
+__device__ __forceinline__ void ak_sd_split_range(const ak_sd_params &p, int s, int &t0, int &t1) {
+    t0 = s * p.tq + (int)ak_divu_q((uint32_t)(s * p.tr), p.dv_splits);
+    t1 = (s + 1) * p.tq + (int)ak_divu_q((uint32_t)((s + 1) * p.tr), p.dv_splits);
+}
+
+/* Token row ri = r s_q + i (below 2^31: a grid's CTA count) as (r, i). SGN: computed as signed
+   values (the swap-AB kernels), else unsigned. The two are the same numbers, but ptxas schedules
+   the kernels differently by them (x303, x303c, session 86): unsigned, the swap-AB producers' tile
+   walk left the uniform registers and b 128 h_q 16 lost 3%; signed, the 64-head V4 calls lost
+   0.9-2.1%. */
+template <int SGN = 0>
+__device__ __forceinline__ void ak_sd_row_of(const ak_sd_params &p, uint32_t ri, int64_t &r, int64_t &i) {
+    if (SGN) {
+        const int32_t q = (int32_t)ak_divu_q(ri, p.dv_sq);
+        r = q;
+        i = (int32_t)ri - q * p.s_q;
+    } else {
+        const uint32_t q = ak_divu_q(ri, p.dv_sq);
+        r = q;
+        i = ri - q * (uint32_t)p.s_q;
+    }
+}
+
+/* A CTA's split, head tile and token row from blockIdx.x (splits fastest, then head tiles). */
+__device__ __forceinline__ void ak_sd_cta_of(const ak_sd_params &p, int &split, int &ht, uint32_t &ri) {
+    const uint32_t cta = blockIdx.x, rest = ak_divu_q(cta, p.dv_splits);
+    ri = ak_divu_q(rest, p.dv_htiles);
+    split = (int)(cta - rest * (uint32_t)p.splits);
+    ht = (int)(rest - ri * (uint32_t)p.htiles);
+}
+
 /* Row length of list `l` for (r, i): clamped to [0, topk]. */
 __device__ __forceinline__ int32_t ak_sd_len(const ak_sd_list &l, int64_t r, int64_t i) {
     if (l.len == NULL) return l.topk;
@@ -328,7 +365,8 @@ __device__ __forceinline__ int32_t ak_sd_len(const ak_sd_list &l, int64_t r, int
 
 /* 64-key tiles of token row `row` (r s_q + i) inside its lengths, both lists. */
 __device__ __forceinline__ int ak_sd_row_tiles(const ak_sd_params &p, int64_t row) {
-    const int64_t r = row / p.s_q, i = row % p.s_q;
+    int64_t r, i;
+    ak_sd_row_of(p, (uint32_t)row, r, i);
     return (ak_sd_len(p.list[0], r, i) + AK_SD_KEYS - 1) / AK_SD_KEYS +
            (ak_sd_len(p.list[1], r, i) + AK_SD_KEYS - 1) / AK_SD_KEYS;
 }
@@ -336,9 +374,7 @@ __device__ __forceinline__ int ak_sd_row_tiles(const ak_sd_params &p, int64_t ro
 /* The token (r, i) of a CTA of a p.lpt launch (the kernels' LPT instance, one split): slot
    blockIdx / htiles of the longest-first row order that ak_sd_lpt_order wrote before the kernel. */
 __device__ __forceinline__ void ak_sd_lpt_take(const ak_sd_params &p, int64_t &r, int64_t &i) {
-    const int64_t ri = p.lpt_rows[blockIdx.x / p.htiles];
-    r = ri / p.s_q;
-    i = ri % p.s_q;
+    ak_sd_row_of(p, (uint32_t)p.lpt_rows[ak_divu_q(blockIdx.x, p.dv_htiles)], r, i);
 }
 
 /* The piece of a CTA of a p.bal launch (the kernels' BAL instance), entry blockIdx / htiles of the
@@ -354,11 +390,10 @@ __device__ __forceinline__ void ak_sd_lpt_take(const ak_sd_params &p, int64_t &r
    row in time for the Q prefetch (ak_sd_prefetch_q). */
 __device__ __forceinline__ bool ak_sd_bal_piece(const ak_sd_params &p, int64_t &r, int64_t &i, int &t0, int &t1,
                                                 int &pslot) {
-    const int4 w = p.bal_work[blockIdx.x / p.htiles];
+    const int4 w = p.bal_work[ak_divu_q(blockIdx.x, p.dv_htiles)];
     const int nt = p.list[0].tiles + p.list[1].tiles;
     if (w.x < 0 || w.x >= p.b * p.s_q) return false;
-    r = w.x / p.s_q;
-    i = w.x % p.s_q;
+    ak_sd_row_of(p, (uint32_t)w.x, r, i);
     t0 = w.y < 0 ? 0 : w.y > nt ? nt : w.y;
     t1 = w.z < t0 ? t0 : w.z > nt ? nt : w.z;
     pslot = w.w >= 0 && w.w < p.bal_slots ? w.w : -1;
@@ -379,12 +414,6 @@ __device__ __forceinline__ bool ak_sd_take_late(const ak_sd_params &p, int64_t &
                                                 int &pslot) {
     if (ORD == AK_SD_ORD_LPT) ak_sd_lpt_take(p, r, i);
     return ORD != AK_SD_ORD_BAL || p.bal_reuse || ak_sd_bal_piece(p, r, i, t0, t1, pslot);
-}
-
-/* Tiles [t0, t1) of the concatenated main + extra tile list that split `s` of `splits` owns. */
-__device__ __forceinline__ void ak_sd_split_range(int s, int n_tiles, int splits, int &t0, int &t1) {
-    t0 = (int)((int64_t)s * n_tiles / splits);
-    t1 = (int)((int64_t)(s + 1) * n_tiles / splits);
 }
 
 struct ak_sd_plan {

@@ -169,12 +169,12 @@ __device__ __forceinline__ void ak_sdw_qk(float *s, uint64_t dq0, uint64_t dk0) 
    slower, session 31). */
 __device__ __forceinline__ void ak_sdw_cta(const ak_sd_params &p, int nh, int &h0, int64_t &ri, int &t0, int &t1,
                                            int &pslot) {
-    int64_t cta = blockIdx.x;
-    const int split = (int)(cta % p.splits);
-    cta /= p.splits;
-    h0 = (int)(cta % p.htiles) * nh;
-    ri = cta / p.htiles;
-    ak_sd_split_range(split, p.list[0].tiles + p.list[1].tiles, p.splits, t0, t1);
+    int split, ht;
+    uint32_t row;
+    ak_sd_cta_of(p, split, ht, row);
+    h0 = ht * nh;
+    ri = row;
+    ak_sd_split_range(p, split, t0, t1);
     pslot = ak_sd_split_slot(p, split, ri);
 }
 
@@ -364,7 +364,8 @@ __global__ void __launch_bounds__(AK_SDW_THREADS, 1) ak_sdw_main(const ak_sd_par
     int h0, t_begin, t_end, pslot;
     int64_t ri;
     ak_sdw_cta(p, AK_SDW_HEADS, h0, ri, t_begin, t_end, pslot);
-    int64_t r = ri / p.s_q, i = ri % p.s_q;
+    int64_t r, i;
+    ak_sd_row_of(p, (uint32_t)ri, r, i);
     if (!ak_sd_take_early<ORD>(p, r, i, t_begin, t_end, pslot)) return;
     ak_sd_prefetch_q<AK_SDW_HEADS, ak_sd_geo<LAYOUT>::DQK>(p, r, i, h0, tid);
     ak_grid_dep_wait(); /* as in ak_sd_main: only parameters above */
@@ -1058,7 +1059,8 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
     int h0, t_begin, t_end, pslot;
     int64_t ri;
     ak_sdw_cta(p, AK_SDW_HEADS, h0, ri, t_begin, t_end, pslot);
-    int64_t r = ri / p.s_q, i = ri % p.s_q;
+    int64_t r, i;
+    ak_sd_row_of(p, (uint32_t)ri, r, i);
     if (!ak_sd_take_early<ORD>(p, r, i, t_begin, t_end, pslot)) return;
     ak_sd_prefetch_q<AK_SDW_HEADS, DQK>(p, r, i, h0, tid);
 
@@ -1486,8 +1488,7 @@ __device__ __forceinline__ ak_sdt_work ak_sdt_cta(const ak_sd_params &p, int nh)
     ak_sdt_work k;
     int64_t ri;
     ak_sdw_cta(p, nh, k.h0, ri, k.t_begin, k.t_end, k.pslot);
-    k.r = ri / p.s_q;
-    k.i = ri % p.s_q;
+    ak_sd_row_of<1>(p, (uint32_t)ri, k.r, k.i);
     return k;
 }
 
@@ -2194,7 +2195,7 @@ int ak_sdw_plan(const ak_context *ctx, const ak_mla_decode_args *a, ak_sd_plan *
     const int64_t slots = ctx->cuda != NULL ? ctx->cuda->prop.multiProcessorCount : 132;
     const int64_t base = b * s_q * pl->htiles;
     int64_t splits = 1, best = INT64_MAX;
-    for (int64_t sp = 1; sp <= pl->n_tiles; sp++) {
+    for (int64_t sp = 1; sp <= pl->n_tiles && sp <= 256; sp++) { /* 256: ak_sd_split_range */
         const int64_t waves = (base * sp + slots - 1) / slots, per = (pl->n_tiles + sp - 1) / sp;
         if (waves * (per + 2) < best) best = waves * (per + 2), splits = sp;
     }
