@@ -244,8 +244,9 @@ __global__ void __launch_bounds__(AK_SD_THREADS, 1) ak_sd_main(const ak_sd_param
     ak_sd_prefetch_q<16 * MW, DQK>(p, r, i, h0, tid);
 
     /* A programmatic dependent launch: the work above reads only parameters and runs while the
-       previous kernel finishes (~0.7 us of 64-bit division and parameter loads at the small batches,
-       session 24); inputs and workspace are free to use after this. */
+       previous kernel finishes (~0.7 us of divisions and parameter loads at the small batches,
+       session 24, before the divisions became ak_divu's); inputs and workspace are free to use
+       after this. */
     ak_grid_dep_wait();
     /* Slot ids of the first two tiles, loaded speculatively (before the lengths are known) so the
        first record copies wait for one memory round trip, not two. */
