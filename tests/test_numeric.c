@@ -200,12 +200,14 @@ AK_TEST(divu_matches_division) {
     }
     int bad = 0;
     for (int k = 0; k < nd; k++) {
-        const uint32_t d = ds[k], top = 0x7fffffffu;
-        const uint32_t ends[] = {0, 1, d - 1, d, top, top - 1, top - top % d, top - top % d - 1};
-        for (int e = 0; e < 8; e++) bad += !divu_check(d, ends[e]);
+        const uint32_t d = ds[k], top = 0x7fffffffu, last = top - top % d; /* last multiple <= top */
+        const uint32_t ends[] = {0, 1, d - 1, d, top, top - 1, last, last > 0 ? last - 1 : 0};
+        for (int e = 0; e < 8; e++) bad += ends[e] <= top && !divu_check(d, ends[e]);
         for (int j = 1; j <= 64; j++) {
-            const uint64_t mult = (uint64_t)d * (uint64_t)ak_rng_range(&r, 1, (int64_t)(top / d) + 1);
-            if (mult <= top) bad += !divu_check(d, (uint32_t)mult) + !divu_check(d, (uint32_t)(mult - 1));
+            if (top / d >= 1) {
+                const uint32_t mult = d * (uint32_t)ak_rng_range(&r, 1, (int64_t)(top / d) + 1);
+                bad += !divu_check(d, mult) + !divu_check(d, mult - 1);
+            }
             bad += !divu_check(d, (uint32_t)ak_rng_range(&r, 0, (int64_t)top + 1));
         }
         if (bad) {

@@ -249,7 +249,8 @@ AK_HD int ak_e4m3_recip_exact(float s, float rs, uint32_t m) {
    multiplication", 1994, section 4): with l = ceil(log2 d) and m = floor(2^32 (2^l - d) / d) + 1,
    n / d = (hi32(m n) + n) >> l, and for n below 2^31 the add stays inside 32 bits. The sparse decode
    kernels take their CTA's work from blockIdx this way: the compiler's division by a runtime
-   divisor is a ~15-instruction dependent sequence with a branch to a 64-bit routine. */
+   divisor is a ~15-instruction dependent sequence with a branch to a 64-bit routine. d must not be
+   0 (made from 0, the divisor divides by 1). */
 typedef struct {
     uint32_t m, l;
 } ak_divu;
