@@ -61,11 +61,8 @@ static float replay(cudaStream_t s, int mode, unsigned long long spin_ns, int *o
 }
 
 int main() {
-    cudaStream_t s;
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     int *o;
-    CK(cudaMalloc(&o, 8192 * sizeof(int)));
-    CK(cudaMemset(o, 0, 8192 * sizeof(int)));
+    const cudaStream_t s = probe_stream_zeros(&o, 8192);
     CK(cudaFuncSetAttribute(k_big, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
     printf("empty kernel: %.2f us per call\n", replay(s, 0, 0, o));
     for (unsigned long long ns : {0ull, 3000ull}) {

@@ -71,11 +71,8 @@ template <int N, int A = 4> static float replay(cudaStream_t s, int *o, unsigned
 }
 
 int main() {
-    cudaStream_t s;
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     int *o;
-    CK(cudaMalloc(&o, 1024 * sizeof(int)));
-    CK(cudaMemset(o, 0, 1024 * sizeof(int)));
+    const cudaStream_t s = probe_stream_zeros(&o, 1024);
     for (unsigned long long ns : {0ull, 3000ull}) {
         printf("spin %llu ns, us per call of two kernels by parameter bytes:", ns);
         printf(" 16 %.3f", replay<16>(s, o, ns));

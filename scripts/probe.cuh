@@ -123,6 +123,15 @@ static inline float probe_graph_median(cudaStream_t s, cudaGraph_t g, int calls)
     return t[t.size() / 2];
 }
 
+/* A non-blocking stream for a probe's graphs, and n ints of zeroed device memory in *o. */
+static inline cudaStream_t probe_stream_zeros(int **o, size_t n) {
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CK(cudaMalloc(o, n * sizeof(int)));
+    CK(cudaMemset(*o, 0, n * sizeof(int)));
+    return s;
+}
+
 /* Device 0's SM count, at most 132 (the probes' per-SM arrays), with its name printed after `what`. */
 static inline int probe_sms(const char *what) {
     int sms = 0;
