@@ -32,6 +32,8 @@ static void usage(FILE *f) {
             "AK_BENCH_COLD=1 gives each of the graph's 20 calls its own V3.2 index set (and\n"
             "up to b 16 its own contexts), so the records come from DRAM as in a server\n"
             "(marked 'cold');\n"
+            "AK_BENCH_ROW_GROUPS=g gives V3.2 request r request r %% g's index rows, so that b / g CTAs\n"
+            "read each record at once, as a many-head call's head tiles do (marked 'rows/g');\n"
             "AK_BENCH_INVALID=n sets the last n%% of every V3.2 sparse decode index row to -1 (an\n"
             "engine's padding of short requests with no topk_length; marked 'invalid n%%');\n"
             "AK_BENCH_RAGGED=1 passes a V3.2 topk_length per request, uniform in 1..top-k (marked\n"
