@@ -1215,6 +1215,25 @@ static ak_status ak_sd_launch_mw(ak_context *ctx, const ak_sd_params &p, const a
     return ak_sd_launch<LAYOUT, 4>(ctx, p, pl);
 }
 
+/* The records' L2 policy (ak_l2_policy; the warp-specialized kernels' copies): evict-first where no
+   other CTA reads a CTA's records (one head tile and s_q 1: x123, the one-tile calls -1..4%), and
+   where the call's records fill at most an eighth of L2: there the other readers, head tiles and
+   query tokens that run beside the first, find the lines in L2 under either policy, and
+   evict-first served them faster (x304: b 1 h_q 128 -4%, b 2 h_q 64 -3%, b 4 h_q 32 -2%). Above
+   that it measured from -0.8 to +1.2% by layout and shape, and s_q 2 at b 128 lost 0.6-0.9%, so
+   larger calls read by several CTAs keep the normal policy. */
+static int ak_sd_rec_first(const ak_context *ctx, const ak_mla_decode_args *a, const ak_sd_plan &pl) {
+    if (pl.htiles == 1 && a->q->shape[1] == 1) return 1;
+    ak_layout_traits lt;
+    double bytes = 0.0; /* every token row's keys, at the records' bytes per token */
+    const ak_cache *pools[2] = {a->cache, a->extra_indices != NULL ? a->extra_cache : NULL};
+    const ak_tensor *idx[2] = {a->indices, a->extra_indices};
+    for (int e = 0; e < 2; e++)
+        if (pools[e] != NULL && ak_layout_traits_get(pools[e]->layout, &lt) == AK_OK)
+            bytes += (double)idx[e]->shape[0] * idx[e]->shape[1] * idx[e]->shape[2] * lt.bytes_per_token;
+    return ctx->cuda != NULL && bytes * 8.0 <= (double)ctx->cuda->prop.l2CacheSize;
+}
+
 extern "C" ak_status ak_cuda_mla_decode(ak_context *ctx, const ak_mla_decode_args *a, void *workspace,
                                         size_t workspace_bytes) {
     if (a->block_table != NULL)
@@ -1254,7 +1273,7 @@ extern "C" ak_status ak_cuda_mla_decode(ak_context *ctx, const ak_mla_decode_arg
     p.h_q = (int32_t)a->q->shape[2];
     p.htiles = pl.htiles;
     p.splits = pl.splits;
-    p.rec_once = pl.htiles == 1 && p.s_q == 1;
+    p.rec_first = ak_sd_rec_first(ctx, a, pl);
     ak_sd_list_fill(&p.list[0], a->cache, a->indices, a->topk_length);
     if (a->extra_cache != NULL && a->extra_indices != NULL)
         ak_sd_list_fill(&p.list[1], a->extra_cache, a->extra_indices, a->extra_topk_length);

@@ -56,7 +56,7 @@ struct ak_sd_params {
     void *out;          /* [b, s_q, h_q, 512] bf16 or f32 */
     int32_t out_f32;
     int32_t out_bulk;   /* every output row 16-byte aligned: the 64-head kernels store rows by bulk copy */
-    int32_t rec_once;   /* one head tile and s_q 1: no other CTA reads a CTA's records (x123) */
+    int32_t rec_first;  /* the records' lines evict-first in L2 (ak_sd_rec_first) */
     int32_t lpt;        /* token rows taken longest first (ak_sd_lpt_order): several waves, one split, lengths */
     const int32_t *lpt_rows; /* [b * s_q] workspace: the rows in that order */
     int32_t bal;        /* balanced by the lengths (ak_sd_balance): each CTA's piece is read from bal_work */

@@ -710,8 +710,8 @@ static __device__ __align__(1024) const uint8_t ak_sdx_zero[AK_SDX_ZBLK * 1024] 
    landed (no register waits on it, so the proxy fence does not either: x51). An invalid key copies
    zeros instead (ak_sdx_zero; V4's scale bytes by a zero-filling cp.async), so its conversion gives a
    zero K row with no per-key selects (x108). The record's lines get the L2 policy pol: evict first
-   where no other CTA reads them (p.rec_once), so that they do not push out the slot ids, Q and the
-   partial rows (x123). Returns the warp's validity bits (bit k: key k). */
+   where no other CTA reads them or the call's records are a small part of L2 (p.rec_first,
+   ak_sd_rec_first). Returns the warp's validity bits (bit k: key k). */
 template <int LAYOUT, int GEN, int KPW, int SST>
 __device__ __forceinline__ uint32_t ak_sdx_copy(const ak_sd_list &l, int32_t slot, int lane, uint32_t dst,
                                                 uint32_t sdst, uint32_t sbar, uint64_t pol) {
@@ -997,7 +997,7 @@ __device__ __forceinline__ void ak_sdx_produce(const ak_sd_params &p, uint8_t *s
     const int32_t slb = ak_sdx_slot_first<GEN>(rw, f, NST == 3 && ub < u_end ? ub : ua, key, okb);
     int32_t cslot = ak_sdx_slot_first<GEN>(rw, f, u_slot < u_end ? u_slot : ua, key, cok);
     cok = cok && u_slot < u_end;
-    const uint64_t pol = ak_l2_policy(p.rec_once != 0);
+    const uint64_t pol = ak_l2_policy(p.rec_first != 0);
     va = ak_sdx_copy<LAYOUT, GEN, KPW, M::STG>(p.list[ak_sd_extra<GEN>(p, ua >> 1)], oka ? sla : -1, lane, stage, scl,
                                                sbar, pol);
     if (NST == 3 && ub < u_end)
@@ -1348,7 +1348,7 @@ __device__ __forceinline__ void ak_sdt_produce(const ak_sd_params &p, uint8_t *s
     const int32_t sl = ak_sdx_slot_first<GEN>(rw, f, ua, key, ok);
     int32_t cslot = ak_sdx_slot_first<GEN>(rw, f, ub < u_end ? ub : ua, key, cok);
     cok = cok && ub < u_end;
-    const uint64_t pol = ak_l2_policy(p.rec_once != 0);
+    const uint64_t pol = ak_l2_policy(p.rec_first != 0);
     uint32_t va = ak_sdx_copy<LAYOUT, GEN, KPW, M::STG>(p.list[ak_sd_extra<GEN>(p, ua >> 1)], ok ? sl : -1, lane,
                                                         stage, scl, sbar, pol);
     for (int j = 0; ua < u_end; j++) {
@@ -1859,7 +1859,7 @@ __device__ __forceinline__ void ak_sdr_produce(const ak_sd_params &p, uint8_t *s
     if (t >= t_end) return;
     bool ok;
     int32_t slot = ak_sdw_slot(p, r, i, t, key, len0, len1, ok);
-    const uint64_t pol = ak_l2_policy(p.rec_once != 0); /* as ak_sdx_copy (x123) */
+    const uint64_t pol = ak_l2_policy(p.rec_first != 0); /* as ak_sdx_copy (x123) */
     for (int n = 0; t < t_end; n++) {
         const int b = n % AK_SDR_NBUF, f = n % AK_SDR_NFULL;
         const int tn = ak_sdw_next(p, t + 1, t_end, len0, len1);
