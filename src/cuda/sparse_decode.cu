@@ -1217,13 +1217,15 @@ static ak_status ak_sd_launch_mw(ak_context *ctx, const ak_sd_params &p, const a
 
 /* The records' L2 policy (ak_l2_policy; the warp-specialized kernels' copies): evict-first where no
    other CTA reads a CTA's records (one head tile and s_q 1: x123, the one-tile calls -1..4%), and
-   where the call's records fill at most an eighth of L2: there the other readers, head tiles and
-   query tokens that run beside the first, find the lines in L2 under either policy, and
-   evict-first served them faster (x304: b 1 h_q 128 -4%, b 2 h_q 64 -3%, b 4 h_q 32 -2%). Above
-   that it measured from -0.8 to +1.2% by layout and shape, and s_q 2 at b 128 lost 0.6-0.9%, so
-   larger calls read by several CTAs keep the normal policy. */
+   on the swap-AB kernel where the call's records fill at most an eighth of L2: there its head
+   tiles and token rows, up to eight CTAs a record running side by side, find the lines in L2
+   under either policy, and evict-first served them faster (x304: b 1 / 2 h_q 128 -4..5%, b 2 h_q
+   64 and b 1 s_q 2 h_q 64 -2..3%, b 4 h_q 32 -2%, 656 and per-tensor alike). The 64-head kernel's
+   two head tiles measured mixed at any size (656 -0.2..0.8%, per-tensor +0.5..1.2%), and larger
+   calls lost up to 0.9% (s_q 2 at b 128), so those keep the normal policy. */
 static int ak_sd_rec_first(const ak_context *ctx, const ak_mla_decode_args *a, const ak_sd_plan &pl) {
     if (pl.htiles == 1 && a->q->shape[1] == 1) return 1;
+    if (pl.kernel != 3) return 0;
     ak_layout_traits lt;
     double bytes = 0.0; /* every token row's keys, at the records' bytes per token */
     const ak_cache *pools[2] = {a->cache, a->extra_indices != NULL ? a->extra_cache : NULL};
