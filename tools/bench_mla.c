@@ -151,15 +151,16 @@ static ak_status add_sparse_decode(ak_context *ctx, const ak_bench_opts *o, ak_b
     const char *cold_env = getenv("AK_BENCH_COLD");
     const int nset = !v4 && !shared && cold_env != NULL && atoi(cold_env) != 0 ? MLA_COLD_SETS : 1;
     const int64_t cset = nset > 1 && b <= 16 ? nset : 1; /* context groups of b requests */
-    /* AK_BENCH_INVALID=n (V3.2 only, 0..100): the last n% of every index row are -1, as an engine
-       pads the top-k list of a request shorter than top-k when it passes no topk_length */
     /* AK_BENCH_ROW_GROUPS=g (V3.2 only, warm, 1 <= g < b): request r takes request r % g's
        lengths and index rows (its keys in that request's context), so that b / g CTAs of a split
        read each record at once, as the head tiles of a many-head call do: a proxy (named in the
-       shape) for what that sharing costs with everything else of the call unchanged */
+       shape) for what that sharing costs with everything else of the call unchanged (its byte
+       counts stay those of the call with distinct rows) */
     const char *grp_env = getenv("AK_BENCH_ROW_GROUPS");
     int64_t groups = !v4 && nset == 1 && grp_env != NULL ? atoll(grp_env) : 0;
     groups = groups >= 1 && groups < b ? groups : 0;
+    /* AK_BENCH_INVALID=n (V3.2 only, 0..100): the last n% of every index row are -1, as an engine
+       pads the top-k list of a request shorter than top-k when it passes no topk_length */
     const char *inv_env = getenv("AK_BENCH_INVALID");
     int inv_pct = !v4 && inv_env != NULL ? atoi(inv_env) : 0;
     inv_pct = inv_pct < 0 ? 0 : inv_pct > 100 ? 100 : inv_pct;
@@ -207,7 +208,8 @@ static ak_status add_sparse_decode(ak_context *ctx, const ak_bench_opts *o, ak_b
                  (long long)s_q, (long long)h_q, topk,
                  shared ? " shared" : nset > 1 ? " cold" : "", inv_note, P, lt.name, note);
     if (groups > 0)
-        snprintf(shape + strlen(shape), sizeof shape - strlen(shape), " rows/%lld", (long long)groups);
+        snprintf(shape + strlen(shape), sizeof shape - strlen(shape), " rows/%lld",
+                 (long long)groups);
     if (ak_bench_skip(shape)) return AK_OK;
     mla_bench *s = calloc(1, sizeof *s);
     if (s == NULL) return AK_ERR_OUT_OF_MEMORY;
@@ -275,7 +277,7 @@ static ak_status add_sparse_decode(ak_context *ctx, const ak_bench_opts *o, ak_b
             }
         }
     }
-    for (int64_t r = groups; r < b && groups > 0; r++) { /* the row groups' copies */
+    for (int64_t r = groups; r < b && groups > 0 && st == AK_OK; r++) { /* the row groups' copies */
         len[r] = len[r % groups];
         memcpy(idx + r * s_q * topk, idx + (r % groups) * s_q * topk, (size_t)(s_q * topk) * 4);
     }

@@ -1223,7 +1223,8 @@ static ak_status ak_sd_launch_mw(ak_context *ctx, const ak_sd_params &p, const a
    64 and b 1 s_q 2 h_q 64 -2..3%, b 4 h_q 32 -2%, 656 and per-tensor alike). The 64-head kernel's
    two head tiles measured mixed at any size (656 -0.2..0.8%, per-tensor +0.5..1.2%), and larger
    calls lost up to 0.9% (s_q 2 at b 128), so those keep the normal policy. */
-static int ak_sd_rec_first(const ak_context *ctx, const ak_mla_decode_args *a, const ak_sd_plan &pl) {
+static int ak_sd_rec_first(const ak_context *ctx, const ak_mla_decode_args *a,
+                           const ak_sd_plan &pl) {
     if (pl.htiles == 1 && a->q->shape[1] == 1) return 1;
     if (pl.kernel != 3) return 0;
     ak_layout_traits lt;
@@ -1232,7 +1233,8 @@ static int ak_sd_rec_first(const ak_context *ctx, const ak_mla_decode_args *a, c
     const ak_tensor *idx[2] = {a->indices, a->extra_indices};
     for (int e = 0; e < 2; e++)
         if (pools[e] != NULL && ak_layout_traits_get(pools[e]->layout, &lt) == AK_OK)
-            bytes += (double)idx[e]->shape[0] * idx[e]->shape[1] * idx[e]->shape[2] * lt.bytes_per_token;
+            bytes += (double)idx[e]->shape[0] * idx[e]->shape[1] * idx[e]->shape[2] *
+                     lt.bytes_per_token;
     return ctx->cuda != NULL && bytes * 8.0 <= (double)ctx->cuda->prop.l2CacheSize;
 }
 
