@@ -178,22 +178,37 @@ __device__ __forceinline__ void ak_sdw_cta(const ak_sd_params &p, int nh, int &h
     pslot = ak_sd_split_slot(p, split, ri);
 }
 
-/* Dims src .. src + 7 of a q row, as bf16 pairs: one 16-byte load where q rows are 16-byte aligned. */
-__device__ __forceinline__ uint4 ak_sd_ldq8(const ak_sd_params &p, const uint16_t *src) {
-    if (p.q_vec) return ak_ldg_nc_v4(src);
+/* Dims src .. src + 7 of a q row, as bf16 pairs, by element loads (rows off the 16-byte grid). */
+__device__ __forceinline__ uint4 ak_sd_ldq8_elem(const uint16_t *src) {
     uint32_t w[4];
     for (int e = 0; e < 4; e++) w[e] = (uint32_t)src[2 * e] | ((uint32_t)src[2 * e + 1] << 16);
     return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
+/* Dims src .. src + 7 of a q row, as bf16 pairs: one 16-byte load where q rows are 16-byte aligned. */
+__device__ __forceinline__ uint4 ak_sd_ldq8(const ak_sd_params &p, const uint16_t *src) {
+    return p.q_vec ? ak_ldg_nc_v4(src) : ak_sd_ldq8_elem(src);
+}
+
 /* Q tile [NH heads x DQK] of token (r, i), heads h0 .., -> swizzled shared memory qs (column blocks
-   of NH rows x 128 bytes), zero rows past h_q; t = this thread's index among the NT that load it, 9
-   loads in flight per batch. */
+   of NH rows x 128 bytes), zero rows past h_q; t = this thread's index among the NT that load it.
+   16-byte aligned rows take a loop of vector loads alone, which ptxas issues all before the first
+   store; the element loads of unaligned rows have a loop of their own, so that they are not
+   predicated off beside every vector load (x307). */
 template <int DQK, int NH, int NT>
 __device__ __forceinline__ void ak_sdw_load_q(const ak_sd_params &p, uint8_t *qs, int64_t r, int64_t i, int h0,
                                               int t) {
     enum { QCH = DQK / 8, QITEMS = NH * QCH, QN = QITEMS / NT, QB = 9 };
     const uint16_t *qb = p.q + r * p.q_s0 + i * p.q_s1;
+    if (!p.q_vec) { /* rows off the 16-byte grid: element loads, one item at a time */
+        for (int k = 0; k < QN; k++) {
+            const int it = k * NT + t, row = it / QCH, c = it % QCH;
+            const uint4 v = h0 + row < p.h_q ? ak_sd_ldq8_elem(qb + (int64_t)(h0 + row) * p.q_s2 + c * 8)
+                                             : make_uint4(0, 0, 0, 0);
+            *reinterpret_cast<uint4 *>(qs + ak_sdx_off<NH>(row, c * 8)) = v;
+        }
+        return;
+    }
 #pragma unroll
     for (int k0 = 0; k0 < QN; k0 += QB) {
         uint4 qv[QB];
@@ -201,7 +216,7 @@ __device__ __forceinline__ void ak_sdw_load_q(const ak_sd_params &p, uint8_t *qs
         for (int k = 0; k < QB; k++) {
             const int it = (k0 + k) * NT + t, row = it / QCH, c = it % QCH;
             qv[k] = make_uint4(0, 0, 0, 0);
-            if (k0 + k < QN && h0 + row < p.h_q) qv[k] = ak_sd_ldq8(p, qb + (int64_t)(h0 + row) * p.q_s2 + c * 8);
+            if (k0 + k < QN && h0 + row < p.h_q) qv[k] = ak_ldg_nc_v4(qb + (int64_t)(h0 + row) * p.q_s2 + c * 8);
         }
 #pragma unroll
         for (int k = 0; k < QB; k++) {
