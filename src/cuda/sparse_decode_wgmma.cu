@@ -194,11 +194,15 @@ __device__ __forceinline__ uint4 ak_sd_ldq8(const ak_sd_params &p, const uint16_
    of NH rows x 128 bytes), zero rows past h_q; t = this thread's index among the NT that load it.
    16-byte aligned rows take a loop of vector loads alone, which ptxas issues all before the first
    store; the element loads of unaligned rows have a loop of their own, so that they are not
-   predicated off beside every vector load (x307). */
+   predicated off beside every vector load (x307). A thread's items are NT apart: item k + 1 lies
+   DR rows and DC chunks past item k, one row more when the chunk carries, so the loop walks its
+   row, chunk and address by adds where a division and a 64-bit product per item took more of the
+   prologue's code (x313). */
 template <int DQK, int NH, int NT>
 __device__ __forceinline__ void ak_sdw_load_q(const ak_sd_params &p, uint8_t *qs, int64_t r, int64_t i, int h0,
                                               int t) {
-    enum { QCH = DQK / 8, QITEMS = NH * QCH, QN = QITEMS / NT, QB = 9 };
+    enum { QCH = DQK / 8, QN = NH * QCH / NT, DR = NT / QCH, DC = NT % QCH };
+    static_assert(NH * QCH % NT == 0, "the Q tile's chunks split evenly over the threads");
     const uint16_t *qb = p.q + r * p.q_s0 + i * p.q_s1;
     if (!p.q_vec) { /* rows off the 16-byte grid: element loads, one item at a time */
         for (int k = 0; k < QN; k++) {
@@ -209,21 +213,21 @@ __device__ __forceinline__ void ak_sdw_load_q(const ak_sd_params &p, uint8_t *qs
         }
         return;
     }
+    int row = t / QCH, c = t % QCH;
+    const uint16_t *src = qb + (int64_t)(h0 + row) * p.q_s2 + c * 8;
+    const int64_t step = DR * p.q_s2 + DC * 8, carry = p.q_s2 - QCH * 8;
+    uint4 qv[QN];
+    uint32_t off[QN];
 #pragma unroll
-    for (int k0 = 0; k0 < QN; k0 += QB) {
-        uint4 qv[QB];
-#pragma unroll
-        for (int k = 0; k < QB; k++) {
-            const int it = (k0 + k) * NT + t, row = it / QCH, c = it % QCH;
-            qv[k] = make_uint4(0, 0, 0, 0);
-            if (k0 + k < QN && h0 + row < p.h_q) qv[k] = ak_ldg_nc_v4(qb + (int64_t)(h0 + row) * p.q_s2 + c * 8);
-        }
-#pragma unroll
-        for (int k = 0; k < QB; k++) {
-            const int it = (k0 + k) * NT + t, row = it / QCH, c = it % QCH;
-            if (k0 + k < QN) *reinterpret_cast<uint4 *>(qs + ak_sdx_off<NH>(row, c * 8)) = qv[k];
-        }
+    for (int k = 0; k < QN; k++) {
+        qv[k] = make_uint4(0, 0, 0, 0);
+        if (h0 + row < p.h_q) qv[k] = ak_ldg_nc_v4(src);
+        off[k] = ak_sdx_off<NH>(row, c * 8);
+        row += DR, c += DC, src += step;
+        if (DC != 0 && c >= QCH) c -= QCH, row++, src += carry;
     }
+#pragma unroll
+    for (int k = 0; k < QN; k++) *reinterpret_cast<uint4 *>(qs + off[k]) = qv[k];
 }
 
 /* Writes the output rows of warpgroup wg's 256 dims (ak_sd_write_out_row; one split). */
