@@ -228,6 +228,15 @@ __device__ __forceinline__ uint64_t ak_l2_policy(bool evict_first) {
     return pol;
 }
 
+/* ak_ldg_nc_v4 with the L2 cache policy pol (ak_l2_policy). */
+__device__ __forceinline__ uint4 ak_ldg_nc_v4_pol(const void *p, uint64_t pol) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p), "l"(pol));
+    return v;
+}
+
 /* `bytes` (a multiple of 16; both addresses 16-byte aligned) global -> shared by the bulk copy engine,
    completing as transaction bytes on the mbarrier `bar`, with the L2 cache policy pol (ak_l2_policy)
    for the source's lines. */

@@ -22,9 +22,11 @@
 #define AK_SD_DV 512
 
 /* The wgmma kernels' instances by how a CTA finds its work: from blockIdx (splits fixed by shapes),
-   its row from ak_sd_lpt_order's longest-first order, or its piece from ak_sd_balance's schedule. */
+   its row from ak_sd_lpt_order's longest-first order, or its piece from ak_sd_balance's schedule;
+   the 64-head kernel has a fourth, from blockIdx with one split (its Q loads paced, x312). */
 #define AK_SD_ORD_LPT 1
 #define AK_SD_ORD_BAL 2
+#define AK_SD_ORD_ONE 3
 
 struct ak_sd_list {
     const uint8_t *pool;   /* the cache pool */

@@ -197,8 +197,11 @@ __device__ __forceinline__ uint4 ak_sd_ldq8(const ak_sd_params &p, const uint16_
    predicated off beside every vector load (x307). A thread's items are NT apart: item k + 1 lies
    DR rows and DC chunks past item k, one row more when the chunk carries, so the loop walks its
    row, chunk and address by adds where a division and a 64-bit product per item took more of the
-   prologue's code (x313). */
-template <int DQK, int NH, int NT>
+   prologue's code (x313). PACED (the 64-head kernel's one-split calls, whose rows
+   ak_sd_prefetch_q brought to L2): each load makes its own L2 policy, which ptxas does not
+   predicate, so that each sits behind a branch of its own and they issue paced, as those calls
+   gain from while the split calls, whose Q comes from DRAM, want them at once (x309, x312). */
+template <int DQK, int NH, int NT, bool PACED = false>
 __device__ __forceinline__ void ak_sdw_load_q(const ak_sd_params &p, uint8_t *qs, int64_t r, int64_t i, int h0,
                                               int t) {
     enum { QCH = DQK / 8, QN = NH * QCH / NT, DR = NT / QCH, DC = NT % QCH };
@@ -221,7 +224,7 @@ __device__ __forceinline__ void ak_sdw_load_q(const ak_sd_params &p, uint8_t *qs
 #pragma unroll
     for (int k = 0; k < QN; k++) {
         qv[k] = make_uint4(0, 0, 0, 0);
-        if (h0 + row < p.h_q) qv[k] = ak_ldg_nc_v4(src);
+        if (h0 + row < p.h_q) qv[k] = PACED ? ak_ldg_nc_v4_pol(src, ak_l2_policy(false)) : ak_ldg_nc_v4(src);
         off[k] = ak_sdx_off<NH>(row, c * 8);
         row += DR, c += DC, src += step;
         if (DC != 0 && c >= QCH) c -= QCH, row++, src += carry;
@@ -1109,7 +1112,7 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
     uint8_t *qs = smem + M::Q;
     float *alpha_s = reinterpret_cast<float *>(smem + M::ALPHA), *ml_s = reinterpret_cast<float *>(smem + M::ML);
 
-    ak_sdw_load_q<DQK, AK_SDW_HEADS, 256>(p, qs, r, i, h0, ctid);
+    ak_sdw_load_q<DQK, AK_SDW_HEADS, 256, ORD == AK_SD_ORD_ONE>(p, qs, r, i, h0, ctid);
     /* V4's sinks, read in the epilogue, loaded beside Q (656 and per-tensor, whose models have none,
        keep the load in the epilogue: this prologue cost their h_q 64 2%) */
     if (M::V4 && pslot < 0 && ctid < AK_SDW_HEADS)
@@ -2253,6 +2256,12 @@ static bool ak_sd_general(const ak_sd_params &p) { return p.list[1].tiles > 0 ||
 #define AK_SD_BY_CALL(p, K, ...)                                                                       \
     (ak_sd_general(p) ? AK_SD_BY_ORDER(p, K, __VA_ARGS__, 1) : AK_SD_BY_ORDER(p, K, __VA_ARGS__, 0))
 
+/* AK_SD_BY_ORDER for the 64-head kernel, whose one-split calls in the given order have an instance
+   of their own (AK_SD_ORD_ONE). */
+#define AK_SD_BY_ORDER_ONE(p, K, ...)                                                                  \
+    ((p).bal || (p).lpt || (p).splits != 1 ? AK_SD_BY_ORDER(p, K, __VA_ARGS__)                         \
+                                            : (const void *)K<__VA_ARGS__, AK_SD_ORD_ONE>)
+
 /* One launch of kernel fn (threads per CTA, pl.smem dynamic shared memory) over the plan's grid, as
    a programmatic dependent launch. */
 static ak_status ak_sdw_launch_fn(ak_context *ctx, const void *fn, const char *name, int threads,
@@ -2268,7 +2277,9 @@ static ak_status ak_sdw_launch_fn(ak_context *ctx, const void *fn, const char *n
 template <int LAYOUT>
 static ak_status ak_sdx_launch_t(ak_context *ctx, const ak_sd_params &p, const ak_sd_plan &pl) {
     static_assert(1024 + ak_sdx_map<LAYOUT>::BYTES <= 232448, "shared memory of ak_sdx_main (227 KB per block)");
-    return ak_sdw_launch_fn(ctx, AK_SD_BY_CALL(p, ak_sdx_main, LAYOUT), "ak_sdx_main", AK_SDX_THREADS, p, pl);
+    const void *fn = ak_sd_general(p) ? AK_SD_BY_ORDER_ONE(p, ak_sdx_main, LAYOUT, 1)
+                                      : AK_SD_BY_ORDER_ONE(p, ak_sdx_main, LAYOUT, 0);
+    return ak_sdw_launch_fn(ctx, fn, "ak_sdx_main", AK_SDX_THREADS, p, pl);
 }
 
 template <int LAYOUT, int NH>
