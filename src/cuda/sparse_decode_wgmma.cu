@@ -1114,8 +1114,9 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
 
     ak_sdw_load_q<DQK, AK_SDW_HEADS, 256, ORD == AK_SD_ORD_ONE>(p, qs, r, i, h0, ctid);
     /* V4's sinks, read in the epilogue, loaded beside Q (656 and per-tensor, whose models have none,
-       keep the load in the epilogue: this prologue cost their h_q 64 2%) */
-    if (M::V4 && pslot < 0 && ctid < AK_SDW_HEADS)
+       keep the load in the epilogue: this prologue cost their h_q 64 2%); partial rows take no
+       sinks, and order 0 has only those */
+    if (M::V4 && ORD != 0 && pslot < 0 && ctid < AK_SDW_HEADS)
         reinterpret_cast<float *>(smem + M::SINK)[ctid] = ak_sd_sink(p, false, h0 + ctid);
     ak_fence_proxy_async(); /* Q tile writes -> the wgmma (async proxy) reads */
     ak_bar_sync(1, 256);
@@ -1238,11 +1239,12 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
 #pragma unroll
         for (int hr = 0; hr < 2; hr++) m_run[hr] = ml_s[rows[hr]], l_run[hr] = ml_s[64 + rows[hr]];
 
-    /* alpha_s is free: its rows' lse, then the fp16 scale's words */
-    if (pslot >= 0 || p.out_bulk)
+    /* alpha_s is free: its rows' lse, then the fp16 scale's words. Order 0 serves split calls
+       only (one split takes AK_SD_ORD_ONE), so its instance has no direct row writer (x315). */
+    if (ORD == 0 || pslot >= 0 || p.out_bulk)
         ak_sdw_write_staged(p, smem + M::Q, alpha_s, reinterpret_cast<uint32_t *>(alpha_s + 64),
-                            M::V4 ? reinterpret_cast<const float *>(smem + M::SINK) : NULL, bar + 8 * M::EPI, o,
-                            m_run, l_run, kq.ref, r, i, h0, pslot, wg, wr, g, c4, ctid);
+                            M::V4 && ORD != 0 ? reinterpret_cast<const float *>(smem + M::SINK) : NULL,
+                            bar + 8 * M::EPI, o, m_run, l_run, kq.ref, r, i, h0, pslot, wg, wr, g, c4, ctid);
     else
         ak_sdw_write_rows(p, o, m_run, l_run, kq.ref, r, i, h0, wg, wr, g, c4);
 }
