@@ -282,12 +282,13 @@ __device__ __forceinline__ void ak_sdw_write_part_rows(const ak_sd_params &p, co
    (x52). */
 #define AK_SDX_XSTR (AK_SD_DV + 8) /* floats per staged f32 row */
 #define AK_SDX_HSTR (AK_SD_DV + 8) /* 16-bit values per staged bf16 or fp16 row */
+template <bool PART = false> /* PART: the caller has partial rows only, the output stores are not built (x316) */
 __device__ __forceinline__ void ak_sdw_write_staged(const ak_sd_params &p, uint8_t *xs, float *lse_s, uint32_t *red,
                                                     const float *sink_s, uint32_t epi, const float *o,
                                                     const float *m_run, const float *l_run, float vs, int64_t r,
                                                     int64_t i, int h0, int pslot, int wg, int wr, int g, int c4,
                                                     int ctid) {
-    const bool part = pslot >= 0, f32 = !part && p.out_f32;
+    const bool part = PART || pslot >= 0, f32 = !part && p.out_f32;
     ak_fence_proxy_async(); /* the staging area was last read by wgmma and written by bulk copies */
     float f[2], am = 0.0f;
 #pragma unroll
@@ -1242,9 +1243,10 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
     /* alpha_s is free: its rows' lse, then the fp16 scale's words. Order 0 serves split calls
        only (one split takes AK_SD_ORD_ONE), so its instance has no direct row writer (x315). */
     if (ORD == 0 || pslot >= 0 || p.out_bulk)
-        ak_sdw_write_staged(p, smem + M::Q, alpha_s, reinterpret_cast<uint32_t *>(alpha_s + 64),
-                            M::V4 && ORD != 0 ? reinterpret_cast<const float *>(smem + M::SINK) : NULL,
-                            bar + 8 * M::EPI, o, m_run, l_run, kq.ref, r, i, h0, pslot, wg, wr, g, c4, ctid);
+        ak_sdw_write_staged<ORD == 0>(p, smem + M::Q, alpha_s, reinterpret_cast<uint32_t *>(alpha_s + 64),
+                                      M::V4 && ORD != 0 ? reinterpret_cast<const float *>(smem + M::SINK) : NULL,
+                                      bar + 8 * M::EPI, o, m_run, l_run, kq.ref, r, i, h0, pslot, wg, wr, g, c4,
+                                      ctid);
     else
         ak_sdw_write_rows(p, o, m_run, l_run, kq.ref, r, i, h0, wg, wr, g, c4);
 }
