@@ -2261,7 +2261,8 @@ static bool ak_sd_general(const ak_sd_params &p) { return p.list[1].tiles > 0 ||
     (ak_sd_general(p) ? AK_SD_BY_ORDER(p, K, __VA_ARGS__, 1) : AK_SD_BY_ORDER(p, K, __VA_ARGS__, 0))
 
 /* AK_SD_BY_ORDER for the 64-head kernel, whose one-split calls in the given order have an instance
-   of their own (AK_SD_ORD_ONE). */
+   of their own (AK_SD_ORD_ONE). Its order-0 instance, built for partial rows only (x315, x316), must
+   never run a call of one split: this is the only place that picks it. */
 #define AK_SD_BY_ORDER_ONE(p, K, ...)                                                                  \
     ((p).bal || (p).lpt || (p).splits != 1 ? AK_SD_BY_ORDER(p, K, __VA_ARGS__)                         \
                                             : (const void *)K<__VA_ARGS__, AK_SD_ORD_ONE>)
