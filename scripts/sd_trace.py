@@ -89,10 +89,10 @@ rep('''            ak_mbar_arrive(bar + 8 * (NBUF + b)); /* EMPTY[b] */
             if (ctid == 128) TR(9, j);
             /* the next unit after the release''')
 # end
-rep('''    if (pslot >= 0 || p.out_bulk)
-        ak_sdw_write_staged(p, smem + M::Q, alpha_s,''', '''    if (ctid == 0) TR(7, 3);
-    if (pslot >= 0 || p.out_bulk)
-        ak_sdw_write_staged(p, smem + M::Q, alpha_s,''')
+rep('''    if (ORD == 0 || pslot >= 0 || p.out_bulk)
+        ak_sdw_write_staged<ORD == 0>(p, smem + M::Q, alpha_s,''', '''    if (ctid == 0) TR(7, 3);
+    if (ORD == 0 || pslot >= 0 || p.out_bulk)
+        ak_sdw_write_staged<ORD == 0>(p, smem + M::Q, alpha_s,''')
 rep('''        ak_sdw_write_rows(p, o, m_run, l_run, kq.ref, r, i, h0, wg, wr, g, c4);
 }''', '''        ak_sdw_write_rows(p, o, m_run, l_run, kq.ref, r, i, h0, wg, wr, g, c4);
     __syncwarp();
