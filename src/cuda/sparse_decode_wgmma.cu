@@ -1597,7 +1597,10 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
 
     const ak_sdt_work wk = ak_sdt_cta(p, NH);
     const int h0 = wk.h0;
-    int pslot = wk.pslot, t_begin = wk.t_begin, t_end = wk.t_end;
+    /* the one-split instance writes output rows only, order 0 (split calls only) partial rows only
+       (AK_SD_BY_ORDER_ONE): neither builds the other's epilogue (x322) */
+    int pslot = ORD == AK_SD_ORD_ONE ? -1 : wk.pslot, t_begin = wk.t_begin, t_end = wk.t_end;
+    if (ORD == 0) __builtin_assume(pslot >= 0);
     int64_t r = wk.r, i = wk.i;
     if (!ak_sd_take_early<ORD>(p, r, i, t_begin, t_end, pslot)) return;
     ak_sd_prefetch_q<NH, DQK>(p, r, i, h0, tid);
@@ -2256,16 +2259,17 @@ int ak_sdw_plan(const ak_context *ctx, const ak_mla_decode_args *a, ak_sd_plan *
    list, or pages that are not a power of two. */
 static bool ak_sd_general(const ak_sd_params &p) { return p.list[1].tiles > 0 || p.list[0].page_shift < 0; }
 
-/* The instance of a warp-specialized kernel K<args..., GEN, ORD> for the call. */
-#define AK_SD_BY_CALL(p, K, ...)                                                                       \
-    (ak_sd_general(p) ? AK_SD_BY_ORDER(p, K, __VA_ARGS__, 1) : AK_SD_BY_ORDER(p, K, __VA_ARGS__, 0))
-
-/* AK_SD_BY_ORDER for the 64-head kernel, whose one-split calls in the given order have an instance
-   of their own (AK_SD_ORD_ONE). Its order-0 instance, built for partial rows only (x315, x316), must
-   never run a call of one split: this is the only place that picks it. */
+/* AK_SD_BY_ORDER for the warp-specialized kernels, whose one-split calls in the given order have an
+   instance of their own (AK_SD_ORD_ONE). Their order-0 instances, built for partial rows only
+   (x315, x316; the swap-AB kernel's, x322), must never run a call of one split: this is the only
+   place that picks them. */
 #define AK_SD_BY_ORDER_ONE(p, K, ...)                                                                  \
     ((p).bal || (p).lpt || (p).splits != 1 ? AK_SD_BY_ORDER(p, K, __VA_ARGS__)                         \
                                             : (const void *)K<__VA_ARGS__, AK_SD_ORD_ONE>)
+
+/* The instance of a warp-specialized kernel K<args..., GEN, ORD> for the call. */
+#define AK_SD_BY_CALL(p, K, ...)                                                                       \
+    (ak_sd_general(p) ? AK_SD_BY_ORDER_ONE(p, K, __VA_ARGS__, 1) : AK_SD_BY_ORDER_ONE(p, K, __VA_ARGS__, 0))
 
 /* One launch of kernel fn (threads per CTA, pl.smem dynamic shared memory) over the plan's grid, as
    a programmatic dependent launch. */
@@ -2282,9 +2286,7 @@ static ak_status ak_sdw_launch_fn(ak_context *ctx, const void *fn, const char *n
 template <int LAYOUT>
 static ak_status ak_sdx_launch_t(ak_context *ctx, const ak_sd_params &p, const ak_sd_plan &pl) {
     static_assert(1024 + ak_sdx_map<LAYOUT>::BYTES <= 232448, "shared memory of ak_sdx_main (227 KB per block)");
-    const void *fn = ak_sd_general(p) ? AK_SD_BY_ORDER_ONE(p, ak_sdx_main, LAYOUT, 1)
-                                      : AK_SD_BY_ORDER_ONE(p, ak_sdx_main, LAYOUT, 0);
-    return ak_sdw_launch_fn(ctx, fn, "ak_sdx_main", AK_SDX_THREADS, p, pl);
+    return ak_sdw_launch_fn(ctx, AK_SD_BY_CALL(p, ak_sdx_main, LAYOUT), "ak_sdx_main", AK_SDX_THREADS, p, pl);
 }
 
 template <int LAYOUT, int NH>
