@@ -1631,7 +1631,7 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
     const int ct = tid - 32 * AK_SDT_PW, w = warp - AK_SDT_PW, g = lane >> 2, c4 = lane & 3;
     uint8_t *qs = smem + M::Q;
     float *red = reinterpret_cast<float *>(smem + M::RED);
-    ak_sdw_load_q<DQK, NH, 128>(p, qs, r, i, h0, ct);
+    ak_sdw_load_q<DQK, NH, 128, ORD == AK_SD_ORD_ONE>(p, qs, r, i, h0, ct);
     ak_fence_proxy_async(); /* Q writes -> the wgmma (async proxy) reads */
     ak_bar_sync(1, 128);
     /* the consumers' lengths after Q, which lands long before the first FULL (x292: b 128 / b 32
