@@ -1691,13 +1691,13 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
                     out |= !(v <= m_run[2 * j + e] + 8.0f);
                 }
         /* Lazy rescaling per head, as in ak_sdw_main: while no value of the tile passes its head's
-           running max + 8 every head keeps its max, so at 32 heads the column maxima (shuffles,
-           shared memory and a second barrier) are exchanged only when one does, the same values
-           either way: h_q 32 -6%, but h_q 16, producer-bound, +5% (x74), so 16 heads always
-           exchange */
+           running max + 8 every head keeps its max, so the column maxima (shuffles, shared memory
+           and a second barrier) are exchanged only when one does, the same values either way
+           (x74: h_q 32 -6%). V4's 16-head tiles always exchange: there the faster consumer slows
+           the producers, which bind (x74 at 16 heads +5%; x324: V4 +1.6%, 656 -2.3%) */
         bool rescale = false;
         float alpha[NC], m_use[NC];
-        if (NH == 16 || ak_bar_any(1, 128, out)) {
+        if ((M::V4 && NH == 16) || ak_bar_any(1, 128, out)) {
             rescale = ak_sdt_colmax<NH>(s, m_run, m_use, alpha, red, w, g, c4, 1);
         } else {
 #pragma unroll
