@@ -23,7 +23,8 @@
 
 /* The wgmma kernels' instances by how a CTA finds its work: from blockIdx (splits fixed by shapes),
    its row from ak_sd_lpt_order's longest-first order, or its piece from ak_sd_balance's schedule;
-   the 64-head kernel has a fourth, from blockIdx with one split (its Q loads paced, x312). */
+   the warp-specialized kernels have a fourth, from blockIdx with one split (their Q loads paced,
+   x312, x323), and there order 0 serves split calls only (x315, x322). */
 #define AK_SD_ORD_LPT 1
 #define AK_SD_ORD_BAL 2
 #define AK_SD_ORD_ONE 3

@@ -197,7 +197,7 @@ __device__ __forceinline__ uint4 ak_sd_ldq8(const ak_sd_params &p, const uint16_
    predicated off beside every vector load (x307). A thread's items are NT apart: item k + 1 lies
    DR rows and DC chunks past item k, one row more when the chunk carries, so the loop walks its
    row, chunk and address by adds where a division and a 64-bit product per item took more of the
-   prologue's code (x313). PACED (the 64-head kernel's one-split calls, whose rows
+   prologue's code (x313). PACED (the warp-specialized kernels' one-split calls, whose rows
    ak_sd_prefetch_q brought to L2): each load makes its own L2 policy, which ptxas does not
    predicate, so that each sits behind a branch of its own and they issue paced, as those calls
    gain from while the split calls, whose Q comes from DRAM, want them at once (x309, x312). */
