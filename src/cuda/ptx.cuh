@@ -46,6 +46,16 @@ __device__ __forceinline__ void ak_ldmatrix_x4_trans(uint32_t addr, uint32_t &r0
                  : "r"(addr));
 }
 
+/* Four 8x8 b16 matrices stored transposed: register k of lane l holds row l / 4, columns 2 (l % 4)
+   and + 1 (low half first) of matrix k, as an mma accumulator pair; lane l addresses row (l & 7) of
+   matrix (l >> 3) in memory, which receives that column of the register matrix. */
+__device__ __forceinline__ void ak_stmatrix_x4_trans(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2,
+                                                     uint32_t r3) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0),
+                 "r"(r1), "r"(r2), "r"(r3)
+                 : "memory");
+}
+
 /* D = A[16x16] * B[16x8] + D, bf16 inputs, fp32 accumulators (row.col fragments). */
 __device__ __forceinline__ void ak_mma_bf16_16816(float *d, const uint32_t *a, uint32_t b0,
                                                   uint32_t b1) {

@@ -1465,27 +1465,40 @@ __device__ __forceinline__ bool ak_sdt_colmax(const float *s, float *m_run, floa
     return rescale;
 }
 
-/* P = 2^(s - m) into P^T [head][key] (2 KB, swizzled) as bf16(P pw[hr]) for the thread's key
-   rows hr; this thread's key sums into l_part. */
+/* P = 2^(s - m) into P^T [head][key] (NH x 128 B at shared address pta, swizzled) as bf16(P pw[hr])
+   for the thread's key rows hr; this thread's key sums into l_part. The thread's (keys g, g + 8;
+   heads 2 c4, + 1) pairs are mma accumulator pairs of 8 x 8 (key, head) blocks, so stmatrix .trans
+   writes them as 16-byte [head][8 keys] rows, four blocks an instruction (x326: 16 two-byte stores
+   and 16 conversions a tile at 32 heads became 2 and 8). */
 template <int NH>
 __device__ __forceinline__ void ak_sdt_pwrite(const float *s, const float *m_use, const float *alpha,
-                                              const float *pw, float *l_part, uint8_t *pt, int w, int g, int c4) {
+                                              const float *pw, float *l_part, uint32_t pta, int w, int lane) {
+    uint32_t pk[NH / 8][2]; /* block (heads 8 j .., keys 16 w + 8 hr ..) */
 #pragma unroll
-    for (int j = 0; j < NH / 8; j++)
+    for (int j = 0; j < NH / 8; j++) {
+        float v[2][2];
 #pragma unroll
         for (int e = 0; e < 2; e++) {
-            const int c = 2 * j + e, h = 8 * j + 2 * c4 + e;
+            const int c = 2 * j + e;
             float sum = 0.0f;
 #pragma unroll
             for (int hr = 0; hr < 2; hr++) {
-                const int key = 16 * w + g + 8 * hr;
                 const float pv = ak_ex2(s[4 * j + 2 * hr + e] - m_use[c]);
                 sum += pv;
-                uint8_t *dst = pt + h * 128 + ((((key >> 3) ^ (h & 7))) << 4) + (key & 7) * 2;
-                *reinterpret_cast<__nv_bfloat16 *>(dst) = __float2bfloat16_rn(pv * pw[hr]);
+                v[hr][e] = pv * pw[hr];
             }
             l_part[c] = l_part[c] * alpha[c] + sum;
         }
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) pk[j][hr] = ak_sd_pack_bf16(v[hr][0], v[hr][1]);
+    }
+    /* lane l addresses head row 8 j + (l & 7) of block (j, hr) = (2 q + (l >> 4), (l >> 3) & 1) */
+    const int i = lane & 7, hr = (lane >> 3) & 1;
+    const uint32_t row = pta + (uint32_t)(i * 128 + (((2 * w + hr) ^ i) << 4));
+#pragma unroll
+    for (int q = 0; q < NH / 16; q++)
+        ak_stmatrix_x4_trans(row + (uint32_t)((16 * q + 8 * (lane >> 4)) * 128), pk[2 * q][0], pk[2 * q][1],
+                             pk[2 * q + 1][0], pk[2 * q + 1][1]);
 }
 
 /* The column sums at the end: over the g lanes, then into red for the four warps (fixed order: the
@@ -1653,7 +1666,6 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
     const uint64_t dv0 = ak_wgmma_desc_sw128(ka, AK_SDW_TILE, 1024); /* V^T: MN-major, 8 keys per 1024 B */
     const uint64_t dp0 = ak_wgmma_desc_sw128(pta, 16, 1024);
     enum { KBUF = M::KB * AK_SDW_TILE >> 4 };
-    uint8_t *pt = smem + M::PT;
 
     int n = 0;
     for (int t = ak_sdw_next<GEN>(p, t_begin, t_end, len0, len1); t < t_end;
@@ -1708,7 +1720,7 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
         }
         /* P = 2^(s - m) rounded to bf16 into P^T [head][key] (swizzled); this thread's key sums */
         const float pw[2] = {prel, prel};
-        ak_sdt_pwrite<NH>(s, m_use, alpha, pw, l_part, pt, w, g, c4);
+        ak_sdt_pwrite<NH>(s, m_use, alpha, pw, l_part, pta, w, lane);
         if (__any_sync(0xffffffffu, rescale)) {
 #pragma unroll
             for (int mb = 0; mb < 8; mb++)
@@ -2020,7 +2032,7 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
         float pw[2];
 #pragma unroll
         for (int hr = 0; hr < 2; hr++) pw[hr] = kv[hr] ? prel * 0x1p64f : 0.0f;
-        ak_sdt_pwrite<16>(s, m_use, alpha, pw, l_part, pt, w, g, c4);
+        ak_sdt_pwrite<16>(s, m_use, alpha, pw, l_part, ak_smem_addr(pt), w, lane);
         if (__any_sync(0xffffffffu, rescale)) {
 #pragma unroll
             for (int mb = 0; mb < 8; mb++)
