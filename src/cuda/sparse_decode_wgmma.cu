@@ -1264,9 +1264,9 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
  * and O^T += V^T P^T (M = 64 value dims per instruction, A = the K buffer read MN-major, B = P^T
  * [heads][keys] bf16 in shared memory, written by the softmax).
  * The softmax runs down the columns of S^T: a head's 64 keys span the four warps, so the column max
- * goes through shared memory (one named barrier; at 32 heads only for tiles where some value passes
- * its head's running max + 8, which a barrier with an OR tells); the column sums stay per thread
- * until the end.
+ * goes through shared memory (one named barrier; only for tiles where some value passes its head's
+ * running max + 8, which a barrier with an OR tells, but in V4's 16-head tiles); the column sums
+ * stay per thread until the end.
  * O^T needs NH / 2 x 8 registers (64 or 128 per thread). The output is written through shared
  * memory (the K buffer, free at the end) so that rows leave in 16-byte pieces (ak_sdt_store8), by
  * the producer warps too (ak_sdt_rows_out).
