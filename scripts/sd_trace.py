@@ -318,10 +318,10 @@ rep('''            ak_mbar_arrive(bar + 8 * b); /* FULL[b] */
         __syncwarp();
         if (w == 0 && lane == 0) TR2(4, j); /* the step's end (FULL arrives after odd halves: x131) */''')
 # consumer
-rep('''    ak_sdw_load_q<DQK, NH, 128>(p, qs, r, i, h0, ct);
+rep('''    ak_sdw_load_q<DQK, NH, 128, ORD == AK_SD_ORD_ONE>(p, qs, r, i, h0, ct);
     ak_fence_proxy_async(); /* Q writes -> the wgmma (async proxy) reads */
     ak_bar_sync(1, 128);''','''    if (ct == 0) TR2(11, 0);
-    ak_sdw_load_q<DQK, NH, 128>(p, qs, r, i, h0, ct);
+    ak_sdw_load_q<DQK, NH, 128, ORD == AK_SD_ORD_ONE>(p, qs, r, i, h0, ct);
     ak_fence_proxy_async(); /* Q writes -> the wgmma (async proxy) reads */
     ak_bar_sync(1, 128);
     if (ct == 0) TR2(11, 1);''')
