@@ -1961,7 +1961,8 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
     ak_setmaxnreg_inc<AK_SDR_CREG>();
     const int ct = tid - 32 * AK_SDR_PW, w = (ct >> 5) & 3, g = lane >> 2, c4 = lane & 3;
     const int wg = __shfl_sync(0xffffffffu, ct >> 7, 0); /* warp-uniform: the descriptors stay uniform */
-    uint8_t *qs = smem + M::Q, *pt = smem + M::P + wg * 2048;
+    uint8_t *qs = smem + M::Q;
+    const uint32_t pta = ak_smem_addr(smem + M::P + wg * 2048); /* this warpgroup's P'^T */
     float *red = reinterpret_cast<float *>(smem + M::RED) + wg * 64;
     const uint32_t mbar = bar + 8 * (AK_SDR_NFULL + AK_SDR_NBUF);
     ak_sdr_load_q(p, qs, r, i, h0, ct);
@@ -1980,7 +1981,7 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
 #pragma unroll
     for (int c = 0; c < 4; c++) m_run[c] = -INFINITY, l_part[c] = 0.0f;
     const uint64_t dq0 = ak_wgmma_desc_sw128(ak_smem_addr(qs), 16, 1024);
-    const uint64_t dp0 = ak_wgmma_desc_sw128(ak_smem_addr(pt), 16, 1024);
+    const uint64_t dp0 = ak_wgmma_desc_sw128(pta, 16, 1024);
     const int k0 = 16 * w + g; /* this thread's keys (S^T rows) k0 and k0 + 8 */
     const int bar1 = 2 + 2 * wg, bar2 = 3 + 2 * wg; /* this warpgroup's named barriers */
 
@@ -2032,7 +2033,7 @@ __global__ void __launch_bounds__(AK_SDR_THREADS, 1) ak_sdr_main(const ak_sd_par
         float pw[2];
 #pragma unroll
         for (int hr = 0; hr < 2; hr++) pw[hr] = kv[hr] ? prel * 0x1p64f : 0.0f;
-        ak_sdt_pwrite<16>(s, m_use, alpha, pw, l_part, ak_smem_addr(pt), w, lane);
+        ak_sdt_pwrite<16>(s, m_use, alpha, pw, l_part, pta, w, lane);
         if (__any_sync(0xffffffffu, rescale)) {
 #pragma unroll
             for (int mb = 0; mb < 8; mb++)
