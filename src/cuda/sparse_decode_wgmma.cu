@@ -1667,19 +1667,22 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
     const uint64_t dp0 = ak_wgmma_desc_sw128(pta, 16, 1024);
     enum { KBUF = M::KB * AK_SDW_TILE >> 4 };
 
-    int n = 0;
-    for (int t = ak_sdw_next<GEN>(p, t_begin, t_end, len0, len1); t < t_end;
-         t = ak_sdw_next<GEN>(p, t + 1, t_end, len0, len1), n++) {
-        const int b = n & 1;
-        ak_mbar_wait(bar + 8 * b, (n >> 1) & 1); /* FULL[b] */
+    /* S^T of tile n + 1 is issued right behind P V of tile n (x327, as ak_sdx_main does), so the
+       tensor pipe takes it without the gap of P V's wait, EMPTY, the loop and the FULL wait */
+    int n = 0, t = ak_sdw_next<GEN>(p, t_begin, t_end, len0, len1);
+    float s[NS];
+    if (t < t_end) {
+        ak_mbar_wait(bar, 0); /* FULL[0] */
         /* the producers' generic K buffer writes -> this thread's wgmma reads: the writes precede
            the fence through FULL's release and acquire, the fence precedes the products in program
            order (the PTX model's cross-proxy causality; a fence on the reading side also holds
            where the writers are in another CTA) */
         ak_fence_proxy_async();
-        float s[NS];
-        ak_sdt_qk<NH, KSTEPS>(s, dk0 + b * KBUF, dq0);
+        ak_sdt_qk<NH, KSTEPS>(s, dk0, dq0);
         ak_wgmma_wait0();
+    }
+    for (; t < t_end; n++) {
+        const int b = n & 1, tn = ak_sdw_next<GEN>(p, t + 1, t_end, len0, len1);
 #pragma unroll
         for (int k = 0; k < NS; k++) ak_reg_fence(s[k]);
         /* validity of this thread's keys 16 w + g (+ 8): bit k % KPW of byte k / KPW of the flags,
@@ -1744,12 +1747,21 @@ __global__ void __launch_bounds__(AK_SDT_THREADS, 1) ak_sdt_main(const ak_sd_par
                 else ak_wgmma_m64n32k16_ss<1>(o[mb], da, db, 1);
             }
         ak_wgmma_commit();
-        ak_wgmma_wait0();
+        if (tn < t_end) {
+            ak_mbar_wait(bar + 8 * (b ^ 1), ((n + 1) >> 1) & 1); /* FULL of tile n + 1 */
+            ak_fence_proxy_async();
+            ak_sdt_qk<NH, KSTEPS>(s, dk0 + (b ^ 1) * KBUF, dq0);
+            ak_wgmma_wait<1>(); /* P V of tile n */
+        } else {
+            ak_wgmma_wait0();
+        }
 #pragma unroll
         for (int mb = 0; mb < 8; mb++)
 #pragma unroll
             for (int k = 0; k < NS; k++) ak_reg_fence(o[mb][k]);
         ak_mbar_arrive(bar + 8 * (2 + b)); /* EMPTY[b] */
+        ak_wgmma_wait0(); /* S^T of tile n + 1: no product is in flight across the loop's edge */
+        t = tn;
     }
 
     ak_grid_dep_launch(); /* the next kernel may start its CTAs during this epilogue */
