@@ -1262,7 +1262,8 @@ __global__ void __launch_bounds__(AK_SDX_THREADS, 1) ak_sdx_main(const ak_sd_par
  * products, so the heads are the N dimension of every wgmma and no MMA row is padding:
  * S^T = K Q^T (m64nNHk16: M = the 64 keys of the buffer, both operands K-major from shared memory)
  * and O^T += V^T P^T (M = 64 value dims per instruction, A = the K buffer read MN-major, B = P^T
- * [heads][keys] bf16 in shared memory, written by the softmax).
+ * [heads][keys] bf16 in shared memory, written by the softmax). S^T of the next tile is issued
+ * right behind P V, as in ak_sdx_main (x327: V4 h_q 16 -6.6%, 656 level).
  * The softmax runs down the columns of S^T: a head's 64 keys span the four warps, so the column max
  * goes through shared memory (one named barrier; only for tiles where some value passes its head's
  * running max + 8, which a barrier with an OR tells, but in V4's 16-head tiles); the column sums
