@@ -61,12 +61,15 @@ if sys.argv[2] in ("p", "v"):
     rep("                ak_wgmma_m64n256k16_rs_tb(o, pa + 4 * kk, ak_wgmma_desc_add(dv0, b * KBUF + (kk * 2048 >> 4)));\n",
         "                (void)kk, (void)pa; /* proxy (%s): no P V */\n" % sys.argv[2], 2)
 if sys.argv[2] in ("t", "tz", "tzp"):
-    rep("        float s[NS];\n        ak_sdt_qk<NH, KSTEPS>(s, dk0 + b * KBUF, dq0);\n",
+    # tile n's FULL was waited in the prologue or behind tile n - 1's P V (x327)
+    line = "        const int b = n & 1, tn = ak_sdw_next<GEN>(p, t + 1, t_end, len0, len1);\n"
+    rep(line, line +
         "        if (p.h_q > 0) { /* proxy (t): the producers alone */\n"
         "            ak_mbar_arrive(bar + 8 * (2 + b));\n"
+        "            if (tn < t_end) ak_mbar_wait(bar + 8 * (b ^ 1), ((n + 1) >> 1) & 1);\n"
+        "            t = tn;\n"
         "            continue;\n"
-        "        }\n"
-        "        float s[NS];\n        ak_sdt_qk<NH, KSTEPS>(s, dk0 + b * KBUF, dq0);\n")
+        "        }\n")
 if sys.argv[2] in ("z", "tz"):
     rep("    const int key = KPW * w + (lane & (KPW - 1)); /* lanes KPW.. mirror lanes 0.. (unused slot ids) */\n",
         "    const int key = KPW * w + (lane & (KPW - 1)); /* lanes KPW.. mirror lanes 0.. (unused slot ids) */\n"

@@ -325,27 +325,38 @@ rep('''    ak_sdw_load_q<DQK, NH, 128, ORD == AK_SD_ORD_ONE>(p, qs, r, i, h0, ct
     ak_fence_proxy_async(); /* Q writes -> the wgmma (async proxy) reads */
     ak_bar_sync(1, 128);
     if (ct == 0) TR2(11, 1);''')
-rep('''        const int b = n & 1;
-        ak_mbar_wait(bar + 8 * b, (n >> 1) & 1); /* FULL[b] */''','''        const int b = n & 1;
-        if (ct == 0) TR2(5, n);
-        ak_mbar_wait(bar + 8 * b, (n >> 1) & 1); /* FULL[b] */
-        if (ct == 0) TR2(6, n);''')
-rep('''        float s[NS];
-        ak_sdt_qk<NH, KSTEPS>(s, dk0 + b * KBUF, dq0);
-        ak_wgmma_wait0();''','''        float s[NS];
-        ak_sdt_qk<NH, KSTEPS>(s, dk0 + b * KBUF, dq0);
+# tile n's stamps 5 (before its FULL wait), 6 (after it) and 7 (its S complete) are taken in the
+# prologue for tile 0 and in tile n - 1's iteration otherwise, where S of tile n is issued behind
+# P V (x327)
+rep('''    if (t < t_end) {
+        ak_mbar_wait(bar, 0); /* FULL[0] */''','''    if (t < t_end) {
+        if (ct == 0) TR2(5, 0);
+        ak_mbar_wait(bar, 0); /* FULL[0] */
+        if (ct == 0) TR2(6, 0);''')
+rep('''        ak_sdt_qk<NH, KSTEPS>(s, dk0, dq0);
         ak_wgmma_wait0();
-        if (ct == 0) TR2(7, n);''')
+    }''','''        ak_sdt_qk<NH, KSTEPS>(s, dk0, dq0);
+        ak_wgmma_wait0();
+        if (ct == 0) TR2(7, 0);
+    }''')
+rep('''            ak_mbar_wait(bar + 8 * (b ^ 1), ((n + 1) >> 1) & 1); /* FULL of tile n + 1 */''','''            if (ct == 0) TR2(5, n + 1);
+            ak_mbar_wait(bar + 8 * (b ^ 1), ((n + 1) >> 1) & 1); /* FULL of tile n + 1 */
+            if (ct == 0) TR2(6, n + 1);''')
 rep('''        /* P = 2^(s - m) rounded to bf16 into P^T [head][key] (swizzled); this thread's key sums */''','''        if (ct == 0) TR2(8, n);
         /* P = 2^(s - m) rounded to bf16 into P^T [head][key] (swizzled); this thread's key sums */''')
 rep('''        ak_bar_sync(2, 128);     /* P^T complete; every thread has read the column maxima */''','''        ak_bar_sync(2, 128);     /* P^T complete; every thread has read the column maxima */
         if (ct == 0) TR2(9, n);''')
 rep('''        ak_mbar_arrive(bar + 8 * (2 + b)); /* EMPTY[b] */
+        ak_wgmma_wait0(); /* S^T of tile n + 1: no product is in flight across the loop's edge */
+        t = tn;
     }
 
     ak_grid_dep_launch(); /* the next kernel may start its CTAs during this epilogue */
     /* column sums''','''        ak_mbar_arrive(bar + 8 * (2 + b)); /* EMPTY[b] */
         if (ct == 0) TR2(10, n);
+        ak_wgmma_wait0(); /* S^T of tile n + 1: no product is in flight across the loop's edge */
+        if (ct == 0 && tn < t_end) TR2(7, n + 1);
+        t = tn;
     }
     if (ct == 0) TR2(11, 2);
 
@@ -392,11 +403,14 @@ extern "C" void ak_trace_dump_sdt(const char *tag) {
             v[3] += h[c][4][j] - h[c][3][j]; v[4] += (j + 1 < ns ? h[c][0][j + 1] : h[c][4][j]) - h[c][4][j];
         }
         for (int k = 0; k < 5; k++) v[k] /= (ns - 1);
-        for (int n = 1; n < nt; n++) {
+        /* tile n from its FULL wait (behind P V of tile n - 1) to tile n + 1's: FULL wait, S with
+           P V of tile n - 1's wait and EMPTY, column maxima, softmax + P + barrier, P V issued */
+        if (nt < 3) continue;
+        for (int n = 1; n + 1 < nt; n++) {
             v[5] += h[c][6][n] - h[c][5][n]; v[6] += h[c][7][n] - h[c][6][n]; v[7] += h[c][8][n] - h[c][7][n];
-            v[8] += h[c][9][n] - h[c][8][n]; v[9] += h[c][10][n] - h[c][9][n]; v[10] += (n + 1 < nt ? h[c][5][n + 1] : h[c][10][n]) - h[c][10][n];
+            v[8] += h[c][9][n] - h[c][8][n]; v[9] += h[c][5][n + 1] - h[c][9][n];
         }
-        for (int k = 5; k < 11; k++) v[k] /= (nt - 1);
+        for (int k = 5; k < 10; k++) v[k] /= (nt - 2);
         v[11] = (double)(h[c][10][nt - 1] - h[c][6][0]) / nt; v[12] = h[c][11][1] - h[c][11][0]; v[13] = h[c][6][0] - h[c][11][0]; v[14] = ns; v[15] = nt;
         const double e1 = (double)(h[c][11][2] - h[c][10][nt - 1]), e2 = (double)(h[c][11][3] - h[c][11][2]), tot = (double)(h[c][11][3] - h[c][11][0]);
         a[19] += (double)(h[c][11][4] - h[c][11][2]); a[20] += (double)(h[c][11][5] - h[c][11][4]);
@@ -442,8 +456,8 @@ extern "C" void ak_trace_dump_sdt(const char *tag) {
                     tag, m, f[0][0] / m, f[0][1] / m, f[0][2] / m, f[0][3] / m, f[0][4] / m, f[1][0] / m, f[1][1] / m,
                     f[1][2] / m, f[1][3] / m, f[1][4] / m, ff / m);
     }
-    fprintf(stderr, "sdt %s: %d CTAs, %.0f half-steps, %.0f tiles | producer per half-step: copy %.0f, slot+stage wait %.0f, EMPTY wait %.0f, convert+fence+arrive %.0f, loop %.0f | consumer per tile %.0f: FULL wait %.0f, S %.0f, column maxima %.0f, softmax+P+bar %.0f, PV %.0f, loop %.0f | Q %.0f, first FULL %.0f\\n",
-            tag, nc, a[14], a[15], a[0], a[1], a[2], a[3], a[4], a[11], a[5], a[6], a[7], a[8], a[9], a[10], a[12], a[13]);
+    fprintf(stderr, "sdt %s: %d CTAs, %.0f half-steps, %.0f tiles | producer per half-step: copy %.0f, slot+stage wait %.0f, EMPTY wait %.0f, convert+fence+arrive %.0f, loop %.0f | consumer per tile %.0f: FULL wait %.0f, S with the last P V's wait and EMPTY %.0f, column maxima %.0f, softmax+P+bar %.0f, P V issued %.0f | Q %.0f, first FULL %.0f\\n",
+            tag, nc, a[14], a[15], a[0], a[1], a[2], a[3], a[4], a[11], a[5], a[6], a[7], a[8], a[9], a[12], a[13]);
 }
 '''
 open(f, 'w').write(s)
