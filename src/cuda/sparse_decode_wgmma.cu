@@ -797,12 +797,12 @@ __device__ __forceinline__ void ak_sdx_convert_v4(const uint8_t *stg, const uint
 
 /* Producer warp: its KPW (8 or 4) staged records -> rows n0 .. n0 + KPW - 1 of K buffer kb
    (layouts.md 4); 656 and per-tensor fp8 here, V4 in ak_sdx_convert_v4. An invalid key's stage bytes
-   are zeros (ak_sdx_copy), so its row becomes zero. In step i lane l converts fp8 chunk l (16 dims)
-   of key (i + l / 4) % KPW, so a quarter warp's 16-byte stores go to two rows of opposite parity and
+   are zeros (ak_sdx_copy), so its row becomes zero. In step i lane l converts fp8 chunk l (16 dims;
+   with unpadded stages another of its quarter's eight) of key (i + l / 4) % KPW, so a quarter warp's 16-byte stores go to two rows of opposite parity and
    hit distinct bank groups (one row per quarter put two lanes on each group, as KPW 4 did with
-   (i + l / 8) % KPW until x222), and its loads, from two keys SST bytes apart, do too when SST is a
-   multiple of 128 (ak_sdx_map pads it, ak_sdt_map at 16 heads); every shared load is issued before the first
-   conversion. The 64 RoPE dims are copied (656: bf16) or converted (per-tensor:
+   (i + l / 8) % KPW until x222), and its loads, from two keys SST bytes apart, do too: SST is a
+   multiple of 128 (ak_sdx_map pads it, ak_sdt_map at 16 heads), or the chunks rotate with the key
+   (ak_sdx_lanes_of); every shared load is issued before the first conversion. The 64 RoPE dims are copied (656: bf16) or converted (per-tensor:
    fp8). Per-tensor keys become bf16(q), exact (the consumers apply k_scale: ak_sd_kscale).
    The lane's byte offsets into the stage and the buffer are the same in every step, so the
    producer computes them once (ak_sdx_lanes_of) and a step adds only its stage's and buffer's
@@ -822,14 +822,19 @@ template <int KPW> struct ak_sdx_lanes {
 template <int LAYOUT, int BR, int KPW, int SST>
 __device__ __forceinline__ ak_sdx_lanes<KPW> ak_sdx_lanes_of(uint32_t st0, int n0, int lane) {
     typedef ak_sdx_map<LAYOUT> M;
+    /* an unpadded stage (SST not a multiple of 128: the swap-AB kernel's 32-head map) puts key k's
+       chunk c on 16-byte bank group (SKEW k + c) % 8, so lane j of a quarter warp takes chunk
+       (j - SKEW k) % 8 of its eight: its loads hit group j, still conflict-free (x329), and the
+       stores stay on distinct groups (two rows of opposite parity per quarter) */
+    enum { SKEW = (SST / 16) & 7 };
     ak_sdx_lanes<KPW> m;
 #pragma unroll
     for (int i = 0; i < KPW; i++) {
-        const int k = (i + (lane >> 2)) & (KPW - 1);
-        m.f[i] = st0 + (uint32_t)(k * SST + 16 * lane);
+        const int k = (i + (lane >> 2)) & (KPW - 1), c = SKEW ? (lane & ~7) | ((lane - SKEW * k) & 7) : lane;
+        m.f[i] = st0 + (uint32_t)(k * SST + 16 * c);
         m.s[i] = st0 + (uint32_t)(k * SST + 512 + 4 * (lane >> 3));
-        m.lo[i] = ak_sdx_off<BR>(n0 + k, lane * 16);
-        m.hi[i] = ak_sdx_off<BR>(n0 + k, lane * 16 + 8);
+        m.lo[i] = ak_sdx_off<BR>(n0 + k, c * 16);
+        m.hi[i] = ak_sdx_off<BR>(n0 + k, c * 16 + 8);
     }
     const int rk0 = M::PT ? lane >> 2 : lane >> 3; /* RoPE keys of this lane: rk0 (+ 4) */
 #pragma unroll
@@ -1284,9 +1289,9 @@ template <int LAYOUT, int NH> struct ak_sdt_map {
         DQK = ak_sd_geo<LAYOUT>::DQK,
         KB = DQK / 64,
         /* stage bytes per key: at 16 heads a multiple of 128, so that ak_sdx_convert's loads are
-           conflict-free; at 32 the padding does not fit (226 KB), and its loads take two
-           wavefronts. V4's converter (ak_sdt_convert_v4) reads one key per quarter warp: its
-           576-byte rows */
+           conflict-free; at 32 the padding does not fit (226 KB), and the converter's lanes
+           rotate their chunks with the key instead (ak_sdx_lanes_of, x329). V4's converter
+           (ak_sdt_convert_v4) reads one key per quarter warp: its 576-byte rows */
         STG = V4 ? ak_sd_geo<LAYOUT>::REC
               : NH <= 16 ? (ak_sd_geo<LAYOUT>::REC + 127) & ~127 : ak_sd_geo<LAYOUT>::REC,
         NST = 2,                             /* stages per producer warp */
