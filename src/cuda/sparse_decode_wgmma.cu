@@ -796,17 +796,18 @@ __device__ __forceinline__ void ak_sdx_convert_v4(const uint8_t *stg, const uint
 }
 
 /* Producer warp: its KPW (8 or 4) staged records -> rows n0 .. n0 + KPW - 1 of K buffer kb
-   (layouts.md 4); 656 and per-tensor fp8 here, V4 in ak_sdx_convert_v4. An invalid key's stage bytes
-   are zeros (ak_sdx_copy), so its row becomes zero. In step i lane l converts fp8 chunk l (16 dims;
-   with unpadded stages another of its quarter's eight) of key (i + l / 4) % KPW, so a quarter warp's 16-byte stores go to two rows of opposite parity and
-   hit distinct bank groups (one row per quarter put two lanes on each group, as KPW 4 did with
-   (i + l / 8) % KPW until x222), and its loads, from two keys SST bytes apart, do too: SST is a
-   multiple of 128 (ak_sdx_map pads it, ak_sdt_map at 16 heads), or the chunks rotate with the key
-   (ak_sdx_lanes_of); every shared load is issued before the first conversion. The 64 RoPE dims are copied (656: bf16) or converted (per-tensor:
-   fp8). Per-tensor keys become bf16(q), exact (the consumers apply k_scale: ak_sd_kscale).
-   The lane's byte offsets into the stage and the buffer are the same in every step, so the
-   producer computes them once (ak_sdx_lanes_of) and a step adds only its stage's and buffer's
-   base. */
+   (layouts.md 4); 656 and per-tensor fp8 here, V4 in ak_sdx_convert_v4. An invalid key's stage
+   bytes are zeros (ak_sdx_copy), so its row becomes zero. In step i lane l converts fp8 chunk l
+   (16 dims; with unpadded stages another of its quarter's eight) of key (i + l / 4) % KPW, so a
+   quarter warp's 16-byte stores go to two rows of opposite parity and hit distinct bank groups (one
+   row per quarter put two lanes on each group, as KPW 4 did with (i + l / 8) % KPW until x222),
+   and its loads, from two keys SST bytes apart, do too: SST is a multiple of 128 (ak_sdx_map pads
+   it, ak_sdt_map at 16 heads), or the chunks rotate with the key (ak_sdx_lanes_of); every shared
+   load is issued before the first conversion. The 64 RoPE dims are copied (656: bf16) or
+   converted (per-tensor: fp8). Per-tensor keys become bf16(q), exact (the consumers apply
+   k_scale: ak_sd_kscale). The lane's byte offsets into the stage and the buffer are the same in
+   every step, so the producer computes them once (ak_sdx_lanes_of) and a step adds only its
+   stage's and buffer's base. */
 template <int KPW> struct ak_sdx_lanes {
     uint32_t f[KPW];  /* stage: chunk `lane` of the key of step i */
     uint32_t s[KPW];  /* stage: that chunk's block scale (656) */
@@ -830,7 +831,8 @@ __device__ __forceinline__ ak_sdx_lanes<KPW> ak_sdx_lanes_of(uint32_t st0, int n
     ak_sdx_lanes<KPW> m;
 #pragma unroll
     for (int i = 0; i < KPW; i++) {
-        const int k = (i + (lane >> 2)) & (KPW - 1), c = SKEW ? (lane & ~7) | ((lane - SKEW * k) & 7) : lane;
+        const int k = (i + (lane >> 2)) & (KPW - 1);
+        const int c = SKEW ? (lane & ~7) | ((lane - SKEW * k) & 7) : lane; /* its chunk */
         m.f[i] = st0 + (uint32_t)(k * SST + 16 * c);
         m.s[i] = st0 + (uint32_t)(k * SST + 512 + 4 * (lane >> 3));
         m.lo[i] = ak_sdx_off<BR>(n0 + k, c * 16);
